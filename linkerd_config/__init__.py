@@ -1,0 +1,1 @@
+"""Declarative Linkerd configuration controller."""

@@ -1,0 +1,77 @@
+"""The ``linkerd-config`` command: flags and environment in, one subcommand run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from linkerd_config.devcluster import service
+from linkerd_config.devcluster.binaries import BinaryUnavailableError
+
+
+def _dev_cluster(args: argparse.Namespace) -> int:
+    state_dir = Path(args.state_dir)
+    try:
+        if args.action == "up":
+            ready = service.up(state_dir, workloads=not args.no_workloads)
+            print(f"control plane up at {ready['server']}")
+            print(f"export KUBECONFIG={ready['kubeconfig']}")
+            print(f"export PATH={ready['bin_dir']}:$PATH   # kubectl v{ready['kubernetes']}")
+        elif args.action == "down":
+            stopped = service.down(state_dir)
+            print("control plane stopped" if stopped else "no control plane was running")
+        elif args.action == "status":
+            state = service.status(state_dir)
+            if state is None:
+                print("no control plane running")
+                return 1
+            print(json.dumps(state, indent=2))
+        elif args.action == "env":
+            state = service.status(state_dir)
+            if state is None:
+                print("no control plane running; start it with: linkerd-config dev-cluster up")
+                return 1
+            print(f"export KUBECONFIG={state['kubeconfig']}")
+            print(f"export PATH={state['bin_dir']}:$PATH")
+    except (service.DevClusterError, BinaryUnavailableError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="linkerd-config",
+        description="Declarative Linkerd configuration: reconcile LinkerdConfig objects into "
+        "the linkerd-config ConfigMap and roll the data plane.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    dev = sub.add_parser(
+        "dev-cluster",
+        help="a real local control plane (etcd, kube-apiserver, controller-manager, "
+        "scheduler, kwok) on loopback",
+    )
+    dev.add_argument("action", choices=["up", "down", "status", "env"])
+    dev.add_argument(
+        "--state-dir",
+        default=os.environ.get("LINKERD_CONFIG_DEV_CLUSTER_DIR", str(service.default_state_dir())),
+        help="where the kubeconfig and state live (env LINKERD_CONFIG_DEV_CLUSTER_DIR)",
+    )
+    dev.add_argument(
+        "--no-workloads",
+        action="store_true",
+        help="only etcd and kube-apiserver: faster, but Deployments never get pods",
+    )
+    dev.set_defaults(func=_dev_cluster)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,239 @@
+"""Find or build the control-plane binaries.
+
+Order of preference for each binary: the folder named by ``KUBEBUILDER_ASSETS`` (the
+envtest convention), then our cache (keyed by every pinned version), then a build from Go
+modules. Only the first run on a machine pays for the build; its progress is printed, because
+a cold build takes many minutes and a silent wait looks like a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from linkerd_config.devcluster import versions
+
+Progress = Callable[[str], None]
+
+ALL_BINARIES = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kubectl",
+    "kwok",
+)
+
+
+class BinaryUnavailableError(RuntimeError):
+    """A control-plane binary can be neither found nor built; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class _GoModule:
+    """A throw-away wrapper module whose only job is to pin and build a dependency's mains."""
+
+    name: str
+    go_mod: str
+    packages: Mapping[str, str]  # binary name -> main package import path
+    ldflags: str = ""
+
+
+def cache_root() -> Path:
+    """Outside the repository, so a fresh clone reuses what an earlier one built."""
+    explicit = os.environ.get("LINKERD_CONFIG_CACHE")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "linkerd-config"
+
+
+def versioned_bin_dir() -> Path:
+    key = f"k8s-v{versions.KUBERNETES}-etcd-v{versions.ETCD}-kwok-v{versions.KWOK}"
+    return cache_root() / key / "bin"
+
+
+def _kubernetes_module() -> _GoModule:
+    k8s = versions.KUBERNETES
+    staging = "0." + k8s.split(".", 1)[1]
+    replaces = "\n".join(
+        f"\tk8s.io/{m} => k8s.io/{m} v{staging}" for m in versions.KUBERNETES_STAGING_MODULES
+    )
+    go_mod = (
+        "module linkerd-config.local/kubernetes-binaries\n\n"
+        f"go {versions.GO_DIRECTIVE}\n\n"
+        "godebug default=go1.24\n\n"
+        f"require k8s.io/kubernetes v{k8s}\n\n"
+        f"replace (\n{replaces}\n)\n"
+    )
+    major, minor, _ = k8s.split(".")
+    stamp = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        stamp += [
+            f"-X {pkg}.gitVersion=v{k8s}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+            f"-X {pkg}.buildDate=2026-01-01T00:00:00Z",
+        ]
+    return _GoModule(
+        name="kubernetes",
+        go_mod=go_mod,
+        packages={
+            "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+            "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+            "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+            "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+        },
+        ldflags=" ".join(stamp),
+    )
+
+
+def _etcd_module() -> _GoModule:
+    # Kept apart from the Kubernetes module so minimal version selection cannot move
+    # the etcd client libraries Kubernetes pins.
+    return _GoModule(
+        name="etcd",
+        go_mod=(
+            "module linkerd-config.local/etcd-binary\n\n"
+            f"go {versions.GO_DIRECTIVE}\n\n"
+            f"require go.etcd.io/etcd/server/v3 v{versions.ETCD}\n"
+        ),
+        packages={"etcd": "go.etcd.io/etcd/server/v3"},
+    )
+
+
+def _kwok_module() -> _GoModule:
+    return _GoModule(
+        name="kwok",
+        go_mod=(
+            "module linkerd-config.local/kwok-binary\n\n"
+            f"go {versions.GO_DIRECTIVE}\n\n"
+            f"require sigs.k8s.io/kwok v{versions.KWOK}\n"
+        ),
+        packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
+    )
+
+
+def _modules() -> list[_GoModule]:
+    return [_etcd_module(), _kwok_module(), _kubernetes_module()]
+
+
+def ensure_binaries(
+    names: tuple[str, ...] = ALL_BINARIES, progress: Progress = print
+) -> dict[str, Path]:
+    """Return a path for every named binary, building whatever is missing."""
+    found = {name: path for name in names if (path := _find(name)) is not None}
+    missing = [n for n in names if n not in found]
+    if missing:
+        with _build_lock():
+            # Another process may have built them while we waited for the lock.
+            missing = [n for n in missing if _find(n) is None]
+            if missing:
+                _build(missing, progress)
+        for name in names:
+            path = _find(name)
+            if path is None:  # pragma: no cover - _build raises first
+                raise BinaryUnavailableError(f"{name} was built but cannot be found")
+            found[name] = path
+    return found
+
+
+def _find(name: str) -> Path | None:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    candidates = [Path(assets) / name] if assets else []
+    candidates.append(versioned_bin_dir() / name)
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(missing: list[str], progress: Progress) -> None:
+    go = shutil.which("go")
+    if go is None:
+        raise BinaryUnavailableError(
+            f"cannot build {', '.join(missing)}: no Go toolchain on PATH. Install Go 1.24 or "
+            "newer, or set KUBEBUILDER_ASSETS to a folder holding "
+            f"{', '.join(ALL_BINARIES)}."
+        )
+    out_dir = versioned_bin_dir()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for module in _modules():
+        wanted = {b: pkg for b, pkg in module.packages.items() if b in missing}
+        if not wanted:
+            continue
+        src = out_dir.parent / "src" / module.name
+        src.mkdir(parents=True, exist_ok=True)
+        (src / "go.mod").write_text(module.go_mod)
+        for binary, package in wanted.items():
+            _go_build(go, src, binary, package, module.ldflags, out_dir, progress)
+
+
+def _go_build(
+    go: str,
+    src: Path,
+    binary: str,
+    package: str,
+    ldflags: str,
+    out_dir: Path,
+    progress: Progress,
+) -> None:
+    env = dict(os.environ)
+    env.update({"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+    tmp = out_dir / f".{binary}.tmp"
+    cmd = [go, "build", "-v", "-trimpath", "-ldflags", f"-s -w {ldflags}", "-o", str(tmp), package]
+    progress(f"building {binary} from {package} (first run only; cached in {out_dir})")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    tail: list[str] = []
+    compiled = 0
+    stop = threading.Event()
+
+    def heartbeat() -> None:
+        while not stop.wait(20):
+            elapsed = time.monotonic() - started
+            last = tail[-1] if tail else "resolving modules"
+            progress(f"  {binary}: {elapsed:4.0f}s, {compiled} packages, at {last}")
+
+    ticker = threading.Thread(target=heartbeat, daemon=True)
+    ticker.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            compiled += 1
+            tail = [*tail[-39:], line.rstrip()]
+        code = proc.wait()
+    finally:
+        stop.set()
+        ticker.join()
+    if code != 0:
+        tmp.unlink(missing_ok=True)
+        raise BinaryUnavailableError(
+            f"go build of {binary} ({package}) failed with exit code {code}; last output:\n"
+            + "\n".join(tail)
+        )
+    tmp.replace(out_dir / binary)
+    progress(f"built {binary} in {time.monotonic() - started:.0f}s")

@@ -1,0 +1,425 @@
+"""A real control plane on loopback: etcd, kube-apiserver, and optionally
+kube-controller-manager, kube-scheduler and kwok (simulated nodes).
+
+One implementation serves the pytest fixture, the ``dev-cluster`` CLI and ``make demo``.
+Everything it makes lives in one work directory that ``stop`` removes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import ssl
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from linkerd_config.devcluster import versions
+from linkerd_config.devcluster.binaries import Progress, ensure_binaries
+from linkerd_config.devcluster.pki import KeyPair, TinyCA, signing_key
+from linkerd_config.devcluster.processes import ManagedProcess
+
+LOOPBACK = "127.0.0.1"
+ADMIN_USER = "admin"
+KWOK_NODE = "kwok-node-0"
+
+# Writes at Metadata level, reads not at all: enough to prove who wrote what, small on disk.
+_AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    verbs: ["get", "list", "watch"]
+  - level: Metadata
+"""
+
+_CONTROLLERS = ",".join(
+    [
+        "deployment-controller",
+        "replicaset-controller",
+        "statefulset-controller",
+        "daemonset-controller",
+        "garbage-collector-controller",
+        "namespace-controller",
+        "disruption-controller",
+        "pod-garbage-collector-controller",
+    ]
+)
+
+
+class ControlPlaneError(RuntimeError):
+    """A component failed to start or to become ready; the message carries its log tail."""
+
+
+@dataclass(frozen=True)
+class ControlPlaneOptions:
+    workloads: bool = True
+    """Run kube-controller-manager, kube-scheduler and kwok so workloads really roll."""
+    start_timeout: float = 90.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class LocalControlPlane:
+    """Start with ``start()``, stop with ``stop()``; also a context manager."""
+
+    options: ControlPlaneOptions = field(default_factory=ControlPlaneOptions)
+    progress: Progress = print
+    workdir: Path = field(init=False)
+    apiserver_port: int = field(init=False, default=0)
+    etcd_port: int = field(init=False, default=0)
+    _ca: TinyCA = field(init=False)
+    _procs: dict[str, ManagedProcess] = field(init=False, default_factory=dict)
+
+    @property
+    def server(self) -> str:
+        return f"https://{LOOPBACK}:{self.apiserver_port}"
+
+    @property
+    def etcd_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.etcd_port}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / f"{ADMIN_USER}.kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    @property
+    def ca_pem(self) -> bytes:
+        return (self.workdir / "ca.crt").read_bytes()
+
+    @property
+    def bin_dir(self) -> Path:
+        return self._bins["kube-apiserver"].parent
+
+    def binary(self, name: str) -> Path:
+        return self._bins[name]
+
+    def __enter__(self) -> LocalControlPlane:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        names = ["etcd", "kube-apiserver", "kubectl"]
+        if self.options.workloads:
+            names += ["kube-controller-manager", "kube-scheduler", "kwok"]
+        self._bins = ensure_binaries(tuple(names), self.progress)
+        self.workdir = Path(tempfile.mkdtemp(prefix="linkerd-config-cp-"))
+        try:
+            self._write_pki()
+            self._start_etcd()
+            self._start_apiserver()
+            self.add_user(ADMIN_USER, ["system:masters"], self.kubeconfig)
+            if self.options.workloads:
+                self._start_workload_components()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop components in reverse start order, then remove every file we made."""
+        for name in reversed(list(self._procs)):
+            self._procs[name].stop()
+        self._procs.clear()
+        if hasattr(self, "workdir") and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self._procs.items() if p.pid is not None and p.running()}
+
+    def restart_apiserver(self) -> None:
+        """Stop and start kube-apiserver on the same port, as an upgrade or crash would."""
+        self._procs.pop("kube-apiserver").stop()
+        self._start_apiserver()
+
+    def stop_component(self, name: str) -> None:
+        self._procs.pop(name).stop()
+
+    # -- identities --------------------------------------------------------------------------
+
+    def add_user(self, user: str, groups: list[str], path: Path | None = None) -> Path:
+        """Mint a client certificate for ``user`` and write a kubeconfig that uses it."""
+        pair = self._ca.client(user, groups)
+        path = path or self.workdir / f"{user.replace(':', '_')}.kubeconfig"
+        write_kubeconfig(path, self.server, self._ca.cert_pem, user=user, client=pair)
+        return path
+
+    # -- components --------------------------------------------------------------------------
+
+    def _write_pki(self) -> None:
+        self._ca = TinyCA("linkerd-config-local-ca")
+        _write(self.workdir / "ca.crt", self._ca.cert_pem)
+        serving = self._ca.serving(["localhost"], [LOOPBACK])
+        _write(self.workdir / "apiserver.crt", serving.cert_pem)
+        _write(self.workdir / "apiserver.key", serving.key_pem)
+        sa = signing_key()
+        _write(self.workdir / "sa.pub", sa.cert_pem)
+        _write(self.workdir / "sa.key", sa.key_pem)
+        _write(self.workdir / "audit-policy.yaml", _AUDIT_POLICY.encode())
+        probe = self._ca.client("system:local-probe", ["system:masters"])
+        _write(self.workdir / "probe.crt", probe.cert_pem)
+        _write(self.workdir / "probe.key", probe.key_pem)
+
+    def _start_etcd(self) -> None:
+        self.etcd_port = free_port()
+        peer = f"http://{LOOPBACK}:{free_port()}"
+        self._launch(
+            "etcd",
+            [
+                str(self._bins["etcd"]),
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=default={peer}",
+                "--unsafe-no-fsync=true",
+                "--quota-backend-bytes=8589934592",
+            ],
+        )
+        self._wait("etcd", lambda: _http_ok(f"{self.etcd_url}/health"))
+
+    def _start_apiserver(self) -> None:
+        if not self.apiserver_port:
+            self.apiserver_port = free_port()
+        w = self.workdir
+        self._launch(
+            "kube-apiserver",
+            [
+                str(self._bins["kube-apiserver"]),
+                f"--etcd-servers={self.etcd_url}",
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                f"--secure-port={self.apiserver_port}",
+                f"--tls-cert-file={w / 'apiserver.crt'}",
+                f"--tls-private-key-file={w / 'apiserver.key'}",
+                f"--client-ca-file={w / 'ca.crt'}",
+                "--authorization-mode=RBAC",
+                "--endpoint-reconciler-type=none",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--allow-privileged=true",
+                "--disable-admission-plugins=ServiceAccount",
+                f"--service-account-issuer={self.server}",
+                f"--service-account-key-file={w / 'sa.pub'}",
+                f"--service-account-signing-key-file={w / 'sa.key'}",
+                f"--audit-policy-file={w / 'audit-policy.yaml'}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+            ],
+        )
+        self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+
+    def _start_workload_components(self) -> None:
+        for component, user in (
+            ("kube-controller-manager", "system:kube-controller-manager"),
+            ("kube-scheduler", "system:kube-scheduler"),
+            ("kwok", "system:kwok"),
+        ):
+            self.add_user(user, ["system:masters"], self.workdir / f"{component}.kubeconfig")
+        kc = self.workdir / "kube-controller-manager.kubeconfig"
+        self._launch(
+            "kube-controller-manager",
+            [
+                str(self._bins["kube-controller-manager"]),
+                f"--kubeconfig={kc}",
+                f"--controllers={_CONTROLLERS}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--concurrent-deployment-syncs=10",
+                "--concurrent-replicaset-syncs=10",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ],
+        )
+        self._launch(
+            "kube-scheduler",
+            [
+                str(self._bins["kube-scheduler"]),
+                f"--kubeconfig={self.workdir / 'kube-scheduler.kubeconfig'}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--kube-api-qps=200",
+                "--kube-api-burst=400",
+            ],
+        )
+        self._launch(
+            "kwok",
+            [
+                str(self._bins["kwok"]),
+                f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
+                "--manage-all-nodes=true",
+                "--cidr=10.244.0.0/16",
+                f"--node-ip={LOOPBACK}",
+                "--server-address=",
+            ],
+        )
+        self._create_kwok_node()
+        time.sleep(0.5)
+        for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+            proc = self._procs[name]
+            if not proc.running():
+                raise ControlPlaneError(f"{name} exited at start:\n{proc.log_tail()}")
+        self._wait("kwok node Ready", self._node_ready)
+        # The API server taints every new node not-ready; the node lifecycle controller would
+        # lift it, but it also expects node Leases that kwok does not renew. We lift it instead.
+        self.api_request(
+            "PATCH",
+            f"/api/v1/nodes/{KWOK_NODE}",
+            {"spec": {"taints": None}},
+            content_type="application/merge-patch+json",
+        )
+
+    def _create_kwok_node(self) -> None:
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": KWOK_NODE,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {
+                    "type": "kwok",
+                    "kubernetes.io/hostname": KWOK_NODE,
+                    "kubernetes.io/os": "linux",
+                    "kubernetes.io/arch": "amd64",
+                },
+            },
+            "status": {
+                "allocatable": {"cpu": "1000", "memory": "4000Gi", "pods": "100000"},
+                "capacity": {"cpu": "1000", "memory": "4000Gi", "pods": "100000"},
+            },
+        }
+        self.api_request("POST", "/api/v1/nodes", node)
+
+    def _node_ready(self) -> bool:
+        node = self.api_request("GET", f"/api/v1/nodes/{KWOK_NODE}")
+        conditions = node.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _launch(self, name: str, argv: list[str]) -> None:
+        proc = ManagedProcess(name, argv, self.workdir / f"{name}.log")
+        proc.start()
+        self._procs[name] = proc
+
+    def _wait(self, what: str, ready: Any) -> None:
+        deadline = time.monotonic() + self.options.start_timeout
+        last_error = ""
+        while time.monotonic() < deadline:
+            for proc in self._procs.values():
+                if not proc.running():
+                    raise ControlPlaneError(
+                        f"{proc.name} exited with code {proc.exit_code()} while waiting for "
+                        f"{what}; its log ({proc.log_path}) ends:\n{proc.log_tail()}"
+                    )
+            try:
+                if ready():
+                    return
+            except (OSError, urllib.error.URLError, ValueError) as exc:
+                last_error = str(exc)
+            time.sleep(0.1)
+        raise ControlPlaneError(
+            f"{what} not ready after {self.options.start_timeout:.0f}s (last error: {last_error})"
+        )
+
+    def _ssl(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.workdir / "ca.crt"))
+        ctx.load_cert_chain(self.workdir / "probe.crt", self.workdir / "probe.key")
+        return ctx
+
+    def _api_ok(self, path: str) -> bool:
+        with urllib.request.urlopen(self.server + path, context=self._ssl(), timeout=5) as r:
+            return bool(r.status == 200)
+
+    def api_request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        """A bare request as the control plane's own superuser, for bootstrap and tests."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            self.server + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": content_type, "Accept": "application/json"},
+        )
+        with urllib.request.urlopen(req, context=self._ssl(), timeout=10) as resp:
+            result: dict[str, Any] = json.loads(resp.read() or b"{}")
+            return result
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "kubeconfig": str(self.kubeconfig),
+            "workdir": str(self.workdir),
+            "kubernetes": versions.KUBERNETES,
+            "etcd": versions.ETCD,
+            "kwok": versions.KWOK if self.options.workloads else None,
+            "pids": self.pids(),
+            "bin_dir": str(self.bin_dir),
+        }
+
+
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes, user: str, client: KeyPair) -> None:
+    """A self-contained kubeconfig (certificates inline), safe to copy elsewhere."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(client.cert_pem),
+                    "client-key-data": b64(client.key_pem),
+                },
+            }
+        ],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+        "current-context": "local",
+    }
+    _write(path, json.dumps(config, indent=2).encode())
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(0o600)
+
+
+def _http_ok(url: str) -> bool:
+    with urllib.request.urlopen(url, timeout=2) as resp:
+        return bool(resp.status == 200)

@@ -1,0 +1,43 @@
+"""Shared fixtures: the local control plane (real etcd + kube-apiserver) and clients to it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.metrics import Metrics
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.fspath).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[LocalControlPlane]:
+    """One full control plane for the session: etcd, kube-apiserver, KCM, scheduler, kwok."""
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp:
+        yield cp
+
+
+@pytest.fixture
+def private_control_plane() -> Iterator[LocalControlPlane]:
+    """An etcd + kube-apiserver of the test's own, for tests that restart or compact it."""
+    with LocalControlPlane(ControlPlaneOptions(workloads=False)) as cp:
+        yield cp
+
+
+@pytest.fixture(scope="session")
+async def kube(control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    """An admin client (system:masters) on the shared control plane."""
+    access = await load_access(str(control_plane.kubeconfig))
+    async with KubeClient(access, metrics=Metrics(), user_agent="linkerd-config-tests") as client:
+        yield client

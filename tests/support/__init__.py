@@ -1,0 +1,1 @@
+"""Test support code: helpers and stand-ins (never imported by the controller)."""
