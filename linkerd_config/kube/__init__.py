@@ -1,0 +1,1 @@
+"""The controller machinery: knows Kubernetes, never Linkerd."""

@@ -1,0 +1,71 @@
+"""Which API resource, and the URL paths that address it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    """A resource type as the REST API sees it (group/version/plural), no client models."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(
+        self, namespace: str | None = None, name: str | None = None, subresource: str = ""
+    ) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{quote(name, safe='')}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+PODS = ApiResource("", "v1", "pods", "Pod")
+NAMESPACES = ApiResource("", "v1", "namespaces", "Namespace", namespaced=False)
+CONFIGMAPS = ApiResource("", "v1", "configmaps", "ConfigMap")
+EVENTS = ApiResource("", "v1", "events", "Event")
+NODES = ApiResource("", "v1", "nodes", "Node", namespaced=False)
+SERVICE_ACCOUNTS = ApiResource("", "v1", "serviceaccounts", "ServiceAccount")
+DEPLOYMENTS = ApiResource("apps", "v1", "deployments", "Deployment")
+REPLICASETS = ApiResource("apps", "v1", "replicasets", "ReplicaSet")
+STATEFULSETS = ApiResource("apps", "v1", "statefulsets", "StatefulSet")
+DAEMONSETS = ApiResource("apps", "v1", "daemonsets", "DaemonSet")
+LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
+CRDS = ApiResource(
+    "apiextensions.k8s.io",
+    "v1",
+    "customresourcedefinitions",
+    "CustomResourceDefinition",
+    namespaced=False,
+)
+
+
+def object_key(obj: dict[str, Any]) -> str:
+    """``namespace/name`` or ``name``: the key caches and work queues use, as client-go does."""
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    name = str(meta.get("name", ""))
+    return f"{ns}/{name}" if ns else name
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    ns, sep, name = key.partition("/")
+    return (ns, name) if sep else (None, ns)

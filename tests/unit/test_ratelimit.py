@@ -1,0 +1,127 @@
+"""Rate limiters: client-go's default numbers, with a fake clock for the token bucket."""
+
+from __future__ import annotations
+
+import pytest
+
+from linkerd_config.kube.ratelimit import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    default_controller_rate_limiter,
+)
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_exponential_doubles_from_5ms_per_item() -> None:
+    limiter = ItemExponentialFailureRateLimiter[str]()
+    assert [limiter.when("a") for _ in range(5)] == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.08])
+    assert limiter.retries("a") == 5
+    # Another item has its own count.
+    assert limiter.when("b") == pytest.approx(0.005)
+    assert limiter.retries("b") == 1
+
+
+def test_exponential_caps_at_1000s() -> None:
+    limiter = ItemExponentialFailureRateLimiter[str]()
+    delays = [limiter.when("a") for _ in range(25)]
+    # 0.005 * 2**17 = 655.36 s is the last uncapped step; 2**18 would be 1310.72 s.
+    assert delays[17] == pytest.approx(655.36)
+    assert delays[18:] == [1000.0] * 7
+
+
+def test_exponential_does_not_overflow() -> None:
+    limiter = ItemExponentialFailureRateLimiter[str](base=1.0, cap=5.0)
+    delays = [limiter.when("a") for _ in range(3000)]
+    assert delays[-1] == 5.0
+    unbounded = ItemExponentialFailureRateLimiter[str](base=1.0, cap=float("inf"))
+    assert [unbounded.when("a") for _ in range(3000)][-1] == float("inf")
+
+
+def test_exponential_forget_resets_backoff() -> None:
+    limiter = ItemExponentialFailureRateLimiter[str]()
+    limiter.when("a")
+    limiter.when("a")
+    limiter.forget("a")
+    assert limiter.retries("a") == 0
+    assert limiter.when("a") == pytest.approx(0.005)
+    limiter.forget("never-seen")  # forgetting an unknown item is harmless
+
+
+def test_exponential_rejects_negative_parameters() -> None:
+    with pytest.raises(ValueError):
+        ItemExponentialFailureRateLimiter[str](base=-1.0)
+
+
+def test_bucket_allows_burst_then_spaces_reservations() -> None:
+    clock = FakeClock()
+    bucket = BucketRateLimiter(qps=10.0, burst=100, clock=clock)
+    assert [bucket.when("x") for _ in range(100)] == [0.0] * 100
+    # Each further call reserves the next token: 0.1 s apart at 10 qps.
+    assert [bucket.when("x") for _ in range(3)] == pytest.approx([0.1, 0.2, 0.3])
+    # After 0.3 s the debt is paid; the next token is again 0.1 s away.
+    clock.now += 0.3
+    assert bucket.when("x") == pytest.approx(0.1)
+    assert bucket.retries("x") == 0
+    bucket.forget("x")  # shared bucket: forgetting does not refund tokens
+    assert bucket.when("x") == pytest.approx(0.2)
+
+
+def test_bucket_refills_up_to_burst_only() -> None:
+    clock = FakeClock()
+    bucket = BucketRateLimiter(qps=10.0, burst=5, clock=clock)
+    for _ in range(5):
+        bucket.when(None)
+    clock.now += 3600.0
+    assert [bucket.when(None) for _ in range(6)] == pytest.approx([0.0] * 5 + [0.1])
+
+
+def test_bucket_ignores_clock_going_backwards() -> None:
+    clock = FakeClock()
+    bucket = BucketRateLimiter(qps=1.0, burst=1, clock=clock)
+    assert bucket.when(None) == 0.0
+    clock.now -= 10.0
+    assert bucket.when(None) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("qps", "burst"), [(0.0, 1), (-1.0, 1), (float("inf"), 1), (1.0, 0)])
+def test_bucket_rejects_bad_parameters(qps: float, burst: int) -> None:
+    with pytest.raises(ValueError):
+        BucketRateLimiter(qps=qps, burst=burst)
+
+
+def test_max_of_takes_largest_delay_and_records_in_all() -> None:
+    clock = FakeClock()
+    exponential = ItemExponentialFailureRateLimiter[str]()
+    bucket = BucketRateLimiter(qps=10.0, burst=1, clock=clock)
+    limiter = MaxOfRateLimiter[str](exponential, bucket)
+    assert limiter.when("a") == pytest.approx(0.005)  # bucket had a token
+    assert limiter.when("a") == pytest.approx(0.1)  # bucket dominates the 10 ms backoff
+    assert exponential.retries("a") == 2  # both limiters saw both failures
+    assert limiter.retries("a") == 2
+    limiter.forget("a")
+    assert limiter.retries("a") == 0
+    assert exponential.retries("a") == 0
+
+
+def test_max_of_needs_a_limiter() -> None:
+    with pytest.raises(ValueError):
+        MaxOfRateLimiter[str]()
+
+
+def test_default_controller_rate_limiter() -> None:
+    limiter = default_controller_rate_limiter()
+    # The bucket starts full (burst 100), so the per-item backoff decides the first delays.
+    assert [limiter.when("a") for _ in range(3)] == pytest.approx([0.005, 0.01, 0.02])
+    assert limiter.when("b") == pytest.approx(0.005)
+    assert limiter.retries("a") == 3
+    limiter.forget("a")
+    assert limiter.retries("a") == 0
+    assert limiter.when("a") == pytest.approx(0.005)
