@@ -1,0 +1,65 @@
+"""Structured logging: key-value events, JSON in a cluster, readable on a terminal."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+LogFormat = Literal["json", "console", "auto"]
+
+
+def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
+    """Route structlog and the standard library's logging through one renderer.
+
+    ``auto`` picks JSON unless stderr is a terminal, so a pod's logs are machine-readable
+    and a developer's are not a wall of braces.
+    """
+    numeric = logging.getLevelNamesMapping().get(level.upper())
+    if numeric is None:
+        raise ValueError(f"log level {level!r} is not one of debug, info, warning, error")
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info if use_json else _keep,
+            renderer,
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+    # aiohttp's access log is noise at info: every probe and scrape would be a line.
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+def _keep(
+    _logger: object, _name: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    return event

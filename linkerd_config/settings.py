@@ -1,0 +1,188 @@
+"""One typed settings object, read from flags and environment once, validated once.
+
+Precedence: a flag, else its environment variable, else the default. A bad value is an error
+that names the flag, the variable and the value, before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A flag or environment variable has a value we cannot use."""
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _address(text: str) -> tuple[str, int]:
+    """``host:port`` or ``:port`` (all interfaces); port 0 means disabled."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        raise ValueError("expected host:port or :port")
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError("port must be 0-65535")
+    return host or "0.0.0.0", number
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _seconds(text: str) -> float:
+    value = float(text.removesuffix("s"))
+    if not value > 0:
+        raise ValueError("must be a positive number of seconds")
+    return value
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"expected one of {', '.join(options)}")
+        return text
+
+    return parse
+
+
+@dataclass(frozen=True)
+class _Opt:
+    flag: str
+    env: str
+    default: str | None
+    parse: Callable[[str], Any]
+    help: str
+
+
+def _opt(flag: str, env: str, default: str | None, parse: Callable[[str], Any], help: str) -> Any:
+    return field(metadata={"opt": _Opt(flag, env, default, parse, help)})
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything ``linkerd-config run`` can be told."""
+
+    kubeconfig: str | None = _opt(
+        "--kubeconfig", "KUBECONFIG", None, str,
+        "kubeconfig file; unset: ~/.kube/config if present, else the pod's service account",
+    )  # fmt: skip
+    namespace: str = _opt(
+        "--namespace", "POD_NAMESPACE", "linkerd", str,
+        "namespace of the controller's own Lease and Events",
+    )  # fmt: skip
+    metrics_address: tuple[str, int] = _opt(
+        "--metrics-bind-address", "METRICS_BIND_ADDRESS", ":8080", _address,
+        "where /metrics is served (port 0 disables it)",
+    )  # fmt: skip
+    health_address: tuple[str, int] = _opt(
+        "--health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", ":8081", _address,
+        "where /healthz and /readyz are served",
+    )  # fmt: skip
+    enable_webhooks: bool = _opt(
+        "--enable-webhooks", "ENABLE_WEBHOOKS", "true", _bool,
+        "serve the admission webhooks (false for a local run the API server cannot reach)",
+    )  # fmt: skip
+    webhook_address: tuple[str, int] = _opt(
+        "--webhook-bind-address", "WEBHOOK_BIND_ADDRESS", ":9443", _address,
+        "where the HTTPS admission webhooks listen",
+    )  # fmt: skip
+    webhook_cert_dir: str = _opt(
+        "--webhook-cert-dir", "WEBHOOK_CERT_DIR", "/tmp/k8s-webhook-server/serving-certs", str,
+        "folder with tls.crt and tls.key (cert-manager writes them); reloaded on change",
+    )  # fmt: skip
+    workers: int = _opt(
+        "--workers", "WORKERS", "2", _positive_int, "concurrent reconciles per controller"
+    )  # fmt: skip
+    leader_elect: bool = _opt(
+        "--leader-elect", "LEADER_ELECT", "true", _bool,
+        "elect a leader on a Lease so only one replica writes",
+    )  # fmt: skip
+    lease_name: str = _opt(
+        "--leader-election-id", "LEADER_ELECTION_ID", "linkerd-config-leader", str,
+        "name of the Lease",
+    )  # fmt: skip
+    lease_duration: float = _opt(
+        "--leader-elect-lease-duration", "LEADER_ELECT_LEASE_DURATION", "15s", _seconds,
+        "how long followers wait after the last renewal before taking over",
+    )  # fmt: skip
+    renew_deadline: float = _opt(
+        "--leader-elect-renew-deadline", "LEADER_ELECT_RENEW_DEADLINE", "10s", _seconds,
+        "how long the leader keeps trying to renew before it stops writing",
+    )  # fmt: skip
+    retry_period: float = _opt(
+        "--leader-elect-retry-period", "LEADER_ELECT_RETRY_PERIOD", "2s", _seconds,
+        "how often to try to acquire or renew",
+    )  # fmt: skip
+    log_level: str = _opt(
+        "--log-level", "LOG_LEVEL", "info", _choice("debug", "info", "warning", "error"),
+        "log verbosity",
+    )  # fmt: skip
+    log_format: str = _opt(
+        "--log-format", "LOG_FORMAT", "auto", _choice("auto", "json", "console"),
+        "auto: JSON unless stderr is a terminal",
+    )  # fmt: skip
+    identity: str | None = _opt(
+        "--identity", "POD_NAME", None, str,
+        "this replica's Lease holder identity (default: host name plus a random suffix)",
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.leader_elect and not (
+            self.retry_period < self.renew_deadline < self.lease_duration
+        ):
+            raise SettingsError(
+                "leader election needs retry period < renew deadline < lease duration, got "
+                f"{self.retry_period}s, {self.renew_deadline}s, {self.lease_duration}s"
+            )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for f in fields(Settings):
+        opt: _Opt = f.metadata["opt"]
+        default = f"default {opt.default}" if opt.default is not None else "no default"
+        parser.add_argument(
+            opt.flag, dest=f.name, default=None, help=f"{opt.help} (env {opt.env}; {default})"
+        )
+
+
+def from_namespace(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        opt: _Opt = f.metadata["opt"]
+        raw, source = getattr(args, f.name, None), opt.flag
+        if raw is None and env.get(opt.env):
+            raw, source = env[opt.env], f"${opt.env}"
+        if raw is None:
+            raw, source = opt.default, "default"
+        if raw is None:
+            values[f.name] = None
+            continue
+        try:
+            values[f.name] = opt.parse(raw)
+        except ValueError as exc:
+            raise SettingsError(f"{opt.flag} (from {source}) = {raw!r}: {exc}") from exc
+    return Settings(**values)
+
+
+def parse(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_namespace(parser.parse_args(argv), env)
