@@ -22,7 +22,7 @@ from typing import Any
 
 from linkerd_config.devcluster import versions
 from linkerd_config.devcluster.binaries import Progress, ensure_binaries
-from linkerd_config.devcluster.pki import KeyPair, TinyCA, signing_key
+from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
 from linkerd_config.devcluster.processes import ManagedProcess
 
 LOOPBACK = "127.0.0.1"

@@ -1,4 +1,5 @@
-"""A tiny certificate authority for the local control plane and local webhooks.
+"""A tiny certificate authority: for the local control plane, and self-signed webhook
+serving certificates when no cert-manager provides them.
 
 Everything is ECDSA P-256: quick to generate, accepted by every Kubernetes component.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 from dataclasses import dataclass
+from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -124,3 +126,20 @@ def signing_key() -> KeyPair:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return KeyPair(public, _key_pem(key))
+
+
+def write_serving_pair(
+    directory: Path, dns_names: list[str], ips: list[str], ca: TinyCA | None = None
+) -> bytes:
+    """Write ``tls.crt``/``tls.key`` (cert-manager's names) signed by ``ca`` or a new CA;
+    returns the CA certificate, which is the caBundle a webhook configuration needs."""
+    ca = ca or TinyCA("linkerd-config-webhook-ca")
+    pair = ca.serving(dns_names, ips)
+    directory.mkdir(parents=True, exist_ok=True)
+    # Key first, then certificate, each by rename: a reader never sees a torn file.
+    for name, data in (("tls.key", pair.key_pem), ("tls.crt", pair.cert_pem)):
+        tmp = directory / f".{name}.tmp"
+        tmp.write_bytes(data)
+        tmp.chmod(0o600)
+        tmp.replace(directory / name)
+    return ca.cert_pem

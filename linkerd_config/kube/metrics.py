@@ -152,6 +152,31 @@ class Metrics:
             registry=r,
         )
 
+        # controller-runtime pkg/webhook/internal/metrics.
+        self.webhook_requests = Counter(
+            "controller_runtime_webhook_requests_total",
+            "Total number of admission requests by HTTP status code.",
+            ["webhook", "code"],
+            registry=r,
+        )
+        self.webhook_latency = Histogram(
+            "controller_runtime_webhook_latency_seconds",
+            "Histogram of the latency of processing admission requests",
+            ["webhook"],
+            registry=r,
+        )
+        self.webhook_in_flight = Gauge(
+            "controller_runtime_webhook_requests_in_flight",
+            "Current number of admission requests being served.",
+            ["webhook"],
+            registry=r,
+        )
+
+    def register_webhook(self, path: str) -> None:
+        self.webhook_latency.labels(path)
+        self.webhook_in_flight.labels(path).set(0)
+        self.webhook_requests.labels(path, "200")
+
     def register_controller(self, controller: str, workers: int) -> None:
         """Create every per-controller series now, so the first scrape already shows them."""
         for result in RECONCILE_RESULTS:

@@ -1,0 +1,279 @@
+"""An HTTPS server for admission.k8s.io/v1 AdmissionReview: plumbing only.
+
+It knows AdmissionReview, TLS and HTTP; what to default or refuse is a plain function the
+caller registers per path (``Admit``). The promises that keep a cluster writable:
+
+* every request is answered well inside the API server's 10 s default timeout: a handler
+  that overruns is cut off and the object is refused with a message that says so;
+* malformed, truncated, wrong-kind or oversized bodies get a 4xx with a clear message;
+  a handler's exception becomes a refusal naming the object, never a 5xx or a crash;
+* the certificate and key are re-read when their files change (cert-manager rotation):
+  new handshakes use the new pair, connections in flight are not disturbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import inspect
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.serving import serve
+
+log = structlog.get_logger(__name__)
+
+Json = dict[str, Any]
+MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server's own request limit is ~3 MiB
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of ``request`` a policy reads; ``object``/``old_object`` are plain dicts."""
+
+    uid: str
+    operation: str
+    kind: Json
+    namespace: str
+    name: str
+    object: Json | None
+    old_object: Json | None
+    dry_run: bool
+    user: str
+    raw: Json = field(repr=False)
+
+
+@dataclass(frozen=True)
+class AdmissionResponse:
+    allowed: bool = True
+    message: str = ""
+    code: int = 0
+    patch: list[Json] | None = None
+    warnings: tuple[str, ...] = ()
+
+    @staticmethod
+    def deny(message: str, code: int = 403) -> AdmissionResponse:
+        return AdmissionResponse(allowed=False, message=message, code=code)
+
+
+Admit = Callable[[AdmissionRequest], AdmissionResponse | Awaitable[AdmissionResponse]]
+
+
+class BadReview(ValueError):
+    """The body is not an AdmissionReview we can answer; the message says what is wrong."""
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"body is not JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise BadReview("body is not a JSON object")
+    if review.get("apiVersion") != "admission.k8s.io/v1" or review.get("kind") != "AdmissionReview":
+        raise BadReview(
+            "expected apiVersion admission.k8s.io/v1, kind AdmissionReview; got "
+            f"{review.get('apiVersion')!r}, {review.get('kind')!r}"
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise BadReview("AdmissionReview has no request object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise BadReview("request.uid must be a non-empty string")
+    for key in ("object", "oldObject"):
+        if request.get(key) is not None and not isinstance(request[key], dict):
+            raise BadReview(f"request.{key} must be an object or null")
+    kind = request.get("kind")
+    user = request.get("userInfo")
+    return AdmissionRequest(
+        uid=uid,
+        operation=str(request.get("operation", "")),
+        kind=kind if isinstance(kind, dict) else {},
+        namespace=str(request.get("namespace") or ""),
+        name=str(request.get("name") or ""),
+        object=request.get("object"),
+        old_object=request.get("oldObject"),
+        dry_run=request.get("dryRun") is True,
+        user=str(user.get("username", "")) if isinstance(user, dict) else "",
+        raw=request,
+    )
+
+
+def render_review(uid: str, answer: AdmissionResponse) -> Json:
+    response: Json = {"uid": uid, "allowed": answer.allowed}
+    if not answer.allowed or answer.message:
+        response["status"] = {
+            "code": answer.code or (200 if answer.allowed else 403),
+            "message": answer.message,
+        }
+        if not answer.allowed:
+            response["status"]["reason"] = "Forbidden" if answer.code in (0, 403) else "Invalid"
+    if answer.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
+    if answer.warnings:
+        response["warnings"] = list(answer.warnings)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+class ReloadingCertificate:
+    """An SSLContext whose cert/key pair follows the files on disk."""
+
+    def __init__(self, cert_file: Path, key_file: Path) -> None:
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._fingerprint = b""
+        self.reloads = 0
+        self.reload()
+
+    def _read(self) -> bytes:
+        return hashlib.sha256(self.cert_file.read_bytes() + self.key_file.read_bytes()).digest()
+
+    def reload(self) -> bool:
+        """Load the pair if it changed; True when it did. A half-written pair is retried."""
+        fingerprint = self._read()
+        if fingerprint == self._fingerprint:
+            return False
+        try:
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except ssl.SSLError as exc:  # mid-rotation: cert and key do not match yet
+            log.warning("serving certificate not loadable yet", error=str(exc))
+            return False
+        self._fingerprint = fingerprint
+        self.reloads += 1
+        log.info("serving certificate loaded", cert=str(self.cert_file), loads=self.reloads)
+        return True
+
+    async def watch(self, interval: float = 2.0) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.reload)
+            except OSError as exc:
+                log.warning("serving certificate unreadable", error=str(exc))
+
+
+class AdmissionServer:
+    """Routes AdmissionReviews by path to ``Admit`` functions; ``run`` until cancelled."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        certificate: ReloadingCertificate,
+        *,
+        metrics: Metrics | None = None,
+        handler_timeout: float = 7.0,
+        reload_interval: float = 2.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.certificate = certificate
+        self.metrics = metrics
+        self.handler_timeout = handler_timeout
+        self.reload_interval = reload_interval
+        self.bound_port: int | None = None
+        self.started = asyncio.Event()
+        self._routes: dict[str, Admit] = {}
+
+    def add(self, path: str, admit: Admit) -> None:
+        self._routes[path] = admit
+        if self.metrics is not None:
+            self.metrics.register_webhook(path)
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        for path in self._routes:
+            app.router.add_post(path, self._handle)
+        return app
+
+    async def run(self) -> None:
+        def bound(port: int) -> None:
+            self.bound_port = port
+            self.started.set()
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.certificate.watch(self.reload_interval), name="cert-reload")
+            group.create_task(
+                serve(
+                    self.app(),
+                    self.host,
+                    self.port,
+                    name="admission",
+                    ssl_context=self.certificate.context,
+                    on_bound=bound,
+                )
+            )
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        path = request.path
+        started = time.monotonic()
+        status = 500
+        if self.metrics is not None:
+            self.metrics.webhook_in_flight.labels(path).inc()
+        try:
+            response = await self._answer(request)
+            status = response.status
+            return response
+        finally:
+            if self.metrics is not None:
+                self.metrics.webhook_in_flight.labels(path).dec()
+                self.metrics.webhook_requests.labels(path, str(status)).inc()
+                self.metrics.webhook_latency.labels(path).observe(time.monotonic() - started)
+
+    async def _answer(self, request: web.Request) -> web.Response:
+        if request.content_type != "application/json":
+            return _problem(
+                415, f"content type must be application/json, not {request.content_type}"
+            )
+        try:
+            body = await asyncio.wait_for(request.read(), self.handler_timeout)
+        except web.HTTPRequestEntityTooLarge:
+            return _problem(413, f"AdmissionReview larger than {MAX_BODY_BYTES} bytes")
+        except TimeoutError:
+            return _problem(408, "request body not received in time")
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            return _problem(400, str(exc))
+        answer = await self._admit(request.path, review)
+        return web.Response(body=orjson.dumps(render_review(review.uid, answer)),
+                            content_type="application/json")  # fmt: skip
+
+    async def _admit(self, path: str, review: AdmissionRequest) -> AdmissionResponse:
+        where = f"{review.namespace}/" if review.namespace else ""
+        what = f"{review.kind.get('kind', 'object')} {where}{review.name}"
+        try:
+            async with asyncio.timeout(self.handler_timeout):
+                result = self._routes[path](review)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+        except TimeoutError:
+            log.error("admission handler timed out", path=path, object=what)
+            return AdmissionResponse.deny(f"{what}: admission check timed out", code=500)
+        except Exception as exc:
+            log.exception("admission handler failed", path=path, object=what)
+            return AdmissionResponse.deny(f"{what}: internal error in admission: {exc}", code=500)
+
+
+def _problem(status: int, message: str) -> web.Response:
+    return web.Response(
+        status=status,
+        body=orjson.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "message": message, "code": status}),
+        content_type="application/json",
+    )  # fmt: skip
