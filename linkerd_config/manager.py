@@ -1,0 +1,200 @@
+"""The manager: builds nothing, owns everything long-lived, and stops it in order.
+
+Each component is one coroutine that runs until cancelled. Start order, and why:
+
+1. probe and metrics servers: a kubelet must be able to ask from the first second;
+2. servers that every replica runs (the admission webhooks): followers answer too;
+3. informers: every replica keeps its caches warm, so a new leader acts at once;
+4. once caches have synced: ready, and the leader election campaign starts;
+5. each leadership term: the controllers, with every known key enqueued once
+   (level-triggered: nothing changed while no one led is missed).
+
+Shutdown runs in reverse under one grace deadline: controllers drain their in-flight
+reconciles, the elector releases the Lease (a successor takes over at once), then informers
+and servers stop. A task that does not stop in time is named in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from linkerd_config.kube.controller import Controller
+from linkerd_config.kube.informer import Informer
+
+log = structlog.get_logger(__name__)
+
+
+class Leadership(Protocol):
+    """What the manager needs of an elector (LeaderElector, or NoElection)."""
+
+    leadership_lost: asyncio.Event
+
+    async def run(self) -> None: ...
+
+    async def wait_for_leadership(self, timeout: float | None = None) -> None: ...
+
+
+@dataclass
+class _LeaderWork:
+    controller: Controller
+    initial_keys: Callable[[], Iterable[str]]
+
+
+@dataclass
+class Manager:
+    leadership: Leadership
+    sync_timeout: float = 120.0
+    shutdown_grace: float = 25.0
+    _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
+    _informers: list[Informer] = field(default_factory=list)
+    _leader_work: list[_LeaderWork] = field(default_factory=list)
+    _tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
+    # Invariant: _tasks holds exactly the running components, in start order.
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    _failure: asyncio.Event = field(default_factory=asyncio.Event)
+    # Invariant: set once any component returned or raised on its own (not by cancellation).
+    leading: bool = False
+    _stopping: bool = False
+
+    def add_server(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
+        self._servers.append((name, run))
+
+    def add_informer(self, informer: Informer) -> None:
+        self._informers.append(informer)
+
+    def add_controller(
+        self, controller: Controller, initial_keys: Callable[[], Iterable[str]]
+    ) -> None:
+        self._leader_work.append(_LeaderWork(controller, initial_keys))
+
+    def ready(self) -> bool:
+        if self._stopping:
+            return False
+        return self.synced.is_set() and all(
+            not t.done() for n, t in self._tasks.items() if not n.startswith("controller:")
+        )
+
+    def alive(self) -> bool:
+        """Every long-lived task still runs (a crashed informer means restart me)."""
+        return not self._failure.is_set() and all(not t.done() for t in self._tasks.values())
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set (SIGTERM), then shut down in reverse order."""
+        try:
+            for name, server in self._servers:
+                self._start(f"server:{name}", server())
+            for informer in self._informers:
+                self._start(f"informer:{informer.name}", informer.run())
+            await self._wait_synced(stop)
+            if stop.is_set():
+                return
+            self.synced.set()
+            log.info("caches synced", informers=[i.name for i in self._informers])
+            self._start("leader-election", self.leadership.run())
+            await self._lead_while_elected(stop)
+        finally:
+            await self._shut_down()
+
+    async def _wait_synced(self, stop: asyncio.Event) -> None:
+        waits = [i.wait_synced(self.sync_timeout) for i in self._informers]
+        await _first(asyncio.gather(*waits), stop.wait(), self._any_task_failed())
+
+    async def _lead_while_elected(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await _first(
+                self.leadership.wait_for_leadership(), stop.wait(), self._any_task_failed()
+            )
+            if stop.is_set() or self._failed():
+                return
+            self.leading = True
+            log.info("leading: starting controllers", controllers=self._controller_names())
+            for work in self._leader_work:
+                self._start(
+                    f"controller:{work.controller.name}", work.controller.run(work.initial_keys)
+                )
+            await _first(
+                self.leadership.leadership_lost.wait(), stop.wait(), self._any_task_failed()
+            )
+            self.leading = False
+            if stop.is_set() or self._failed():
+                return
+            log.warning("leadership lost: stopping controllers now")
+            await self._stop_controllers(drain=False)
+
+    def _controller_names(self) -> list[str]:
+        return [w.controller.name for w in self._leader_work]
+
+    def _start(self, name: str, coro: Awaitable[Any]) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        task.add_done_callback(self._on_done)
+        self._tasks[name] = task
+
+    def _on_done(self, task: asyncio.Task[Any]) -> None:
+        if not task.cancelled():
+            self._failure.set()
+
+    def _failed(self) -> list[str]:
+        return [n for n, t in self._tasks.items() if t.done() and not t.cancelled()]
+
+    async def _any_task_failed(self) -> None:
+        await self._failure.wait()
+        for name in self._failed():
+            task = self._tasks[name]
+            exc = task.exception()
+            log.error("component exited; shutting down", component=name, error=repr(exc))
+
+    async def _stop_controllers(self, drain: bool) -> None:
+        names = [n for n in self._tasks if n.startswith("controller:")]
+        if drain:
+            for work in self._leader_work:
+                finished = await work.controller.shut_down()
+                if not finished:
+                    log.warning(
+                        "reconciles still running at shutdown", controller=work.controller.name
+                    )
+        await self._cancel(names, timeout=5.0)
+
+    async def _shut_down(self) -> None:
+        self._stopping = True
+        started = time.monotonic()
+        await self._stop_controllers(drain=True)
+        # Reverse start order: the elector releases the Lease before caches and servers go.
+        for name in reversed(list(self._tasks)):
+            remaining = max(1.0, self.shutdown_grace - (time.monotonic() - started))
+            await self._cancel([name], timeout=remaining)
+        log.info("manager stopped", seconds=round(time.monotonic() - started, 2))
+
+    async def _cancel(self, names: list[str], timeout: float) -> None:
+        tasks = [self._tasks.pop(n) for n in names if n in self._tasks]
+        for task in tasks:
+            task.cancel()
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            log.error("component did not stop in time", component=task.get_name(), timeout=timeout)
+        for task in tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                log.error(
+                    "component failed", component=task.get_name(), error=repr(task.exception())
+                )
+
+
+async def _first(*aws: Awaitable[Any]) -> None:
+    """Wait until the first of several awaitables finishes; cancel the others."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # re-raise a failure (e.g. cache sync timeout)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
