@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv binaries test test-unit test-integration lint format demo bench \
+.PHONY: help venv binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean
 
 help: ## list the targets
@@ -47,6 +47,9 @@ demo: binaries ## the main job on a local control plane (no cluster needed)
 
 bench: binaries ## benchmarks; results in bench/results/
 	$(PY) bench/informer_bench.py
+
+generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
+	$(PY) -m linkerd_config.linkerd.resource > manifests/crd/linkerdconfigs.yaml
 
 dev-cluster-up: binaries ## start the local control plane in the background
 	$(PY) -m linkerd_config dev-cluster up

@@ -1,0 +1,1 @@
+"""The Linkerd domain: knows Linkerd, never HTTP or watches."""

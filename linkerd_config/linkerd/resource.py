@@ -1,0 +1,314 @@
+"""The LinkerdConfig custom resource: its schema (the one source of truth for the CRD),
+its status conditions, and small typed views of the parts the controller decides on.
+
+``python -m linkerd_config.linkerd.resource`` prints the CRD; ``make generate`` writes it to
+``manifests/crd/`` and a test fails when the checked-in file differs.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from linkerd_config.kube.resource import ApiResource
+
+GROUP = "config.linkerd.io"
+VERSION = "v1alpha1"
+KIND = "LinkerdConfig"
+PLURAL = "linkerdconfigs"
+LINKERD_CONFIGS = ApiResource(GROUP, VERSION, PLURAL, KIND, namespaced=False)
+
+# Condition types (Kubernetes API conventions: positive polarity, CamelCase).
+READY = "Ready"
+CONFIGMAP_SYNCED = "ConfigMapSynced"
+DATA_PLANE_UP_TO_DATE = "DataPlaneUpToDate"
+CONFLICT = "Conflict"
+
+# What the ConfigMap says about who manages it.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "linkerd-config"
+OWNER_ANNOTATION = "config.linkerd.io/linkerdconfig"
+HASH_ANNOTATION = "config.linkerd.io/config-hash"
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
+VERSION_PATTERN = r"^(edge-[0-9]+\.[0-9]+\.[0-9]+|stable-[0-9]+\.[0-9]+\.[0-9]+)$"
+PORT_OR_RANGE_PATTERN = r"^[0-9]{1,5}(-[0-9]{1,5})?$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+# -- schema building blocks ------------------------------------------------------------------
+
+
+def _str(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def _bool(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "description": description}
+
+
+def _port(description: str) -> dict[str, Any]:
+    return {"type": "integer", "minimum": 1, "maximum": 65535, "description": description}
+
+
+def _obj(description: str, properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "object", "description": description, "properties": properties, **extra}
+
+
+def _image(what: str) -> dict[str, Any]:
+    return _obj(
+        f"The {what} image.",
+        {
+            "name": _str("Image repository, without tag.", maxLength=253, minLength=1),
+            "pullPolicy": _str(
+                "Kubernetes image pull policy.", enum=["Always", "IfNotPresent", "Never"]
+            ),
+        },
+    )
+
+
+def _quantity(description: str) -> dict[str, Any]:
+    return {
+        "anyOf": [{"type": "integer"}, {"type": "string"}],
+        "pattern": QUANTITY_PATTERN,
+        "x-kubernetes-int-or-string": True,
+        "description": description,
+    }
+
+
+def _resources() -> dict[str, Any]:
+    pair = {"cpu": _quantity("CPU quantity."), "memory": _quantity("Memory quantity.")}
+    return _obj(
+        "Proxy container resources.",
+        {"requests": _obj("Requests.", dict(pair)), "limits": _obj("Limits.", dict(pair))},
+    )
+
+
+def _ports_list(direction: str) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "maxItems": 256,
+        "description": f"{direction} ports the proxy does not intercept: a port or a range "
+        "'lo-hi' (ranges need Linkerd edge-20.1.1 or later).",
+        "items": {"type": "string", "pattern": PORT_OR_RANGE_PATTERN, "maxLength": 11},
+    }
+
+
+def _immutable(field: str) -> dict[str, str]:
+    return {"rule": "self == oldSelf", "message": f"{field} is immutable"}
+
+
+def spec_schema() -> dict[str, Any]:
+    identity = _obj(
+        "mTLS identity settings.",
+        {
+            "trustDomain": _str("Trust domain of identities.", maxLength=253),
+            "trustAnchorsPEM": _str(
+                "PEM bundle of trust anchor (root CA) certificates. When empty, the anchor "
+                "already in the cluster's linkerd-config is kept.",
+                maxLength=65536,
+            ),
+            "issuanceLifeTime": _str(
+                "Lifetime of issued certificates, e.g. 86400s.", pattern=DURATION_PATTERN
+            ),
+            "clockSkewAllowance": _str("Tolerated clock skew, e.g. 20s.", pattern=DURATION_PATTERN),
+            "scheme": _str("Identity scheme.", enum=["linkerd.io/tls"]),
+        },
+    )
+    global_ = _obj(
+        "Control-plane settings (the ConfigMap's global key).",
+        {
+            "linkerdNamespace": {
+                **_str(
+                    "Namespace of the Linkerd control plane.",
+                    maxLength=63,
+                    pattern=DNS_LABEL_PATTERN,
+                ),
+                "x-kubernetes-validations": [_immutable("linkerdNamespace")],
+            },
+            "cniEnabled": _bool("Whether the Linkerd CNI plugin is used."),
+            "version": _str(
+                "Linkerd control-plane version, e.g. edge-19.12.3.", pattern=VERSION_PATTERN
+            ),
+            "identityContext": identity,
+            "omitWebhookSideEffects": _bool("Declare webhooks without side effects."),
+            "clusterDomain": _str("Cluster DNS domain.", maxLength=253),
+            "configMap": {
+                **_str("Name of the ConfigMap to manage.", maxLength=253, minLength=1),
+                "x-kubernetes-validations": [_immutable("configMap")],
+            },
+        },
+    )
+    ports = ("adminPort", "controlPort", "inboundPort", "outboundPort")
+    distinct = " && ".join(
+        f"(!has(self.{a}) || !has(self.{b}) || self.{a} != self.{b})"
+        for i, a in enumerate(ports)
+        for b in ports[i + 1 :]
+    )
+    proxy = _obj(
+        "Data-plane proxy settings (the ConfigMap's proxy key).",
+        {
+            "proxyImage": _image("proxy"),
+            "proxyInitImage": _image("proxy-init"),
+            "adminPort": _port("Proxy admin port."),
+            "controlPort": _port("Proxy control port."),
+            "inboundPort": _port("Proxy inbound port."),
+            "outboundPort": _port("Proxy outbound port."),
+            "ignoreInboundPorts": _ports_list("Inbound"),
+            "ignoreOutboundPorts": _ports_list("Outbound"),
+            "logLevel": _str("Proxy log level, e.g. warn,linkerd2_proxy=info.", maxLength=1024),
+            "disableExternalProfiles": _bool("Do not use service profiles outside the mesh."),
+            "proxyVersion": _str("Proxy version, e.g. edge-19.12.3.", minLength=1, maxLength=128),
+            "proxyInitImageVersion": _str(
+                "proxy-init version, e.g. v1.2.0.", minLength=1, maxLength=128
+            ),
+            "proxyUID": {
+                "type": "integer",
+                "format": "int64",
+                "minimum": 0,
+                "description": "UID the proxy runs as.",
+            },
+            "resource": _resources(),
+        },
+        required=["proxyVersion", "proxyInitImageVersion"],
+        **{
+            "x-kubernetes-validations": [
+                {
+                    "rule": distinct,
+                    "message": "adminPort, controlPort, inboundPort and "
+                    "outboundPort must all differ",
+                }
+            ]
+        },
+    )
+    return _obj(
+        "Desired Linkerd configuration.",
+        {"global": global_, "proxy": proxy},
+        required=["proxy"],
+    )
+
+
+def status_schema() -> dict[str, Any]:
+    condition = _obj(
+        "A metav1.Condition.",
+        {
+            "type": _str("Condition type.", maxLength=316),
+            "status": _str("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+            "observedGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+            "lastTransitionTime": _str("When status last changed.", format="date-time"),
+            "reason": _str("CamelCase reason.", maxLength=1024),
+            "message": _str("Human-readable detail.", maxLength=32768),
+        },
+        required=["type", "status", "lastTransitionTime", "reason", "message"],
+    )
+    count = {"type": "integer", "minimum": 0}
+    return _obj(
+        "Observed state.",
+        {
+            "observedGeneration": {"type": "integer", "format": "int64"},
+            "conditions": {
+                "type": "array",
+                "items": condition,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["type"],
+            },
+            "configMap": _str("namespace/name of the managed ConfigMap."),
+            "configHash": _str("Hash of the configuration last written."),
+            "trustAnchorSource": _str(
+                "Where the trust anchor came from.", enum=["Spec", "Cluster"]
+            ),
+            "outdatedWorkloads": {**count, "description": "Workloads still on another proxy."},
+            "restartedWorkloads": {**count, "description": "Workloads restarted for this hash."},
+        },
+    )
+
+
+def crd() -> dict[str, Any]:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": "linkerdconfig",
+                "shortNames": ["lc"],
+            },
+            "scope": "Cluster",
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        {
+                            "name": "Control Plane Namespace",
+                            "type": "string",
+                            "jsonPath": ".spec.global.linkerdNamespace",
+                        },
+                        {
+                            "name": "ConfigMap",
+                            "type": "string",
+                            "jsonPath": ".spec.global.configMap",
+                        },
+                        {
+                            "name": "Ready",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+                        },
+                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                    ],
+                    "schema": {
+                        "openAPIV3Schema": _obj(
+                            "LinkerdConfig is the desired content of Linkerd's linkerd-config "
+                            "ConfigMap.",
+                            {
+                                "apiVersion": {"type": "string"},
+                                "kind": {"type": "string"},
+                                "metadata": {"type": "object"},
+                                "spec": spec_schema(),
+                                "status": status_schema(),
+                            },
+                            required=["spec"],
+                        )
+                    },
+                }
+            ],
+        },
+    }
+
+
+def crd_yaml() -> str:
+    header = (
+        "# Generated by `make generate` from linkerd_config/linkerd/resource.py. Do not edit.\n"
+    )
+    return header + yaml.safe_dump(crd(), sort_keys=False, width=100, allow_unicode=True)
+
+
+# -- typed views ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Which ConfigMap a LinkerdConfig manages."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(crd_yaml())
