@@ -87,6 +87,10 @@ class Settings:
         "--namespace", "POD_NAMESPACE", "linkerd", str,
         "namespace of the controller's own Lease and Events",
     )  # fmt: skip
+    config_namespace: str = _opt(
+        "--config-namespace", "LINKERD_NAMESPACE", "linkerd", str,
+        "namespace of the Linkerd control plane whose ConfigMaps this controller manages",
+    )  # fmt: skip
     metrics_address: tuple[str, int] = _opt(
         "--metrics-bind-address", "METRICS_BIND_ADDRESS", ":8080", _address,
         "where /metrics is served (port 0 disables it)",

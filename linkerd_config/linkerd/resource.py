@@ -225,7 +225,10 @@ def status_schema() -> dict[str, Any]:
                 "Where the trust anchor came from.", enum=["Spec", "Cluster"]
             ),
             "outdatedWorkloads": {**count, "description": "Workloads still on another proxy."},
-            "restartedWorkloads": {**count, "description": "Workloads restarted for this hash."},
+            "restartedWorkloads": {
+                **count,
+                "description": "Workloads the current leader restarted for this configuration hash.",
+            },
         },
     )
 

@@ -1,0 +1,159 @@
+"""The composition root: Settings in, a running Manager out. The only place that knows
+both the machinery and the domain, so neither has to know the other."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+
+from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
+from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.leader import (
+    LeaderElectionConfig,
+    LeaderElector,
+    LeaderGate,
+    NoElection,
+    default_identity,
+)
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.probes import Probes
+from linkerd_config.kube.serving import serve
+from linkerd_config.linkerd.controller import LinkerdConfigController, RolloutOptions
+from linkerd_config.manager import Manager
+from linkerd_config.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+COMPONENT = "linkerd-config"
+
+
+@dataclass
+class App:
+    """Everything one replica runs, built but not started."""
+
+    settings: Settings
+    client: KubeClient
+    metrics: Metrics
+    manager: Manager
+    controller: LinkerdConfigController
+    recorder: EventRecorder
+    admission: AdmissionServer | None = None
+    hooks: list[Callable[[], None]] = field(default_factory=list)
+
+
+async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
+    metrics = Metrics()
+    access = await load_access(settings.kubeconfig)
+    identity = settings.identity or default_identity()
+    client = KubeClient(access, metrics=metrics, user_agent=f"{COMPONENT}/{identity}")
+    client.open()
+    leadership: LeaderElector | NoElection
+    if settings.leader_elect:
+        leadership = LeaderElector(
+            client,
+            LeaderElectionConfig(
+                lease_namespace=settings.namespace,
+                lease_name=settings.lease_name,
+                identity=identity,
+                lease_duration=settings.lease_duration,
+                renew_deadline=settings.renew_deadline,
+                retry_period=settings.retry_period,
+            ),
+            metrics,
+        )
+    else:
+        leadership = NoElection(settings.lease_name, metrics, identity=identity)
+    client.write_gate = LeaderGate(leadership)
+    recorder = EventRecorder(client, COMPONENT, metrics, instance=identity)
+    controller = LinkerdConfigController(
+        client,
+        recorder,
+        config_namespace=settings.config_namespace,
+        metrics=metrics,
+        options=rollout,
+        workers=settings.workers,
+    )
+    manager = Manager(leadership)
+    probes = Probes(metrics.registry)
+    probes.ready_checks["informers-synced"] = manager.ready
+    probes.live_checks["components"] = manager.alive
+    app = App(settings, client, metrics, manager, controller, recorder)
+    host, port = settings.metrics_address
+    if port:
+        manager.add_server(
+            "metrics", lambda: serve(probes.metrics_app(), host, port, name="metrics")
+        )
+    hhost, hport = settings.health_address
+    if hport:
+        manager.add_server(
+            "health", lambda: serve(probes.health_app(), hhost, hport, name="health")
+        )
+    manager.add_server("events", recorder.run)
+    if settings.enable_webhooks:
+        app.admission = _admission(settings, controller, metrics)
+        manager.add_server("webhooks", app.admission.run)
+        probes.ready_checks["webhooks"] = app.admission.started.is_set
+    for informer in controller.informers:
+        manager.add_informer(informer)
+    manager.add_controller(controller.controller, controller.config_names)
+    return app
+
+
+def _admission(
+    settings: Settings, controller: LinkerdConfigController, metrics: Metrics
+) -> AdmissionServer:
+    from linkerd_config.linkerd.webhooks import register  # noqa: PLC0415 - issue-6 wiring
+
+    cert_dir = Path(settings.webhook_cert_dir)
+    host, port = settings.webhook_address
+    server = AdmissionServer(
+        host,
+        port,
+        ReloadingCertificate(cert_dir / "tls.crt", cert_dir / "tls.key"),
+        metrics=metrics,
+    )
+    register(server, controller)
+    return server
+
+
+@contextlib.asynccontextmanager
+async def running(app: App) -> AsyncIterator[asyncio.Event]:
+    """Run the app in the background (tests, the demo); stop it on exit."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(app.manager.run(stop), name="manager")
+    try:
+        yield stop
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, app.manager.shutdown_grace + 10)
+        await app.client.close()
+
+
+async def run(settings: Settings) -> int:
+    """``linkerd-config run``: until SIGTERM or SIGINT, then a graceful stop."""
+    app = await build(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "starting",
+        identity=settings.identity,
+        cluster=app.client.access.source,
+        webhooks=settings.enable_webhooks,
+        leader_elect=settings.leader_elect,
+    )
+    try:
+        await app.manager.run(stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        await app.client.close()
+    return 0 if stop.is_set() else 1

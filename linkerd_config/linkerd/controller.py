@@ -1,0 +1,518 @@
+"""The LinkerdConfig controller: the domain's decisions, executed through the machinery.
+
+One reconcile of a LinkerdConfig, in order: resolve ownership of its target (conflicts
+change nothing); render the desired managed keys; server-side apply them when the
+ConfigMap drifted (or is gone); then roll the stale part of the data plane, a bounded
+batch per pass, once the proxy injector is confirmed to inject the new version; finally
+report status. Every step reads the informers' caches and is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.controller import Controller, ControllerOptions, Result
+from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import (
+    CONFIGMAPS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    REPLICASETS,
+    STATEFULSETS,
+    ApiResource,
+)
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.formats.base import FormatError
+from linkerd_config.linkerd.formats.versions import VersionError
+from linkerd_config.linkerd.reconcile import (
+    ConfigError,
+    Desired,
+    apply_body,
+    desired_config,
+    drifted,
+    owner_among,
+    set_condition,
+    target_of,
+)
+from linkerd_config.linkerd.resource import (
+    CONFIGMAP_SYNCED,
+    CONFLICT,
+    DATA_PLANE_UP_TO_DATE,
+    HASH_ANNOTATION,
+    LINKERD_CONFIGS,
+    READY,
+)
+
+log = structlog.get_logger(__name__)
+
+Json = dict[str, Any]
+FIELD_MANAGER = "linkerd-config"
+WORKLOAD_RESOURCES: dict[str, ApiResource] = {
+    "Deployment": DEPLOYMENTS,
+    "StatefulSet": STATEFULSETS,
+    "DaemonSet": DAEMONSETS,
+}
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    max_restarts_per_pass: int = 10
+    """At most this many workloads restarted per pass, so a cluster is not restarted at once."""
+    restart_interval: float = 5.0
+    """Seconds between passes while workloads are outdated."""
+    injector_wait: float = 60.0
+    """When the injector's version cannot be confirmed by dry-run, wait this long after
+    writing the config before restarting (the original project's fixed sleep, as a fallback)."""
+
+
+class LinkerdConfigController:
+    """Informers, handlers and the reconciler for LinkerdConfig objects."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        *,
+        config_namespace: str = "linkerd",
+        metrics: Metrics | None = None,
+        options: RolloutOptions | None = None,
+        workers: int = 2,
+    ) -> None:
+        self.client = client
+        self.recorder = recorder
+        self.config_namespace = config_namespace
+        self.options = options or RolloutOptions()
+        self.configs = Informer(client, LINKERD_CONFIGS, metrics=metrics, name="linkerdconfigs")
+        self.configmaps = Informer(
+            client, CONFIGMAPS, namespace=config_namespace, metrics=metrics, name="configmaps"
+        )
+        self.pods = Informer(
+            client,
+            PODS,
+            label_selector=rollout.CANDIDATE_LABEL_SELECTOR,
+            field_selector=rollout.RUNNING_FIELD_SELECTOR,
+            transform=rollout.pod_projection,
+            metrics=metrics,
+            name="pods",
+        )
+        self.namespaces = Informer(
+            client, NAMESPACES, metadata_only=True, metrics=metrics, name="namespaces"
+        )
+        self.replicasets = Informer(
+            client, REPLICASETS, metadata_only=True, metrics=metrics, name="replicasets"
+        )
+        self.controller = Controller(
+            "linkerdconfig",
+            self,
+            options=ControllerOptions(workers=workers),
+            metrics=metrics,
+        )
+        self._written_at: dict[str, float] = {}
+        # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
+        self._restarted: dict[str, int] = {}
+        # Invariant: hash -> workloads this process restarted for that configuration.
+        self._wire_handlers()
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [self.configs, self.configmaps, self.pods, self.namespaces, self.replicasets]
+
+    def config_names(self) -> list[str]:
+        return sorted(self.configs.store.keys())
+
+    def _wire_handlers(self) -> None:
+        def by_name(obj: Json) -> None:
+            self.controller.enqueue(obj["metadata"]["name"])
+
+        self.configs.add_handler(by_name, lambda _o, n: by_name(n), by_name)
+
+        def owners_of_configmap(obj: Json) -> None:
+            meta = obj["metadata"]
+            for name in self.config_names():
+                cfg = self.configs.store.get(name)
+                if cfg is not None and _targets(cfg, meta["namespace"], meta["name"]):
+                    self.controller.enqueue(name)
+
+        self.configmaps.add_handler(
+            owners_of_configmap, lambda _o, n: owners_of_configmap(n), owners_of_configmap
+        )
+
+        def everyone(_obj: Json) -> None:
+            self.controller.enqueue_all(self.config_names())
+
+        for informer in (self.pods, self.namespaces):
+            informer.add_handler(everyone, lambda _o, n: everyone(n), everyone)
+
+    # -- the reconcile --------------------------------------------------------------------
+
+    async def reconcile(self, key: str) -> Result:
+        config = self.configs.store.get(key)
+        if config is None or config["metadata"].get("deletionTimestamp"):
+            # Deleting a LinkerdConfig never deletes the ConfigMap: the mesh outlives us.
+            log.info("linkerdconfig gone; configmap left as it is", linkerdconfig=key)
+            return Result()
+        status: Json = dict(config.get("status") or {})
+        conditions: list[Json] = list(status.get("conditions") or [])
+        generation = int(config["metadata"].get("generation", 0))
+        try:
+            target = target_of(config)
+        except (VersionError, FormatError, ConfigError) as exc:
+            return await self._invalid(config, conditions, generation, str(exc))
+        if target.namespace != self.config_namespace:
+            message = (
+                f"ConfigMap {target} is outside the namespace this controller manages "
+                f"({self.config_namespace}); nothing written"
+            )
+            return await self._invalid(
+                config, conditions, generation, message, "NamespaceNotManaged"
+            )
+        owner = owner_among(self.configs.store.list(), target)
+        if owner is not None and owner["metadata"]["name"] != key:
+            return await self._conflict(config, conditions, generation, owner["metadata"]["name"])
+
+        cm_key = f"{target.namespace}/{target.name}"
+        configmap = self.configmaps.store.get(cm_key)
+        try:
+            desired = desired_config(config, (configmap or {}).get("data"))
+        except (ConfigError, FormatError, VersionError) as exc:
+            return await self._invalid(config, conditions, generation, str(exc))
+
+        if drifted(configmap, desired):
+            await self._write(config, configmap, desired)
+        self._written_at.setdefault(desired.config_hash, time.monotonic())
+
+        conditions = set_condition(
+            conditions, CONFLICT, False, "NoConflict", f"manages ConfigMap {target}", generation
+        )
+        conditions = set_condition(
+            conditions,
+            CONFIGMAP_SYNCED,
+            True,
+            "Synced",
+            f"ConfigMap {target} matches (hash {desired.config_hash})",
+            generation,
+        )
+        outcome = await self._roll(config, desired)
+        conditions = set_condition(
+            conditions,
+            DATA_PLANE_UP_TO_DATE,
+            outcome.outdated == 0,
+            outcome.reason,
+            outcome.message,
+            generation,
+        )
+        ready = outcome.outdated == 0
+        conditions = set_condition(
+            conditions,
+            READY,
+            ready,
+            "Ready" if ready else outcome.reason,
+            "configuration applied and data plane up to date" if ready else outcome.message,
+            generation,
+        )
+        await self._update_status(
+            config,
+            {
+                "observedGeneration": generation,
+                "conditions": conditions,
+                "configMap": str(target),
+                "configHash": desired.config_hash,
+                "trustAnchorSource": desired.trust_anchor_source,
+                "outdatedWorkloads": outcome.outdated,
+                "restartedWorkloads": outcome.restarted_total,
+            },
+        )
+        return Result(requeue_after=outcome.requeue_after)
+
+    # -- steps ----------------------------------------------------------------------------
+
+    async def _write(self, config: Json, current: Json | None, desired: Desired) -> None:
+        target = desired.target
+        await self.client.request(
+            "PATCH",
+            CONFIGMAPS.path(target.namespace, target.name),
+            params={"fieldManager": FIELD_MANAGER, "force": True},
+            body=apply_body(desired, config["metadata"]["name"]),
+            content_type=APPLY_PATCH,
+        )
+        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+        if current is None:
+            reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
+        elif annotations.get(HASH_ANNOTATION) == desired.config_hash:
+            reason = "ConfigMapReverted"
+            changed = sorted(
+                k for k, v in desired.data.items() if (current.get("data") or {}).get(k) != v
+            )
+            message = f"reverted a manual edit of ConfigMap {target} (keys {', '.join(changed)})"
+        else:
+            reason, message = (
+                "ConfigMapUpdated",
+                f"wrote ConfigMap {target} (hash {desired.config_hash})",
+            )
+        log.info(
+            "configmap written",
+            linkerdconfig=config["metadata"]["name"],
+            configmap=str(target),
+            reason=reason,
+            hash=desired.config_hash,
+        )
+        self.recorder.record(config, "Normal", reason, message)
+
+    async def _roll(self, config: Json, desired: Desired) -> _RolloutOutcome:
+        namespaces = {n["metadata"]["name"]: n for n in self.namespaces.store.list()}
+
+        def replicaset(ns: str, name: str) -> Json | None:
+            return self.replicasets.store.get(f"{ns}/{name}")
+
+        plan = rollout.plan_rollout(
+            self.pods.store.list(), namespaces, desired.proxy_version, replicaset
+        )
+        if not plan.workloads:
+            return _RolloutOutcome(
+                0,
+                self._restarted.get(desired.config_hash, 0),
+                "UpToDate",
+                f"every opted-in pod runs proxy {desired.proxy_version}",
+            )
+        confirmed, why = await self._injector_ready(desired, plan.workloads)
+        if not confirmed:
+            return _RolloutOutcome(
+                len(plan.workloads), 0, "WaitingForInjector", why, requeue_after=2.0
+            )
+        restarted = pending = 0
+        for workload in plan.workloads:
+            if restarted >= self.options.max_restarts_per_pass:
+                pending += 1
+                continue
+            try:
+                if await self._restart(workload, desired.config_hash):
+                    restarted += 1
+                    self.recorder.record(
+                        config,
+                        "Normal",
+                        "WorkloadRestarted",
+                        f"restarted {workload} for proxy {desired.proxy_version}",
+                    )
+            except ApiError as exc:
+                pending += 1
+                log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
+                self.recorder.record(
+                    config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
+                )
+        total = self._count_restarted(desired.config_hash, restarted)
+        message = (
+            f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
+            f"{desired.proxy_version}; restarted {total} for this configuration. {why}"
+        ).strip()
+        return _RolloutOutcome(
+            len(plan.workloads),
+            total,
+            "RollingOut",
+            message,
+            requeue_after=self.options.restart_interval,
+        )
+
+    def _count_restarted(self, config_hash: str, now: int) -> int:
+        self._restarted[config_hash] = self._restarted.get(config_hash, 0) + now
+        return self._restarted[config_hash]
+
+    async def _restart(self, workload: rollout.Workload, config_hash: str) -> bool:
+        """Restart once per configuration; False when it already was (or is gone)."""
+        if workload.kind == "Pod":
+            body = {
+                "apiVersion": "policy/v1",
+                "kind": "Eviction",
+                "metadata": {"name": workload.name, "namespace": workload.namespace},
+            }
+            try:
+                await self.client.request(
+                    "POST", PODS.path(workload.namespace, workload.name, "eviction"), body=body
+                )
+            except ApiError as exc:
+                if exc.not_found:
+                    return False
+                raise
+            return True
+        resource = WORKLOAD_RESOURCES[workload.kind]
+        try:
+            current = await self.client.request(
+                "GET", resource.path(workload.namespace, workload.name)
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        if rollout.already_restarted(current, config_hash):
+            return False
+        await self.client.request(
+            "PATCH",
+            resource.path(workload.namespace, workload.name),
+            body=rollout.restart_patch(config_hash),
+            content_type=MERGE_PATCH,
+        )
+        log.info("workload restarted", workload=str(workload), hash=config_hash)
+        return True
+
+    async def _injector_ready(
+        self, desired: Desired, workloads: Iterable[rollout.Workload]
+    ) -> tuple[bool, str]:
+        """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
+        pod from a stale workload's template; if it cannot tell, fall back to waiting."""
+        version = desired.proxy_version
+        for workload in workloads:
+            pod = await self._candidate_pod(workload)
+            if pod is None:
+                continue
+            try:
+                created = await self.client.request(
+                    "POST", PODS.path(workload.namespace), params={"dryRun": "All"}, body=pod
+                )
+            except ApiError as exc:
+                log.info("dry-run create refused; cannot confirm injector", error=str(exc))
+                break
+            injected = rollout.proxy_version(rollout.pod_projection(created))
+            if injected == version:
+                return True, ""
+            if injected is not None:
+                return False, f"the proxy injector still injects {injected}, not {version}"
+            break
+        waited = time.monotonic() - self._written_at.get(desired.config_hash, time.monotonic())
+        if waited >= self.options.injector_wait:
+            return True, (
+                f"could not confirm the injector's version by dry-run; restarted after "
+                f"waiting {self.options.injector_wait:.0f}s"
+            )
+        return False, (
+            f"cannot confirm the injector's version by dry-run; waiting "
+            f"{self.options.injector_wait - waited:.0f}s more before restarting"
+        )
+
+    async def _candidate_pod(self, workload: rollout.Workload) -> Json | None:
+        try:
+            if workload.kind == "Pod":
+                source = await self.client.request(
+                    "GET", PODS.path(workload.namespace, workload.name)
+                )
+                meta, spec = source["metadata"], dict(source["spec"])
+                spec["containers"] = [
+                    c for c in spec["containers"] if c["name"] != rollout.PROXY_CONTAINER
+                ]
+                spec.pop("nodeName", None)
+                annotations = {
+                    k: v
+                    for k, v in (meta.get("annotations") or {}).items()
+                    if k != rollout.PROXY_VERSION_ANNOTATION
+                }
+                template = {
+                    "metadata": {"labels": meta.get("labels") or {}, "annotations": annotations},
+                    "spec": spec,
+                }
+            else:
+                resource = WORKLOAD_RESOURCES[workload.kind]
+                obj = await self.client.request(
+                    "GET", resource.path(workload.namespace, workload.name)
+                )
+                template = obj["spec"]["template"]
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{workload.name[:40]}-linkerd-config-dry-run",
+                "namespace": workload.namespace,
+                "labels": template["metadata"].get("labels") or {},
+                "annotations": template["metadata"].get("annotations") or {},
+            },
+            "spec": template["spec"],
+        }
+
+    async def _invalid(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        message: str,
+        reason: str = "InvalidConfig",
+    ) -> Result:
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("message") != message:
+            self.recorder.record(config, "Warning", reason, message)
+            log.warning(
+                "linkerdconfig not applied",
+                linkerdconfig=config["metadata"]["name"],
+                reason=reason,
+                problem=message,
+            )
+        conditions = set_condition(conditions, CONFIGMAP_SYNCED, False, reason, message, generation)
+        conditions = set_condition(conditions, READY, False, reason, message, generation)
+        await self._update_status(
+            config, {"observedGeneration": generation, "conditions": conditions}
+        )
+        return Result()
+
+    async def _conflict(
+        self, config: Json, conditions: list[Json], generation: int, owner: str
+    ) -> Result:
+        target = target_of(config)
+        message = (
+            f"ConfigMap {target} is managed by the older LinkerdConfig {owner}; "
+            "this one changes nothing"
+        )
+        previous = next((c for c in conditions if c["type"] == CONFLICT), {})
+        if previous.get("status") != "True":
+            self.recorder.record(config, "Warning", "Conflict", message)
+            log.warning(
+                "linkerdconfig conflict",
+                linkerdconfig=config["metadata"]["name"],
+                owner=owner,
+                configmap=str(target),
+            )
+        conditions = set_condition(
+            conditions, CONFLICT, True, "ConfigMapOwnedByOther", message, generation
+        )
+        conditions = set_condition(conditions, READY, False, "Conflict", message, generation)
+        await self._update_status(
+            config, {"observedGeneration": generation, "conditions": conditions}
+        )
+        return Result()
+
+    async def _update_status(self, config: Json, status: Json) -> None:
+        current = config.get("status") or {}
+        if all(current.get(k) == v for k, v in status.items()):
+            return
+        await self.client.request(
+            "PATCH",
+            LINKERD_CONFIGS.path(name=config["metadata"]["name"], subresource="status"),
+            body={"status": status},
+            content_type=MERGE_PATCH,
+        )
+
+
+@dataclass(frozen=True)
+class _RolloutOutcome:
+    outdated: int
+    restarted_total: int
+    reason: str
+    message: str
+    requeue_after: float | None = None
+
+
+def _targets(config: Json, namespace: str, name: str) -> bool:
+    try:
+        target = target_of(config)
+    except ValueError:
+        return False
+    return target.namespace == namespace and target.name == name

@@ -1,0 +1,165 @@
+"""What the ConfigMap should say, who may say it, and how status reports it. Pure functions.
+
+* **Ownership**: of several LinkerdConfigs targeting one ConfigMap the oldest wins
+  (creationTimestamp, then name): deterministic on every replica and across restarts. The
+  others get ``Conflict=True`` and change nothing.
+* **Managed keys only**: the desired ConfigMap carries only the keys the format manages
+  (``global``/``proxy``), our labels and annotations. Written by server-side apply with our
+  field manager, it never removes or changes ``install`` or any other key.
+* **Trust anchor**: a spec without one keeps the anchor already in the cluster's ConfigMap;
+  with neither, nothing is written (Linkerd cannot run without a trust anchor).
+* **Deleting the CR never deletes the ConfigMap**: no ownerReference is set (cluster-scoped
+  owner, namespaced object, and a mesh must outlive its manager); the annotation says who
+  manages it.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from linkerd_config.linkerd.defaults import defaulted
+from linkerd_config.linkerd.formats import format_for
+from linkerd_config.linkerd.resource import (
+    HASH_ANNOTATION,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    OWNER_ANNOTATION,
+    Target,
+)
+
+Json = dict[str, Any]
+
+TRUST_ANCHOR_FIELD = "spec.global.identityContext.trustAnchorsPEM"
+
+
+class ConfigError(ValueError):
+    """The object cannot be turned into a config; each problem names its field."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{f}: {m}" for f, m in problems))
+
+
+def target_of(config: Json) -> Target:
+    spec = defaulted(config.get("spec") or {})
+    return Target(spec["global"]["linkerdNamespace"], spec["global"]["configMap"])
+
+
+def owner_among(configs: Iterable[Json], target: Target) -> Json | None:
+    """The LinkerdConfig that manages ``target``: the oldest, ties broken by name."""
+    rivals = [c for c in configs if target_of(c) == target and not _deleting(c)]
+    if not rivals:
+        return None
+    return min(
+        rivals, key=lambda c: (c["metadata"].get("creationTimestamp", ""), c["metadata"]["name"])
+    )
+
+
+def _deleting(config: Json) -> bool:
+    return bool(config["metadata"].get("deletionTimestamp"))
+
+
+@dataclass(frozen=True)
+class Desired:
+    target: Target
+    data: dict[str, str]
+    config_hash: str
+    trust_anchor_source: str  # "Spec" or "Cluster"
+    proxy_version: str
+
+
+def desired_config(config: Json, current_data: Mapping[str, str] | None) -> Desired:
+    """Render the managed keys for ``config``; raises ConfigError naming fields."""
+    spec = defaulted(config.get("spec") or {})
+    target = Target(spec["global"]["linkerdNamespace"], spec["global"]["configMap"])
+    fmt = format_for(spec["global"]["version"])
+    identity = spec["global"].setdefault("identityContext", {})
+    source = "Spec"
+    if not (identity.get("trustAnchorsPEM") or "").strip():
+        existing = fmt.trust_anchors(current_data or {})
+        if not existing:
+            raise ConfigError(
+                [(TRUST_ANCHOR_FIELD, f"not set, and ConfigMap {target} holds none to keep")]
+            )
+        identity["trustAnchorsPEM"] = existing
+        source = "Cluster"
+    data = fmt.render(spec)
+    digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
+    return Desired(target, data, digest, source, spec["proxy"]["proxyVersion"])
+
+
+def drifted(configmap: Json | None, desired: Desired) -> bool:
+    if configmap is None:
+        return True
+    data = configmap.get("data") or {}
+    annotations = configmap["metadata"].get("annotations") or {}
+    return (
+        any(data.get(k) != v for k, v in desired.data.items())
+        or annotations.get(HASH_ANNOTATION) != desired.config_hash
+    )
+
+
+def apply_body(desired: Desired, owner_name: str) -> Json:
+    """The server-side apply body: only the fields we own."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": desired.target.name,
+            "namespace": desired.target.namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            "annotations": {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash},
+        },
+        "data": dict(desired.data),
+    }
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[Json],
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str | None = None,
+) -> list[Json]:
+    """A new list with ``type_`` set; lastTransitionTime moves only when status changes."""
+    text = "Unknown" if status is None else ("True" if status else "False")
+    result = [copy.deepcopy(c) for c in conditions if c.get("type") != type_]
+    previous = next((c for c in conditions if c.get("type") == type_), None)
+    if previous is not None and previous.get("status") == text:
+        transition = str(previous["lastTransitionTime"])
+    else:
+        transition = now or now_rfc3339()
+    result.append(
+        {
+            "type": type_,
+            "status": text,
+            "observedGeneration": generation,
+            "lastTransitionTime": transition,
+            "reason": reason,
+            "message": message,
+        }
+    )
+    return sorted(result, key=lambda c: str(c["type"]))
+
+
+def condition(status: Json | None, type_: str) -> Json | None:
+    for c in (status or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
