@@ -1,0 +1,623 @@
+"""Informer: a local, indexed, eventually consistent copy of one resource, with change handlers.
+
+How it works (client-go's Reflector + sharedIndexInformer, in one coroutine): a paginated,
+consistent LIST fills the cache; a WATCH from the list's resourceVersion then applies every
+change as it happens. A dropped watch resumes from the last resourceVersion seen (bookmarks
+included); when the server no longer has that much history (410 Gone) the informer lists
+again and delivers the difference.
+
+Contract -- what a handler can rely on:
+
+* **Per-object order.** For any one key, handlers see changes in the order the server made
+  them, and the cache never goes back to an older state of that object.
+* **Eventual consistency.** Once changes stop and the API server is reachable, the cache
+  converges to the server's state and stays there. At any moment it may lag the server by
+  however long the connection has been down; ``has_synced`` means "filled once", not "current".
+* **Gaps collapse.** While disconnected, several updates to one object arrive as one
+  ``on_update(old, newest)``, and an object created and deleted within the gap is never seen.
+* **A missed delete is still delivered**, on the next relist, as ``on_delete`` of the *last
+  state we knew* -- which may lack the deletionTimestamp or finalizer changes of its real end.
+* **Delete + recreate may look like an update.** Within a watch you get ``on_delete`` then
+  ``on_add``. Across a relist you get the same when both states carry ``metadata.uid``;
+  if a transform dropped the uid, the pair arrives as one ``on_update`` whose uid changed.
+* **Resync** (if enabled) calls ``on_update(obj, obj)`` for every cached object, so
+  level-triggered consumers can retry without waiting for a change.
+* **A handler added after sync** first receives ``on_add`` for every cached object.
+
+Handlers are plain synchronous callables run on the event loop inside ``run()``. They must be
+quick and must not block (no I/O, no sleeping): the usual handler puts a key on a work queue.
+A handler's exception is logged with the object's key and swallowed; the cache is updated
+regardless, and other handlers still run. Cached objects are shared with every handler and
+reader: never mutate them.
+
+Not guaranteed: every intermediate state; any order *between* keys after a relist (the diff is
+delivered deletes first, then in list order); any order between informers of different
+resources; a snapshot that is consistent across keys at a given instant while events are
+flowing; exactly-once delivery (resync and relists re-deliver).
+
+``run()`` is one coroutine that runs until cancelled and leaves no task behind. Cancelling it
+keeps the cache and the last resourceVersion, so a later ``run()`` resumes the watch from
+there (and relists only if the server has forgotten that point).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+
+from linkerd_config.kube.client import JSON, PARTIAL_METADATA, PARTIAL_METADATA_LIST, ApiError
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import ApiResource
+from linkerd_config.kube.store import IndexFunc, Store
+from linkerd_config.kube.watch import (
+    ByteSource,
+    GoneError,
+    WatchError,
+    WatchEvent,
+    WatchStalledError,
+    WatchStream,
+)
+
+log = structlog.get_logger(__name__)
+
+Json = dict[str, Any]
+Transform = Callable[[Json], Json]
+OnAdd = Callable[[Json], None]
+OnUpdate = Callable[[Json, Json], None]
+OnDelete = Callable[[Json], None]
+
+WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
+
+HEALTHY_WATCH_SECONDS = 30.0
+"""A watch that delivered an event, or stayed open this long, resets the reconnect backoff."""
+
+MAX_RETRY_AFTER = 300.0
+"""Retry-After is honoured up to this, so one odd header cannot park an informer for hours."""
+
+
+class ListWatchClient(Protocol):
+    """The part of ``KubeClient`` an informer uses (a protocol so unit tests can fake it)."""
+
+    metrics: Metrics | None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = ...,
+        accept: str = ...,
+        timeout: float | None = ...,
+    ) -> Json: ...
+
+    def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = ...,
+        accept: str = ...,
+        total_timeout: float,
+        read_timeout: float,
+    ) -> AbstractAsyncContextManager[ByteSource]: ...
+
+
+# -- transforms ----------------------------------------------------------------------------
+
+
+def strip_managed_fields(obj: Json) -> Json:
+    """Drop ``metadata.managedFields``: often half an object's size, and no controller reads it."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
+
+
+IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("metadata", "name"),
+    ("metadata", "namespace"),
+    ("metadata", "uid"),
+    ("metadata", "resourceVersion"),
+)
+"""Always kept by ``keep_fields``: the informer needs them for keys and change detection."""
+
+
+def keep_fields(*paths: str | Sequence[str]) -> Transform:
+    """A transform that keeps only the listed fields (plus ``IDENTITY_FIELDS``).
+
+    A path is a dotted string (``"metadata.labels"``) or a sequence of keys for keys that
+    contain dots. A path keeps its whole value, lists included; ``managedFields`` is dropped
+    even when all of ``metadata`` is kept.
+    """
+    tree: dict[str, Any] = {}
+    for path in (*IDENTITY_FIELDS, *paths):
+        steps = tuple(path.split(".")) if isinstance(path, str) else tuple(path)
+        if not steps or any(not s for s in steps):
+            raise ValueError(f"bad field path {path!r}")
+        node = tree
+        for step in steps[:-1]:
+            child = node.setdefault(step, {})
+            if child is None:  # an ancestor is already kept whole
+                break
+            node = child
+        else:
+            node[steps[-1]] = None  # keep whole; replaces any narrower selection
+
+    def transform(obj: Json) -> Json:
+        return strip_managed_fields(_project(obj, tree))
+
+    return transform
+
+
+def _project(src: Json, tree: dict[str, Any]) -> Json:
+    out: Json = {}
+    for step, sub in tree.items():
+        if step not in src:
+            continue
+        value = src[step]
+        if sub is None:
+            out[step] = value
+        elif isinstance(value, dict):
+            out[step] = _project(value, sub)
+    return out
+
+
+# -- backoff -------------------------------------------------------------------------------
+
+
+class Backoff:
+    """Jittered exponential delay, as client-go's reflector (0.8 s doubling to 30 s)."""
+
+    def __init__(
+        self,
+        initial: float = 0.8,
+        maximum: float = 30.0,
+        factor: float = 2.0,
+        jitter: float = 0.25,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self.factor = factor
+        self.jitter = jitter
+        self.failures = 0
+        self._rng = rng or random.Random()
+
+    def next(self, retry_after: float | None = None) -> float:
+        """The delay before the next attempt; at least the server's Retry-After, if any."""
+        base = min(self.maximum, self.initial * self.factor**self.failures)
+        self.failures += 1
+        delay = base * (1.0 + self._rng.uniform(-self.jitter, self.jitter))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
+        return delay
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+# -- the informer --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Handler:
+    """One set of callbacks; identity matters (``remove_handler`` takes this object)."""
+
+    on_add: OnAdd | None = None
+    on_update: OnUpdate | None = None
+    on_delete: OnDelete | None = None
+    name: str = ""
+
+
+class _Relist(Exception):
+    """Internal: the watch cannot resume; list again for ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Informer:
+    """List-then-watch cache of one resource; see the module docstring for the contract.
+
+    ``transform`` runs on every object before it is cached or handed to a handler; the default
+    drops managedFields (about 45% of a typical object), ``None`` caches objects as served.
+    ``name`` labels the metrics and logs (default: the resource, e.g. ``deployments.apps``);
+    give informers of the same resource distinct names.
+    """
+
+    def __init__(
+        self,
+        client: ListWatchClient,
+        resource: ApiResource,
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        metadata_only: bool = False,
+        transform: Transform | None = strip_managed_fields,
+        page_size: int = 500,
+        resync_period: float = 0.0,
+        watch_timeout: tuple[float, float] = (300.0, 600.0),
+        inactivity_timeout: float = 150.0,
+        request_timeout: float = 60.0,
+        backoff: Backoff | None = None,
+        metrics: Metrics | None = None,
+        name: str | None = None,
+        store: Store | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        """``inactivity_timeout`` must exceed the server's bookmark interval (about 60 s)."""
+        if page_size < 0 or resync_period < 0 or inactivity_timeout <= 0:
+            raise ValueError("page_size and resync_period must be >= 0, inactivity > 0")
+        if not 0 < watch_timeout[0] <= watch_timeout[1]:
+            raise ValueError("watch_timeout must be (low, high) with 0 < low <= high")
+        self.client = client
+        self.resource = resource
+        self.namespace = namespace
+        self.name = name or str(resource)
+        self.label_selector = label_selector
+        self.field_selector = field_selector
+        self.metadata_only = metadata_only
+        self.transform = transform
+        self.page_size = page_size
+        self.resync_period = resync_period
+        self.watch_timeout = watch_timeout
+        self.inactivity_timeout = inactivity_timeout
+        self.request_timeout = request_timeout
+        self.store = store if store is not None else Store()
+        self._backoff = backoff or Backoff(rng=rng)
+        self._rng = rng or random.Random()
+        self._metrics = metrics if metrics is not None else client.metrics
+        self._handlers: list[Handler] = []
+        self._synced = asyncio.Event()
+        self._resource_version = ""
+        self._running = False
+        self._path = resource.path(namespace)
+        if self._metrics is not None:
+            self._metrics.informer_cache_objects.labels(self.name).set(0)
+            self._metrics.informer_relists.labels(self.name)
+            for kind in WATCH_EVENT_TYPES:
+                self._metrics.informer_events.labels(self.name, kind)
+
+    # -- public surface --------------------------------------------------------------------
+
+    @property
+    def has_synced(self) -> bool:
+        """True once the first LIST has been cached and delivered; never reset."""
+        return self._synced.is_set()
+
+    @property
+    def resource_version(self) -> str:
+        """Where the next watch resumes: the newest resourceVersion seen (bookmarks count)."""
+        return self._resource_version
+
+    async def wait_synced(self, timeout: float) -> None:
+        """Wait for the first full LIST; raises TimeoutError after ``timeout`` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._synced.wait()
+        except TimeoutError:
+            raise TimeoutError(f"informer {self.name} not synced within {timeout:.1f}s") from None
+
+    def add_handler(
+        self,
+        on_add: OnAdd | None = None,
+        on_update: OnUpdate | None = None,
+        on_delete: OnDelete | None = None,
+        *,
+        name: str = "",
+    ) -> Handler:
+        """Register callbacks (see the contract); replays the cache as adds if already synced."""
+        handler = Handler(on_add, on_update, on_delete, name)
+        self._handlers.append(handler)
+        if self.has_synced and on_add is not None:
+            for key, obj in self.store.items():
+                self._call(handler, "add", key, on_add, obj)
+        return handler
+
+    def remove_handler(self, handler: Handler) -> None:
+        with contextlib.suppress(ValueError):
+            self._handlers.remove(handler)
+
+    def add_index(self, name: str, fn: IndexFunc) -> None:
+        self.store.add_index(name, fn)
+
+    async def run(self) -> None:
+        """List, then watch, forever; returns only by cancellation."""
+        if self._running:
+            raise RuntimeError(f"informer {self.name} is already running")
+        self._running = True
+        log.info(
+            "informer starting",
+            resource=self.name,
+            namespace=self.namespace,
+            resume_from=self._resource_version or None,
+        )
+        try:
+            if self.resync_period > 0:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self._resync_loop(), name=f"informer-resync-{self.name}")
+                    await self._list_and_watch()
+            else:
+                await self._list_and_watch()
+        finally:
+            self._running = False
+
+    # -- list and watch --------------------------------------------------------------------
+
+    def _selectors(self) -> dict[str, str | int | bool]:
+        params: dict[str, str | int | bool] = {}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+    async def _list_and_watch(self) -> None:
+        relist: str | None = None if (self.has_synced and self._resource_version) else "initial"
+        while True:
+            retry_after: float | None = None
+            try:
+                if relist is not None:
+                    await self._relist(relist)
+                    relist = None
+                if await self._watch_once():
+                    continue  # server-side timeout after a healthy watch: reconnect now
+                log.info("watch ended early", resource=self.name, rv=self._resource_version)
+            except _Relist as exc:
+                relist = exc.reason
+                log.info("watch cannot resume", resource=self.name, reason=exc.reason)
+            except ApiError as exc:
+                retry_after = exc.retry_after
+                log.warning(
+                    "list/watch request failed",
+                    resource=self.name,
+                    status=exc.status,
+                    error=str(exc),
+                    relist_pending=relist is not None,
+                )
+            except WatchStalledError as exc:
+                log.warning("watch stalled", resource=self.name, error=str(exc))
+            except (WatchError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.warning(
+                    "list/watch failed",
+                    resource=self.name,
+                    error=f"{type(exc).__name__}: {exc}",
+                    relist_pending=relist is not None,
+                )
+            except Exception:
+                log.exception("unexpected list/watch failure", resource=self.name)
+            delay = self._backoff.next(retry_after)
+            log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
+            await asyncio.sleep(delay)
+
+    async def _relist(self, reason: str) -> None:
+        if self._metrics is not None:
+            self._metrics.informer_relists.labels(self.name).inc()
+        started = time.monotonic()
+        objects, rv = await self._list_all()
+        previous = self.store.snapshot()
+        vanished = self.store.replace(objects)
+        self._resource_version = rv
+        self._set_gauge()
+        for key in vanished:
+            self._notify_delete(key, previous[key])
+        added = updated = recreated = 0
+        for obj in objects:
+            key = self.store.key_of(obj)
+            old = previous.get(key)
+            if old is None:
+                added += 1
+                self._notify_add(key, obj)
+            elif not _changed(old, obj):
+                continue
+            elif _recreated(old, obj):
+                recreated += 1
+                self._notify_delete(key, old)
+                self._notify_add(key, obj)
+            else:
+                updated += 1
+                self._notify_update(key, old, obj)
+        self._synced.set()
+        log.info(
+            "relist",
+            resource=self.name,
+            reason=reason,
+            objects=len(objects),
+            added=added,
+            updated=updated,
+            recreated=recreated,
+            deleted=len(vanished),
+            resource_version=rv,
+            seconds=round(time.monotonic() - started, 3),
+        )
+
+    async def _list_all(self) -> tuple[list[Json], str]:
+        """Every object, page by page, each page transformed as it arrives to bound memory."""
+        base = self._selectors()
+        accept = PARTIAL_METADATA_LIST if self.metadata_only else JSON
+        paged = self.page_size > 0
+        objects: list[Json] = []
+        token = ""
+        while True:
+            params = dict(base)
+            if paged:
+                params["limit"] = self.page_size
+            if token:
+                params["continue"] = token
+            try:
+                page = await self.client.request(
+                    "GET", self._path, params=params, accept=accept, timeout=self.request_timeout
+                )
+            except ApiError as exc:
+                if not (exc.gone and token):
+                    raise
+                # The continue token outlived etcd's compaction window. As client-go's pager
+                # does, fall back to one unpaginated list rather than risk expiring again.
+                log.info("list continue token expired", resource=self.name, fetched=len(objects))
+                objects, token, paged = [], "", False
+                continue
+            item_kind, item_api_version = _item_type(page)
+            for raw in page.get("items") or ():
+                if item_kind:
+                    raw.setdefault("kind", item_kind)
+                if item_api_version:
+                    raw.setdefault("apiVersion", item_api_version)
+                objects.append(self._prepare(raw))
+            meta = page.get("metadata") or {}
+            token = str(meta.get("continue") or "")
+            if not token:
+                return objects, str(meta.get("resourceVersion") or "")
+
+    async def _watch_once(self) -> bool:
+        """One watch connection; True when it ended cleanly after being healthy."""
+        timeout = int(self._rng.uniform(*self.watch_timeout))
+        params = self._selectors()
+        params.update(
+            watch=True,
+            resourceVersion=self._resource_version,
+            allowWatchBookmarks=True,
+            timeoutSeconds=timeout,
+        )
+        accept = PARTIAL_METADATA if self.metadata_only else JSON
+        started = time.monotonic()
+        events = 0
+        try:
+            async with self.client.stream(
+                self._path,
+                params=params,
+                accept=accept,
+                total_timeout=timeout + 60.0,
+                read_timeout=self.inactivity_timeout + 15.0,
+            ) as body:
+                async for event in WatchStream(body, inactivity_timeout=self.inactivity_timeout):
+                    events += 1
+                    self._apply(event)
+        except GoneError as exc:
+            self._count_event("ERROR")
+            raise _Relist(f"watch expired: {exc.message or exc.reason}") from exc
+        except WatchError as exc:
+            if not isinstance(exc, WatchStalledError):
+                self._count_event("ERROR")
+            raise
+        except ApiError as exc:
+            if exc.gone:
+                raise _Relist(f"watch request 410: {exc.message}") from exc
+            raise
+        finally:
+            if events or time.monotonic() - started >= HEALTHY_WATCH_SECONDS:
+                self._backoff.reset()
+        return events > 0 or time.monotonic() - started >= 1.0
+
+    # -- applying changes ------------------------------------------------------------------
+
+    def _apply(self, event: WatchEvent) -> None:
+        self._count_event(event.type)
+        rv = event.resource_version
+        if event.type == "BOOKMARK":
+            if rv:
+                self._resource_version = rv
+            return
+        obj = self._prepare(event.object)
+        key = self.store.key_of(obj)
+        if event.type == "DELETED":
+            self.store.delete(key)
+            self._set_gauge()
+            self._notify_delete(key, obj)
+        else:
+            old = self.store.put(obj)
+            self._set_gauge()
+            if old is None:
+                self._notify_add(key, obj)
+            else:
+                self._notify_update(key, old, obj)
+        if rv:
+            self._resource_version = rv
+
+    def _prepare(self, raw: Json) -> Json:
+        if self.transform is None:
+            return raw
+        try:
+            return self.transform(raw)
+        except Exception:
+            log.exception("transform failed; caching without it", resource=self.name)
+            return strip_managed_fields(raw)
+
+    async def _resync_loop(self) -> None:
+        await self._synced.wait()
+        while True:
+            await asyncio.sleep(self.resync_period)
+            # No await inside: a watch event cannot interleave, so per-object order holds.
+            for key, obj in self.store.items():
+                self._notify_update(key, obj, obj)
+            log.debug("resync", resource=self.name, objects=len(self.store))
+
+    # -- delivery --------------------------------------------------------------------------
+
+    def _notify_add(self, key: str, obj: Json) -> None:
+        for h in tuple(self._handlers):
+            if h.on_add is not None:
+                self._call(h, "add", key, h.on_add, obj)
+
+    def _notify_update(self, key: str, old: Json, new: Json) -> None:
+        for h in tuple(self._handlers):
+            if h.on_update is not None:
+                self._call(h, "update", key, h.on_update, old, new)
+
+    def _notify_delete(self, key: str, obj: Json) -> None:
+        for h in tuple(self._handlers):
+            if h.on_delete is not None:
+                self._call(h, "delete", key, h.on_delete, obj)
+
+    def _call(self, handler: Handler, event: str, key: str, fn: Any, *args: Json) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception(
+                "informer handler failed",
+                resource=self.name,
+                key=key,
+                change=event,
+                handler=handler.name or repr(fn),
+            )
+
+    def _count_event(self, kind: str) -> None:
+        if self._metrics is not None:
+            self._metrics.informer_events.labels(self.name, kind).inc()
+
+    def _set_gauge(self) -> None:
+        if self._metrics is not None:
+            self._metrics.informer_cache_objects.labels(self.name).set(len(self.store))
+
+
+def _item_type(page: Json) -> tuple[str, str]:
+    """The kind/apiVersion of a list's items, which the server omits on each item."""
+    kind = str(page.get("kind") or "")
+    item_kind = kind.removesuffix("List") if kind.endswith("List") else ""
+    return item_kind, str(page.get("apiVersion") or "")
+
+
+def _rv(obj: Json) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+def _changed(old: Json, new: Json) -> bool:
+    a, b = _rv(old), _rv(new)
+    if a and b:
+        return a != b
+    return old != new
+
+
+def _recreated(old: Json, new: Json) -> bool:
+    a = (old.get("metadata") or {}).get("uid")
+    b = (new.get("metadata") or {}).get("uid")
+    return bool(a and b and a != b)

@@ -1,0 +1,186 @@
+"""One raw watch stream turned into typed events.
+
+The API server sends a watch body as newline-delimited JSON, one ``{"type", "object"}``
+event per line. Lines are as long as the object is big (a ConfigMap may approach 1 MiB),
+so lines are split with our own buffer rather than ``StreamReader.readline``, whose 64 KiB
+high-water mark rejects them.
+
+A stream ends in one of four ways, and the caller needs to tell them apart:
+
+* cleanly (the server's ``timeoutSeconds`` ran out): iteration stops;
+* an ERROR event with a 410 Status: :class:`GoneError` -- the resourceVersion we resumed
+  from is older than the server's history, only a relist can recover;
+* any other ERROR event or an undecodable line: :class:`WatchStatusError` /
+  :class:`WatchProtocolError` -- reconnect and resume;
+* silence: :class:`WatchStalledError` when no line at all (not even a bookmark) arrived within
+  the inactivity deadline. This sits on top of aiohttp's ``sock_read`` timeout because a
+  half-open connection behind a proxy can trickle keep-alive bytes forever without a line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, get_args
+
+import orjson
+
+Json = dict[str, Any]
+EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
+EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+
+DEFAULT_MAX_LINE = 64 * 1024 * 1024
+"""Far above etcd's 1.5 MiB object limit; only guards memory against a broken peer."""
+
+
+class ByteSource(Protocol):
+    """What we need of ``aiohttp.StreamReader``: the next chunk, ``b""`` at end of body."""
+
+    async def readany(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One decoded watch event; ``object`` is the plain decoded dict."""
+
+    type: EventType
+    object: Json
+
+    @property
+    def resource_version(self) -> str:
+        return str((self.object.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class WatchError(Exception):
+    """The watch stream ended abnormally; reconnecting (from the last resourceVersion) helps."""
+
+
+class WatchStatusError(WatchError):
+    """The server sent an ERROR event; ``status`` is its ``metav1.Status``."""
+
+    def __init__(self, status: Json) -> None:
+        self.status = status
+        code = status.get("code")
+        self.code: int | None = code if isinstance(code, int) else None
+        self.reason: str = str(status.get("reason") or "")
+        self.message: str = str(status.get("message") or "")
+        super().__init__(f"watch error {self.code} {self.reason}: {self.message}")
+
+
+class GoneError(WatchStatusError):
+    """410: our resourceVersion is too old for the server's history; relist to recover."""
+
+
+class WatchStalledError(WatchError):
+    """No line arrived within the inactivity deadline; the connection is presumed dead."""
+
+
+class WatchProtocolError(WatchError):
+    """A line that is not a watch event (bad JSON, unknown type, or absurdly long)."""
+
+
+def decode_event(line: bytes | bytearray | memoryview) -> WatchEvent:
+    """One line of a watch body -> event. ERROR events are returned, not raised, here."""
+    try:
+        raw = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        preview = bytes(line[:200]).decode(errors="replace")
+        raise WatchProtocolError(f"undecodable watch line ({exc}): {preview!r}") from exc
+    if not isinstance(raw, dict):
+        raise WatchProtocolError(f"watch line is not an object: {type(raw).__name__}")
+    kind = raw.get("type")
+    obj = raw.get("object")
+    if kind not in EVENT_TYPES:
+        raise WatchProtocolError(f"unknown watch event type {kind!r}")
+    if not isinstance(obj, dict):
+        raise WatchProtocolError(f"{kind} event without an object")
+    return WatchEvent(kind, obj)
+
+
+def is_gone_status(status: Json) -> bool:
+    """410 Gone / Expired, as client-go's ``IsGone || IsResourceExpired``."""
+    return status.get("code") == 410 or status.get("reason") in ("Gone", "Expired")
+
+
+def raise_for_error(event: WatchEvent) -> WatchEvent:
+    """Pass a normal event through; turn an ERROR event into the matching exception."""
+    if event.type != "ERROR":
+        return event
+    if is_gone_status(event.object):
+        raise GoneError(event.object)
+    raise WatchStatusError(event.object)
+
+
+class LineReader:
+    """Newline-delimited records from a chunked byte source, any length up to ``max_line``."""
+
+    def __init__(self, source: ByteSource, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._source = source
+        self._max_line = max_line
+        self._buf = bytearray()
+        self._pos = 0  # start of the unread part of _buf
+        self._scan = 0  # no newline in _buf[_pos:_scan]; resume the search here
+        self._eof = False
+
+    async def readline(self) -> bytes | None:
+        """The next line without its newline; a last unterminated line counts; None at end."""
+        while True:
+            nl = self._buf.find(b"\n", max(self._pos, self._scan))
+            if nl >= 0:
+                line = bytes(self._buf[self._pos : nl])
+                self._pos = self._scan = nl + 1
+                return line
+            if self._eof:
+                if self._pos < len(self._buf):
+                    line = bytes(self._buf[self._pos :])
+                    self._pos = self._scan = len(self._buf)
+                    return line
+                return None
+            if len(self._buf) - self._pos > self._max_line:
+                raise WatchProtocolError(f"watch line longer than {self._max_line} bytes")
+            # Drop consumed bytes only when reading more, so a chunk of many short lines is
+            # not shifted once per line.
+            if self._pos:
+                del self._buf[: self._pos]
+                self._pos = 0
+            self._scan = len(self._buf)
+            chunk = await self._source.readany()
+            if chunk:
+                self._buf += chunk
+            else:
+                self._eof = True
+
+
+class WatchStream:
+    """Async iterator of :class:`WatchEvent` over one watch body.
+
+    A class rather than an async generator so that abandoning it mid-stream needs no
+    ``aclose()``: the HTTP response's context manager owns the connection.
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        *,
+        inactivity_timeout: float,
+        max_line: int = DEFAULT_MAX_LINE,
+    ) -> None:
+        if inactivity_timeout <= 0:
+            raise ValueError("inactivity_timeout must be positive")
+        self._lines = LineReader(source, max_line)
+        self._inactivity = inactivity_timeout
+
+    def __aiter__(self) -> WatchStream:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        while True:
+            try:
+                async with asyncio.timeout(self._inactivity):
+                    line = await self._lines.readline()
+            except TimeoutError as exc:  # ours, or aiohttp's sock_read (a TimeoutError too)
+                raise WatchStalledError(f"no watch event within {self._inactivity:.0f}s") from exc
+            if line is None:
+                raise StopAsyncIteration
+            if line.strip():
+                return raise_for_error(decode_event(line))
