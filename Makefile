@@ -43,10 +43,12 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff format .
 
 demo: binaries ## the main job on a local control plane (no cluster needed)
-	$(PY) -m linkerd_config demo
+	$(PY) -m tests.support.demo
 
 bench: binaries ## benchmarks; results in bench/results/
-	$(PY) bench/informer_bench.py
+	PYTHONPATH=. $(PY) bench/control_plane_bench.py
+	PYTHONPATH=. $(PY) bench/informer_bench.py
+	PYTHONPATH=. $(PY) bench/reconcile_bench.py
 
 generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
 	$(PY) -m linkerd_config.linkerd.resource > manifests/crd/linkerdconfigs.yaml

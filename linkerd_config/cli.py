@@ -9,8 +9,25 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from linkerd_config import settings as settings_module
 from linkerd_config.devcluster import service
 from linkerd_config.devcluster.binaries import BinaryUnavailableError
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_module.from_namespace(args)
+    except settings_module.SettingsError as exc:
+        print(f"linkerd-config run: {exc}", file=sys.stderr)
+        return 2
+    # Imported here so `dev-cluster` and `--help` stay quick and need no cluster libraries.
+    import asyncio  # noqa: PLC0415
+
+    from linkerd_config.app import run  # noqa: PLC0415
+    from linkerd_config.logs import configure_logging  # noqa: PLC0415
+
+    configure_logging(settings.log_level, settings.log_format)  # type: ignore[arg-type]
+    return asyncio.run(run(settings))
 
 
 def _dev_cluster(args: argparse.Namespace) -> int:
@@ -50,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         "the linkerd-config ConfigMap and roll the data plane.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser(
+        "run",
+        help="run the controller (and its webhooks) against the current cluster",
+        description="Run the controller. Each flag can also be set by the environment "
+        "variable named in its help; a flag wins over the variable.",
+    )
+    settings_module.add_arguments(run)
+    run.set_defaults(func=_run)
 
     dev = sub.add_parser(
         "dev-cluster",

@@ -1,0 +1,228 @@
+"""``make demo``: the original project's README scenario, on a local control plane.
+
+Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok; installs the
+starting point (Linkerd edge-19.12.1's linkerd-config, a stand-in proxy injector, a
+kube-system-like namespace with webhooks disabled, emojivoto-like Deployments); runs the
+controller with its webhooks registered on the API server; shows an invalid object refused,
+the edge-19.12.3 LinkerdConfig applied, the data plane rolled, a manual edit reverted; then
+stops everything. Every step says what it does, and kubectl shows the results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from linkerd_config.linkerd.webhooks import webhook_configurations
+
+from linkerd_config.app import build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.kube.admission import ReloadingCertificate
+from linkerd_config.kube.certs import TinyCA, write_serving_pair
+from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.linkerd.controller import RolloutOptions
+from linkerd_config.logs import configure_logging
+from linkerd_config.settings import parse
+from tests.support import scenario
+from tests.support.injector_standin import running_injector
+from tests.support.samples import INVALID, SAMPLES, why_invalid
+from tests.support.waiting import eventually
+
+BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
+
+
+def step(text: str) -> None:
+    print(f"\n{BOLD}==> {text}{RESET}", flush=True)
+
+
+class Kubectl:
+    def __init__(self, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    async def __call__(self, *args: str, check: bool = True) -> str:
+        print(f"{DIM}$ kubectl {' '.join(args)}{RESET}", flush=True)
+        proc = await asyncio.create_subprocess_exec(
+            str(self.binary),
+            f"--kubeconfig={self.kubeconfig}",
+            *args,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        text = out.decode()
+        print(text.rstrip(), flush=True)
+        if check and proc.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode})")
+        return text
+
+
+PROXY_COLUMNS = (
+    "custom-columns=NAMESPACE:.metadata.namespace,POD:.metadata.name,"
+    "RECONCILE:.metadata.labels.config\\.linkerd\\.io/reconcile,"
+    "PROXY:.metadata.annotations.linkerd\\.io/proxy-version"
+)
+
+
+async def demo(cp: LocalControlPlane, workdir: Path) -> None:
+    kubectl = Kubectl(cp.binary("kubectl"), cp.kubeconfig)
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="demo") as kube:
+        step("The local control plane is serving")
+        await kubectl("version")
+        await kubectl("get", "nodes", "-o", "wide")
+
+        step("Starting point: Linkerd edge-19.12.1's linkerd-config and a stand-in injector")
+        await scenario.install_crd(kube)
+        await scenario.install_linkerd_edge_19_12_1(kube)
+        ca = TinyCA("linkerd-config-demo-ca")
+        injector_ca = write_serving_pair(workdir / "injector", ["localhost"], ["127.0.0.1"], ca)
+        injector_cert = ReloadingCertificate(
+            workdir / "injector/tls.crt", workdir / "injector/tls.key"
+        )
+        async with running_injector(kube, injector_cert, injector_ca):
+            step(
+                "emojivoto-like workloads (3 opted in with config.linkerd.io/reconcile=auto), "
+                "and a kube-system-like namespace labelled admission-webhooks=disabled"
+            )
+            await scenario.install_workloads(kube)
+            await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+            await scenario.wait_settled(kube, scenario.DISABLED_NS, expected=2)
+            await kubectl("get", "pods", "-A", "-l", "app", "-o", PROXY_COLUMNS)
+
+            step("Run the controller (leader election on, webhooks registered on the API server)")
+            webhook_port = free_port()
+            cert_dir = workdir / "webhook"
+            webhook_ca = write_serving_pair(cert_dir, ["localhost"], ["127.0.0.1"], ca)
+            settings = parse(
+                [
+                    "--kubeconfig",
+                    str(cp.kubeconfig),
+                    "--metrics-bind-address",
+                    f"127.0.0.1:{free_port()}",
+                    "--health-probe-bind-address",
+                    f"127.0.0.1:{free_port()}",
+                    "--webhook-bind-address",
+                    f"127.0.0.1:{webhook_port}",
+                    "--webhook-cert-dir",
+                    str(cert_dir),
+                    "--identity",
+                    "demo-controller",
+                ],
+                env={},
+            )
+            app = await build(settings, RolloutOptions(restart_interval=1.0))
+            async with running(app):
+                assert app.admission is not None
+                await asyncio.wait_for(app.admission.started.wait(), 30)
+                for config in webhook_configurations(
+                    webhook_ca, f"https://127.0.0.1:{webhook_port}", None
+                ):
+                    await scenario.create(kube, _collection(config), config)
+                await eventually(
+                    lambda: asyncio.sleep(0, result=app.manager.leading),
+                    timeout=60,
+                    what="controller leading",
+                )
+
+                step("An invalid LinkerdConfig is refused by the validating webhook")
+                bad = next(p for p in INVALID if p.name == "bad_ports.yaml")
+                print(f"{DIM}# {why_invalid(bad)}{RESET}")
+                await kubectl("apply", "-f", str(bad), check=False)
+
+                step("Apply the edge-19.12.3 LinkerdConfig (the original README's sample)")
+                started = time.monotonic()
+                await kubectl("apply", "-f", str(SAMPLES / "edge_19.12.3.yaml"))
+                await kubectl(
+                    "wait", "linkerdconfig/edge-19.12.3", "--for=condition=Ready", "--timeout=180s"
+                )
+                print(f"Ready after {time.monotonic() - started:.1f}s")
+                await kubectl("get", "linkerdconfig")
+                await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+
+                step("The ConfigMap now says edge-19.12.3; its install key is untouched")
+                await kubectl(
+                    "get",
+                    "configmap",
+                    "linkerd-config",
+                    "-n",
+                    "linkerd",
+                    "-o",
+                    "go-template={{range $k, $v := .data}}{{$k}}: {{$v}}{{end}}",
+                )
+
+                step("Opted-in pods were restarted onto proxy edge-19.12.3; the others were not")
+                await kubectl("get", "pods", "-A", "-l", "app", "-o", PROXY_COLUMNS)
+
+                step("Events")
+                await kubectl(
+                    "get",
+                    "events",
+                    "-n",
+                    "default",
+                    "--field-selector",
+                    "involvedObject.kind=LinkerdConfig",
+                )
+
+                step("A manual edit of the proxy config is reverted")
+                await kubectl(
+                    "patch",
+                    "configmap",
+                    "linkerd-config",
+                    "-n",
+                    "linkerd",
+                    "--type=merge",
+                    "-p",
+                    '{"data":{"proxy":"{}"}}',
+                )
+                await asyncio.sleep(1)
+                await kubectl(
+                    "get",
+                    "configmap",
+                    "linkerd-config",
+                    "-n",
+                    "linkerd",
+                    "-o",
+                    "jsonpath={.data.proxy}",
+                )
+                print()
+                await kubectl(
+                    "get",
+                    "linkerdconfig",
+                    "edge-19.12.3",
+                    "-o",
+                    "jsonpath={range .status.conditions[*]}{.type}={.status} "
+                    '({.reason}){"\\n"}{end}',
+                )
+
+                step("Stopping the controller and the control plane")
+            for config in webhook_configurations(webhook_ca, "https://127.0.0.1", None):
+                await kube.request("DELETE", f"{_collection(config)}/{config['metadata']['name']}")
+
+
+def _collection(config: dict[str, object]) -> str:
+    kind = str(config["kind"]).lower() + "s"
+    return f"/apis/admissionregistration.k8s.io/v1/{kind}"
+
+
+def main() -> int:
+    configure_logging("warning", "console")
+    started = time.monotonic()
+    step("Starting the local control plane (etcd, kube-apiserver, KCM, scheduler, kwok)")
+    with (
+        LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp,
+        tempfile.TemporaryDirectory(prefix="linkerd-config-demo-") as tmp,
+    ):
+        print(f"API server {cp.server}; kubeconfig {cp.kubeconfig}")
+        asyncio.run(demo(cp, Path(tmp)))
+    step(f"Done in {time.monotonic() - started:.0f}s; nothing left running")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())
