@@ -52,6 +52,7 @@ bench: binaries ## benchmarks; results in bench/results/
 
 generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
 	$(PY) -m linkerd_config.linkerd.resource > manifests/crd/linkerdconfigs.yaml
+	$(PY) proto/generate.py
 
 dev-cluster-up: binaries ## start the local control plane in the background
 	$(PY) -m linkerd_config dev-cluster up

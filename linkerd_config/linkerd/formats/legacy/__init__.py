@@ -1,0 +1,23 @@
+"""Linkerd's legacy config format (stable-2.6 to 2.8, edge-19.12 to edge-20.x).
+
+``config_pb2`` is generated from ``proto/linkerd/config/config.proto`` by
+``proto/generate.py``; do not edit it by hand.
+"""
+
+from linkerd_config.linkerd.formats.legacy.format import (
+    FIRST_SUPPORTED,
+    FIRST_UNSUPPORTED,
+    MANAGED_KEYS,
+    PORT_RANGES_SINCE,
+    LegacyFormat,
+    parse_go_duration,
+)
+
+__all__ = [
+    "FIRST_SUPPORTED",
+    "FIRST_UNSUPPORTED",
+    "MANAGED_KEYS",
+    "PORT_RANGES_SINCE",
+    "LegacyFormat",
+    "parse_go_duration",
+]

@@ -1,0 +1,71 @@
+"""Linkerd release names (``edge-19.12.3``, ``stable-2.6.1``) as comparable values.
+
+The config format Linkerd reads changed between releases, so every format decision starts
+from the target version in ``spec.global.version``. Linkerd ships two channels whose numbers
+are unrelated (edge-YY.M.N is a date, stable-X.Y.Z a semantic version), so versions only
+compare within a channel; a feature gate names its first release on each channel.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Literal
+
+__all__ = ["Channel", "LinkerdVersion", "VersionError", "parse_version"]
+
+Channel = Literal["edge", "stable"]
+
+_NUMBER = r"(0|[1-9][0-9]*)"
+_EDGE = re.compile(rf"edge-([0-9]{{2}})\.([1-9]|1[0-2])\.{_NUMBER}")
+_STABLE = re.compile(rf"stable-{_NUMBER}\.{_NUMBER}\.{_NUMBER}")
+
+
+class VersionError(ValueError):
+    """A string that is not a Linkerd release name."""
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class LinkerdVersion:
+    """One Linkerd release: its channel and its three numbers."""
+
+    channel: Channel
+    numbers: tuple[int, int, int]
+
+    def __str__(self) -> str:
+        return f"{self.channel}-{'.'.join(map(str, self.numbers))}"
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, LinkerdVersion):
+            return NotImplemented
+        if other.channel != self.channel:
+            raise TypeError(f"cannot order {self} and {other}: different release channels")
+        return self.numbers < other.numbers
+
+    def at_least(self, *firsts: LinkerdVersion) -> bool:
+        """Whether this release is at or after the first release of its channel in ``firsts``.
+
+        ``v.at_least(parse_version("edge-20.1.1"), parse_version("stable-2.7.0"))`` asks
+        "does v have the feature that shipped in edge-20.1.1 and stable-2.7.0?".
+        """
+        for first in firsts:
+            if first.channel == self.channel:
+                return self >= first
+        raise ValueError(f"no first release given for the {self.channel} channel")
+
+
+def parse_version(text: str) -> LinkerdVersion:
+    """Parse ``edge-YY.M.N`` or ``stable-X.Y.Z``; raise VersionError for anything else."""
+    if isinstance(text, str):
+        if match := _EDGE.fullmatch(text):
+            year, month, number = (int(group) for group in match.groups())
+            return LinkerdVersion("edge", (year, month, number))
+        if match := _STABLE.fullmatch(text):
+            major, minor, patch = (int(group) for group in match.groups())
+            return LinkerdVersion("stable", (major, minor, patch))
+    raise VersionError(
+        f"{text!r} is not a Linkerd version: expected edge-YY.M.N (e.g. edge-19.12.3) "
+        "or stable-X.Y.Z (e.g. stable-2.6.1)"
+    )

@@ -1,0 +1,114 @@
+"""The checked-in protobuf code is what proto/generate.py makes of the checked-in .proto,
+and that .proto still has Linkerd's field names, numbers and order."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from linkerd_config.linkerd.formats.legacy import config_pb2
+
+REPO = Path(__file__).resolve().parents[2]
+GENERATED = REPO / "linkerd_config" / "linkerd" / "formats" / "legacy"
+
+
+def load_generator() -> ModuleType:
+    """proto/generate.py is a script, not a package module: load it by path."""
+    spec = importlib.util.spec_from_file_location("proto_generate", REPO / "proto" / "generate.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_checked_in_code_matches_a_fresh_generation(tmp_path: Path) -> None:
+    written = load_generator().generate(tmp_path)
+    assert sorted(p.name for p in written) == ["config_pb2.py", "config_pb2.pyi"]
+    for fresh in written:
+        checked_in = GENERATED / fresh.name
+        assert checked_in.read_text() == fresh.read_text(), (
+            f"{checked_in.relative_to(REPO)} is stale: run `.venv/bin/python proto/generate.py`"
+        )
+
+
+# Linkerd's messages (linkerd2 proto/config/config.proto, edge-19.12 / edge-20.1), in
+# declaration order: (field name, number, JSON name).
+PROXY_FIELDS = [
+    ("proxy_image", 1, "proxyImage"),
+    ("proxy_init_image", 2, "proxyInitImage"),
+    ("control_port", 3, "controlPort"),
+    ("ignore_inbound_ports", 4, "ignoreInboundPorts"),
+    ("ignore_outbound_ports", 5, "ignoreOutboundPorts"),
+    ("inbound_port", 6, "inboundPort"),
+    ("admin_port", 7, "adminPort"),
+    ("outbound_port", 8, "outboundPort"),
+    ("resource", 9, "resource"),
+    ("proxy_uid", 10, "proxyUid"),
+    ("log_level", 11, "logLevel"),
+    ("disable_external_profiles", 12, "disableExternalProfiles"),
+    ("proxy_version", 13, "proxyVersion"),
+    ("proxy_init_image_version", 14, "proxyInitImageVersion"),
+]
+LINKERD = {
+    "Global": [
+        ("linkerd_namespace", 1, "linkerdNamespace"),
+        ("cni_enabled", 2, "cniEnabled"),
+        ("version", 3, "version"),
+        ("identity_context", 4, "identityContext"),
+        ("auto_inject_context", 6, "autoInjectContext"),
+        ("omitWebhookSideEffects", 7, "omitWebhookSideEffects"),
+        ("cluster_domain", 8, "clusterDomain"),
+    ],
+    "Proxy": PROXY_FIELDS,
+    "ProxyWithPortRanges": PROXY_FIELDS,
+    "IdentityContext": [
+        ("trust_domain", 1, "trustDomain"),
+        ("trust_anchors_pem", 2, "trustAnchorsPem"),
+        ("issuance_lifetime", 3, "issuanceLifetime"),
+        ("clock_skew_allowance", 4, "clockSkewAllowance"),
+        ("scheme", 5, "scheme"),
+    ],
+    "Image": [("image_name", 1, "imageName"), ("pull_policy", 2, "pullPolicy")],
+    "Port": [("port", 1, "port")],
+    "PortRange": [("port_range", 1, "portRange")],
+    "ResourceRequirements": [
+        ("request_cpu", 1, "requestCpu"),
+        ("request_memory", 2, "requestMemory"),
+        ("limit_cpu", 3, "limitCpu"),
+        ("limit_memory", 4, "limitMemory"),
+    ],
+    "LogLevel": [("level", 1, "level")],
+    "AutoInjectContext": [],
+    "Install": [("cli_version", 2, "cliVersion"), ("flags", 3, "flags")],
+    "All": [("global", 1, "global"), ("proxy", 2, "proxy"), ("install", 3, "install")],
+}
+
+
+@pytest.mark.parametrize("message", sorted(LINKERD))
+def test_messages_have_linkerds_fields_in_linkerds_order(message: str) -> None:
+    descriptor = getattr(config_pb2, message).DESCRIPTOR
+    fields = [(f.name, f.number, f.json_name) for f in descriptor.fields]
+    assert fields == LINKERD[message]
+
+
+def test_ignore_port_shapes_differ_only_in_element_type() -> None:
+    old = config_pb2.Proxy.DESCRIPTOR.fields_by_name
+    new = config_pb2.ProxyWithPortRanges.DESCRIPTOR.fields_by_name
+    for name in ("ignore_inbound_ports", "ignore_outbound_ports"):
+        assert old[name].is_repeated
+        assert new[name].is_repeated
+        assert old[name].message_type.full_name == "linkerd.config.Port"
+        assert new[name].message_type.full_name == "linkerd.config.PortRange"
+
+
+def test_scalar_types_match_linkerds() -> None:
+    proxy = config_pb2.Proxy.DESCRIPTOR.fields_by_name
+    assert proxy["proxy_uid"].type == proxy["proxy_uid"].TYPE_INT64  # printed quoted
+    assert config_pb2.Port.DESCRIPTOR.fields_by_name["port"].type == proxy["proxy_uid"].TYPE_UINT32
+    identity = config_pb2.IdentityContext.DESCRIPTOR.fields_by_name
+    for name in ("issuance_lifetime", "clock_skew_allowance"):
+        assert identity[name].message_type.full_name == "google.protobuf.Duration"
