@@ -22,8 +22,8 @@ from typing import Any
 
 from linkerd_config.devcluster import versions
 from linkerd_config.devcluster.binaries import Progress, ensure_binaries
-from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
 from linkerd_config.devcluster.processes import ManagedProcess
+from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
 
 LOOPBACK = "127.0.0.1"
 ADMIN_USER = "admin"

@@ -72,9 +72,12 @@ def _fill(target: Json, defaults: Json) -> None:
 
 
 def json_patch(spec: Json, base_path: str = "/spec") -> list[Json]:
-    """The JSONPatch that turns ``spec`` into ``defaulted(spec)``: adds only, never replaces.
+    """The JSONPatch that turns ``spec`` into ``defaulted(spec)``: ``add`` operations only.
 
-    A missing parent is added whole, so the patch applies to the object as it is.
+    A missing parent is added whole, so the patch applies to the object as it is. A value
+    ``defaulted`` changes (only an empty ``global.version``, which counts as missing) is set
+    by ``add`` too, which replaces an existing member (RFC 6902); a null that stays null is
+    left alone, so the patch of a defaulted spec is empty.
     """
     ops: list[Json] = []
     _diff(spec, defaulted(spec), base_path, ops)
@@ -84,10 +87,10 @@ def json_patch(spec: Json, base_path: str = "/spec") -> list[Json]:
 def _diff(current: Json, wanted: Json, path: str, ops: list[Json]) -> None:
     for key, value in wanted.items():
         child = f"{path}/{_escape(key)}"
-        if key not in current or current[key] is None:
-            ops.append({"op": "add", "path": child, "value": value})
-        elif isinstance(value, dict) and isinstance(current[key], dict):
+        if key in current and isinstance(value, dict) and isinstance(current[key], dict):
             _diff(current[key], value, child, ops)
+        elif key not in current or current[key] != value:
+            ops.append({"op": "add", "path": child, "value": value})
 
 
 def _escape(key: str) -> str:

@@ -17,14 +17,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from linkerd_config.linkerd.webhooks import webhook_configurations
-
 from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.admission import ReloadingCertificate
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.linkerd.controller import RolloutOptions
+from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
 from linkerd_config.settings import parse
 from tests.support import scenario
