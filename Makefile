@@ -8,7 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: help venv binaries test test-unit test-integration lint format demo bench generate \
-        dev-cluster-up dev-cluster-down dev-cluster-status clean
+        dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
+        controller kind-cluster cert-manager emojivoto
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
@@ -62,6 +63,51 @@ dev-cluster-down: $(STAMP) ## stop it and remove its files
 
 dev-cluster-status: $(STAMP)
 	$(PY) -m linkerd_config dev-cluster status
+
+# ---- for people with a real cluster (current kubeconfig) ----------------------------------
+KUBECTL ?= kubectl
+KIND ?= kind
+DOCKER ?= docker
+IMG ?= linkerd-config:latest
+CERT_MANAGER_VERSION ?= v1.16.2
+# $(call need,tool,what for): a clear message instead of an obscure failure.
+need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2)); not found on PATH." >&2; exit 1; }
+
+install: ## install the CRD into the current cluster
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(KUBECTL) apply -k manifests/crd
+
+uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(KUBECTL) delete -k manifests/crd
+
+run: $(STAMP) ## run the controller locally against the current kubeconfig (ENABLE_WEBHOOKS=false honoured)
+	$(PY) -m linkerd_config run
+
+controller: ## build the image, load it into kind, deploy manifests/default
+	$(call need,$(DOCKER),to build the image; this machine has no Docker engine)
+	$(call need,$(KIND),to load the image into a kind cluster)
+	$(call need,$(KUBECTL),to deploy)
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make controller: the Docker engine is not running" >&2; exit 1; }
+	$(DOCKER) build -t $(IMG) .
+	$(KIND) load docker-image $(IMG)
+	$(KUBECTL) apply -k manifests/default
+
+kind-cluster: ## create a kind cluster
+	$(call need,$(KIND),to create a local cluster in Docker)
+	$(KIND) create cluster --name linkerd-config
+
+cert-manager: ## install cert-manager (webhook certificates in a real cluster)
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(KUBECTL) apply -f https://github.com/cert-manager/cert-manager/releases/download/$(CERT_MANAGER_VERSION)/cert-manager.yaml
+
+emojivoto: ## install Linkerd's emojivoto demo app and opt its pods in to restarts
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(KUBECTL) apply -f https://run.linkerd.io/emojivoto.yml
+	for d in emoji vote-bot voting web; do \
+	  $(KUBECTL) -n emojivoto patch deploy $$d --type=merge \
+	    -p '{"spec":{"template":{"metadata":{"labels":{"config.linkerd.io/reconcile":"auto"}}}}}'; \
+	done
 
 clean: ## remove the venv and caches in the repo (not the built binaries)
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
