@@ -1,0 +1,735 @@
+"""Whether a LinkerdConfig may be stored: every problem at once, each naming its field.
+
+The validating webhook is a thin wrapper around ``validate``; reconcile never sees an object
+this refuses (unless it was stored while the webhook was down, when status reports the same
+problems through the format). Pure functions: no I/O, so the rules are tested exhaustively
+without a cluster.
+
+The CRD schema already checks types and simple patterns; this adds what OpenAPI and CEL
+cannot: certificates, Go durations, Kubernetes quantities, Rust log filters, the ignore-port
+grammar, one owner per ConfigMap, and what the target Linkerd version can express. It also
+never trusts the schema: any JSON at all comes back as errors, never as an exception.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final, TypeGuard
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+
+from linkerd_config.linkerd.defaults import defaulted
+from linkerd_config.linkerd.formats import FormatError, VersionError, format_for, parse_version
+from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.reconcile import owner_among, target_of
+
+__all__ = [
+    "TRUST_ANCHOR",
+    "FieldError",
+    "defaultable",
+    "render_errors",
+    "validate",
+    "warnings_for",
+]
+
+Json = dict[str, Any]
+
+TRUST_ANCHOR: Final = "spec.global.identityContext.trustAnchorsPEM"
+# Rendering needs some anchor; reconcile substitutes the cluster's, so any string will do.
+_PLACEHOLDER_ANCHOR: Final = "(the trust anchor already in the cluster)"
+_EXPIRY_WARNING: Final = datetime.timedelta(days=30)
+# The schema's own bounds, enforced again here so that no input makes validation slow or its
+# answer huge: the webhook runs on the event loop and may see objects the schema never did.
+_MAX_DEPTH: Final = 32
+_MAX_VALUES: Final = 10_000  # a complete LinkerdConfig spec holds about 50
+_MAX_STRING_CHARS: Final = 65536  # the longest field, the PEM bundle, is capped there
+_MAX_PEM_CHARS: Final = 65536
+_MAX_LOG_LEVEL_CHARS: Final = 1024
+_MAX_DURATION_CHARS: Final = 64
+_MAX_IGNORED_PORTS: Final = 256
+_MAX_REPORTED: Final = 50
+_MAX_MESSAGE_CHARS: Final = 300
+
+_PORT_FIELDS: Final = ("adminPort", "controlPort", "inboundPort", "outboundPort")
+_IGNORE_FIELDS: Final = ("ignoreInboundPorts", "ignoreOutboundPorts")
+_MAX_PORT: Final = 65535
+# Port numbers are at most five digits: longer strings are refused before int() sees them.
+_PORT_ENTRY: Final = re.compile(r"(0|[1-9][0-9]{0,4})(?:-(0|[1-9][0-9]{0,4}))?")
+_IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN: Final = re.compile(
+    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+)
+
+_LOG_LEVELS: Final = ("trace", "debug", "info", "warn", "error", "off")
+_RUST_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*")
+
+# Kubernetes resource.ParseQuantity: sign, decimal number, then a binary or decimal SI suffix
+# or a decimal exponent (integer only: Go refuses "1e2.5" although the CRD pattern allows it).
+_QUANTITY: Final = re.compile(
+    r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
+)
+_BINARY: Final = {
+    s: 2 ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
+}
+_DECIMAL: Final = {
+    "n": -9,
+    "u": -6,
+    "m": -3,
+    "": 0,
+    "k": 3,
+    "M": 6,
+    "G": 9,
+    "T": 12,
+    "P": 15,
+    "E": 18,
+}
+_MAX_QUANTITY_DIGITS: Final = 100
+_MAX_EXPONENT: Final = 1000
+
+# Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
+# END rescans the rest of the text from every unmatched BEGIN).
+_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
+_MAX_CERTIFICATES: Final = 100
+_SUPPORTED_CURVES: Final = (ec.SECP256R1, ec.SECP384R1)
+_MIN_RSA_BITS: Final = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    """One problem: the field's path (``spec.proxy.ignoreInboundPorts[1]``) and what is wrong."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def render_errors(errors: Iterable[FieldError], limit: int = _MAX_REPORTED) -> str:
+    """``field: message; field: message``, the form admission answers and conditions use.
+
+    At most ``limit`` entries, then how many more: a message stays readable and bounded.
+    """
+    items = list(errors)
+    text = "; ".join(str(e) for e in items[:limit])
+    if len(items) > limit:
+        text += f"; and {len(items) - limit} more"
+    return text
+
+
+def defaultable(spec: Any) -> TypeGuard[Mapping[str, Any]]:
+    """Whether ``defaulted(spec)`` is safe to call: an object whose ``global`` and ``proxy``
+    are objects or absent, no larger or deeper than any LinkerdConfig can be. The mutating
+    webhook runs before the schema is checked, so it must ask."""
+    return (
+        isinstance(spec, Mapping)
+        and all(
+            spec.get(key) is None or isinstance(spec.get(key), Mapping)
+            for key in ("global", "proxy")
+        )
+        and not _survey(spec).too_big
+    )
+
+
+def validate(
+    obj: Json,
+    old: Json | None = None,
+    others: Iterable[Json] = (),
+    *,
+    now: datetime.datetime | None = None,
+) -> list[FieldError]:
+    """Every reason ``obj`` must not be stored; empty when it may.
+
+    ``old`` is the stored object on update (None on create); ``others`` the LinkerdConfigs
+    already in the cluster (``obj`` itself, by name, is ignored among them). Two updates
+    pass without a look at the spec: one on an object being deleted, and one that leaves the
+    defaulted spec as it was -- refusing those would block label edits and finalizer removal
+    of an object whose trust anchor has since expired.
+    """
+    if not isinstance(obj, Mapping):
+        return [FieldError("object", "must be a JSON object")]
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    if old is not None and metadata.get("deletionTimestamp"):
+        return []
+    spec = obj.get("spec")
+    if spec is None:
+        return [FieldError("spec", "is required")]
+    if not isinstance(spec, Mapping):
+        return [FieldError("spec", "must be an object")]
+    survey = _survey(spec)
+    if survey.too_deep:
+        return [FieldError("spec", f"is nested more than {_MAX_DEPTH} levels deep")]
+    if survey.too_many:
+        return [FieldError("spec", f"holds more than {_MAX_VALUES} values")]
+    if survey.long_strings:
+        message = f"is longer than {_MAX_STRING_CHARS} characters"
+        return [FieldError(path, message) for path in survey.long_strings]
+    old_spec = old.get("spec") if isinstance(old, Mapping) else None
+    if old is not None and _unchanged(old_spec, spec):
+        return []
+
+    checker = _Checker(now or datetime.datetime.now(datetime.UTC))
+    checker.check(spec)
+    if defaultable(spec):
+        full = defaulted(dict(spec))
+        if old is not None and defaultable(old_spec):
+            checker.immutable(defaulted(dict(old_spec)), full)
+        checker.ownership(obj, metadata, full, old is None, others)
+        checker.format(spec, full)
+    return checker.result()
+
+
+def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str]:
+    """What an admitted object should be told: no anchor of its own, or one expiring soon."""
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    identity = _path(spec, "global", "identityContext")
+    pem = identity.get("trustAnchorsPEM") if isinstance(identity, Mapping) else None
+    if not isinstance(pem, str) or not pem.strip():
+        return [
+            f"{TRUST_ANCHOR} is not set: the trust anchor already in the cluster's "
+            "linkerd-config ConfigMap is kept (nothing is written if it holds none)"
+        ]
+    moment = now or datetime.datetime.now(datetime.UTC)
+    found: list[str] = []
+    blocks, _ = _pem_blocks(pem)
+    for index, block in enumerate(blocks, start=1):
+        try:
+            cert = x509.load_pem_x509_certificate(block.text.encode())
+            ends = cert.not_valid_after_utc
+        except (ValueError, TypeError):
+            continue
+        if moment <= ends < moment + _EXPIRY_WARNING:
+            found.append(
+                f"{TRUST_ANCHOR}: certificate {index} expires soon ({_when(ends)}): "
+                "rotate the trust anchor before then"
+            )
+    return found
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+class _Checker:
+    """Collects FieldErrors in the order the fields appear; never raises on odd input."""
+
+    def __init__(self, now: datetime.datetime) -> None:
+        self.now = now
+        self.errors: list[FieldError] = []
+        self._seen: set[FieldError] = set()
+
+    def fail(self, field: str, message: str) -> None:
+        if len(message) > _MAX_MESSAGE_CHARS:  # messages quote input, which may be huge
+            message = f"{message[: _MAX_MESSAGE_CHARS - 3]}..."
+        error = FieldError(field, message)
+        if error not in self._seen:
+            self._seen.add(error)
+            self.errors.append(error)
+
+    def result(self) -> list[FieldError]:
+        return list(self.errors)
+
+    # -- structure -------------------------------------------------------------------------
+
+    def section(self, parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+        value = parent.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            self.fail(f"{path}.{key}", "must be an object")
+            return {}
+        return value
+
+    def check(self, spec: Mapping[str, Any]) -> None:
+        global_ = self.section(spec, "global", "spec")
+        proxy = self.section(spec, "proxy", "spec")
+        identity = self.section(global_, "identityContext", "spec.global")
+        self.trust_anchor(identity.get("trustAnchorsPEM"))
+        self.versions(global_, proxy)
+        self.names(global_)
+        for key in ("issuanceLifeTime", "clockSkewAllowance"):
+            self.duration(identity, key, "spec.global.identityContext")
+        self.ports(proxy)
+        for key in _IGNORE_FIELDS:
+            self.ignored_ports(proxy.get(key), f"spec.proxy.{key}")
+        self.log_level(proxy.get("logLevel"))
+        for key in ("proxyImage", "proxyInitImage"):
+            image = self.section(proxy, key, "spec.proxy")
+            policy = image.get("pullPolicy")
+            if policy is not None and policy not in _PULL_POLICIES:
+                self.fail(
+                    f"spec.proxy.{key}.pullPolicy", f"must be one of {', '.join(_PULL_POLICIES)}"
+                )
+        self.resources(proxy.get("resource"))
+
+    # -- trust anchor --------------------------------------------------------------------
+
+    def trust_anchor(self, pem: Any) -> None:
+        """Absent is fine (the cluster's anchor is kept); present must be usable CA certs."""
+        if pem is None:
+            return
+        if not isinstance(pem, str):
+            self.fail(TRUST_ANCHOR, "must be a string of PEM certificates")
+            return
+        if not pem.strip():
+            return
+        if len(pem) > _MAX_PEM_CHARS:
+            self.fail(TRUST_ANCHOR, f"is longer than {_MAX_PEM_CHARS} characters")
+            return
+        blocks, unpaired = _pem_blocks(pem)
+        if unpaired:
+            self.fail(TRUST_ANCHOR, "is not PEM: its -----BEGIN and -----END lines do not pair up")
+        elif not blocks:
+            self.fail(TRUST_ANCHOR, "is not PEM: no -----BEGIN CERTIFICATE----- block found")
+        if len(blocks) > _MAX_CERTIFICATES:
+            self.fail(TRUST_ANCHOR, f"holds more than {_MAX_CERTIFICATES} PEM blocks")
+            return
+        for index, block in enumerate(blocks, start=1):
+            which = (
+                f"certificate {index} of {len(blocks)}" if len(blocks) > 1 else "the certificate"
+            )
+            if block.begin != block.end:
+                self.fail(
+                    TRUST_ANCHOR,
+                    f"{which} begins as {block.begin or 'nameless'} but ends as "
+                    f"{block.end or 'nameless'}",
+                )
+            elif block.begin != "CERTIFICATE":
+                self.fail(
+                    TRUST_ANCHOR,
+                    f"{which} is a {block.begin or 'nameless'} PEM block, not a CERTIFICATE",
+                )
+            else:
+                for problem in _anchor_problems(block.text, self.now):
+                    self.fail(TRUST_ANCHOR, f"{which} {problem}")
+
+    # -- versions and names ----------------------------------------------------------------
+
+    def versions(self, global_: Mapping[str, Any], proxy: Mapping[str, Any]) -> None:
+        for key, example in (("proxyVersion", "edge-19.12.3"), ("proxyInitImageVersion", "v1.2.0")):
+            field = f"spec.proxy.{key}"
+            value = proxy.get(key)
+            if value is None or value == "":
+                self.fail(field, f"is required, e.g. {example}")
+            elif not isinstance(value, str):
+                self.fail(field, f"must be a string, e.g. {example}")
+            elif not _IMAGE_TAG.fullmatch(value):
+                self.fail(field, f"{_show(value)} is not an image tag, e.g. {example}")
+        version = global_.get("version")
+        if version is None or version == "":
+            proxy_version = proxy.get("proxyVersion")
+            if isinstance(proxy_version, str) and _IMAGE_TAG.fullmatch(proxy_version):
+                try:
+                    parse_version(proxy_version)
+                except VersionError as error:
+                    self.fail(
+                        "spec.proxy.proxyVersion",
+                        f"is also the Linkerd version when spec.global.version is not set: {error}",
+                    )
+        elif not isinstance(version, str):
+            self.fail("spec.global.version", "must be a string such as edge-19.12.3")
+        else:
+            try:
+                parse_version(version)
+            except VersionError as error:
+                self.fail("spec.global.version", str(error))
+
+    def names(self, global_: Mapping[str, Any]) -> None:
+        namespace = global_.get("linkerdNamespace")
+        if namespace is not None and not (
+            isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)
+        ):
+            self.fail("spec.global.linkerdNamespace", "must be a namespace name (a DNS-1123 label)")
+        name = global_.get("configMap")
+        if name is not None and not (
+            isinstance(name, str) and len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)
+        ):
+            self.fail("spec.global.configMap", "must be a ConfigMap name (a DNS-1123 subdomain)")
+
+    # -- durations, ports, log level, resources ---------------------------------------------
+
+    def duration(self, parent: Mapping[str, Any], key: str, path: str) -> None:
+        value = parent.get(key)
+        field = f"{path}.{key}"
+        if value is None:
+            return
+        if not isinstance(value, str):
+            self.fail(field, "must be a duration string such as 86400s or 1h30m")
+            return
+        if len(value) > _MAX_DURATION_CHARS:
+            self.fail(field, f"is longer than {_MAX_DURATION_CHARS} characters")
+            return
+        try:
+            nanos = parse_go_duration(value)
+        except ValueError as error:
+            self.fail(field, str(error))
+            return
+        if nanos <= 0:
+            self.fail(field, f"{_show(value)} must be a positive duration")
+
+    def ports(self, proxy: Mapping[str, Any]) -> None:
+        seen: dict[int, str] = {}
+        for key in _PORT_FIELDS:
+            field = f"spec.proxy.{key}"
+            value = proxy.get(key)
+            if value is None:
+                value = defaulted({})["proxy"][key]
+            elif isinstance(value, bool) or not isinstance(value, int):
+                self.fail(field, "must be an integer port 1-65535")
+                continue
+            elif not 1 <= value <= _MAX_PORT:
+                self.fail(field, f"must be 1-65535, got {value}")
+                continue
+            if value in seen:
+                self.fail(field, f"must differ from {seen[value]} (both are {value})")
+            else:
+                seen[value] = key
+
+    def ignored_ports(self, entries: Any, field: str) -> None:
+        if entries is None:
+            return
+        if not isinstance(entries, list):
+            self.fail(field, 'must be a list of ports ("8888") or port ranges ("1000-2000")')
+            return
+        if len(entries) > _MAX_IGNORED_PORTS:
+            self.fail(field, f"must have at most {_MAX_IGNORED_PORTS} entries")
+            return
+        first_index: dict[tuple[int, int], int] = {}
+        for index, entry in enumerate(entries):
+            where = f"{field}[{index}]"
+            match = _PORT_ENTRY.fullmatch(entry) if isinstance(entry, str) else None
+            if match is None:
+                self.fail(where, 'must be a port ("8888") or a port range ("1000-2000")')
+                continue
+            low = int(match.group(1))
+            high = int(match.group(2)) if match.group(2) is not None else low
+            if not (1 <= low <= _MAX_PORT and 1 <= high <= _MAX_PORT):
+                self.fail(where, f"{_show(entry)}: ports must be 1-65535")
+            elif low > high:
+                self.fail(where, f"{_show(entry)} is not a range: {low} is greater than {high}")
+            elif (low, high) in first_index:
+                self.fail(where, f"{_show(entry)} duplicates {field}[{first_index[(low, high)]}]")
+            else:
+                first_index[(low, high)] = index
+
+    def log_level(self, value: Any) -> None:
+        field = "spec.proxy.logLevel"
+        if value is None:
+            return
+        if not isinstance(value, str):
+            self.fail(field, "must be a string such as warn,linkerd2_proxy=info")
+            return
+        if not value:
+            self.fail(field, "must name a level, e.g. warn,linkerd2_proxy=info")
+            return
+        if len(value) > _MAX_LOG_LEVEL_CHARS:
+            self.fail(field, f"is longer than {_MAX_LOG_LEVEL_CHARS} characters")
+            return
+        levels = "/".join(_LOG_LEVELS)
+        for directive in value.split(","):
+            target, _, level = directive.rpartition("=")
+            if not directive:
+                self.fail(field, f"{_show(value)} has an empty directive (a stray comma)")
+            elif level.lower() not in _LOG_LEVELS:
+                self.fail(field, f"{_show(directive)}: the level must be one of {levels}")
+            elif "=" in directive and not _RUST_PATH.fullmatch(target):
+                self.fail(
+                    field,
+                    f"{_show(directive)}: the target must be a Rust module path "
+                    "such as linkerd2_proxy::app",
+                )
+
+    def resources(self, value: Any) -> None:
+        path = "spec.proxy.resource"
+        if value is None:
+            return
+        if not isinstance(value, Mapping):
+            self.fail(path, "must be an object with requests and limits")
+            return
+        amounts: dict[str, dict[str, tuple[Fraction, Any]]] = {}
+        for kind in ("requests", "limits"):
+            section = value.get(kind)
+            if section is None:
+                continue
+            if not isinstance(section, Mapping):
+                self.fail(f"{path}.{kind}", "must be an object such as {cpu: 100m, memory: 20Mi}")
+                continue
+            for name, amount in section.items():
+                field = f"{path}.{kind}.{name}"
+                parsed = _quantity(amount)
+                if isinstance(parsed, str):
+                    self.fail(field, parsed)
+                else:
+                    amounts.setdefault(kind, {})[str(name)] = (parsed, amount)
+        for name, (limit, _) in amounts.get("limits", {}).items():
+            request = amounts.get("requests", {}).get(name)
+            if request is not None and limit < request[0]:
+                self.fail(
+                    f"{path}.limits.{name}",
+                    f"must be at least the request ({_show(request[1])})",
+                )
+
+    # -- relations to the old object and to other LinkerdConfigs -----------------------------
+
+    def immutable(self, old: Json, new: Json) -> None:
+        for key in ("linkerdNamespace", "configMap"):
+            before, after = old["global"].get(key), new["global"].get(key)
+            if before != after:
+                self.fail(
+                    f"spec.global.{key}",
+                    f"is immutable: it was {_show(before)}; to manage another ConfigMap, "
+                    "create a new LinkerdConfig",
+                )
+
+    def ownership(
+        self,
+        obj: Mapping[str, Any],
+        metadata: Mapping[str, Any],
+        spec: Json,
+        creating: bool,
+        others: Iterable[Json],
+    ) -> None:
+        """One LinkerdConfig per ConfigMap: refuse a rival, naming the object that owns it."""
+        name = metadata.get("name")
+        rivals = [c for c in others if _comparable(c) and c["metadata"]["name"] != name]
+        this: Json = {"metadata": {"name": str(name or "")}, "spec": spec}
+        target = target_of(this)
+        if not creating:  # reconcile's rule decides: the oldest, then the first by name
+            created = metadata.get("creationTimestamp")
+            this["metadata"]["creationTimestamp"] = created if isinstance(created, str) else ""
+            rivals.append(this)
+        owner = owner_among(rivals, target)
+        if owner is not None and owner is not this:
+            field = "spec.global.configMap"
+            self.fail(
+                field,
+                f"ConfigMap {target} is already managed by LinkerdConfig "
+                f"{owner['metadata']['name']!r}; one LinkerdConfig per ConfigMap",
+            )
+
+    # -- what the target Linkerd version can express ---------------------------------------
+
+    def format(self, spec: Mapping[str, Any], full: Json) -> None:
+        """Render for the target version; report what it refuses, unless already reported."""
+        version = full["global"].get("version")
+        if not isinstance(version, str) or not version:
+            return
+        try:
+            parse_version(version)
+        except VersionError:
+            return  # already reported on the field the version came from
+        stated = self.section(spec, "global", "spec").get("version")
+        implied = not (isinstance(stated, str) and stated)
+        identity = full["global"].get("identityContext")
+        if isinstance(identity, dict):
+            pem = identity.get("trustAnchorsPEM")
+            if pem is None or (isinstance(pem, str) and not pem.strip()):
+                identity["trustAnchorsPEM"] = _PLACEHOLDER_ANCHOR
+        try:
+            format_for(version).render(full)
+        except FormatError as error:
+            reported = {e.field for e in self.errors}
+            for path, problem in error.errors:
+                field, message = path, problem
+                if path == "spec.global.version" and implied:
+                    field = "spec.proxy.proxyVersion"
+                    message = f"(the Linkerd version when spec.global.version is not set) {problem}"
+                if not _within(field, reported):
+                    self.fail(field, message)
+        except Exception as error:  # a format bug must not turn into an admission outage
+            self.fail("spec", f"cannot be rendered for Linkerd {version}: {error!r}")
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _PemBlock:
+    begin: str
+    end: str
+    text: str
+
+
+def _pem_blocks(text: str) -> tuple[list[_PemBlock], bool]:
+    """The BEGIN..END blocks of ``text`` in one linear pass, and whether any marker was left
+    unpaired. Text between blocks is ignored, as PEM allows."""
+    blocks: list[_PemBlock] = []
+    unpaired = False
+    opened: re.Match[str] | None = None
+    for marker in _PEM_MARKER.finditer(text):
+        if marker.group(1) == "BEGIN":
+            unpaired = unpaired or opened is not None
+            opened = marker
+        elif opened is None:
+            unpaired = True
+        else:
+            blocks.append(
+                _PemBlock(opened.group(2), marker.group(2), text[opened.start() : marker.end()])
+            )
+            opened = None
+    return blocks, unpaired or opened is not None
+
+
+def _anchor_problems(block: str, now: datetime.datetime) -> list[str]:
+    """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can."""
+    try:
+        cert = x509.load_pem_x509_certificate(block.encode())
+    except (ValueError, TypeError, UnicodeError) as error:
+        return [f"does not parse as X.509 ({error})"]
+    problems: list[str] = []
+    try:
+        subject = cert.subject.rfc4514_string() or "empty subject"
+    except ValueError:
+        subject = "unreadable subject"
+    try:
+        starts, ends = cert.not_valid_before_utc, cert.not_valid_after_utc
+        if now > ends:
+            problems.append(f"{subject!r} expired on {_when(ends)}")
+        elif now < starts:
+            problems.append(f"{subject!r} is not valid before {_when(starts)}")
+    except ValueError as error:
+        problems.append(f"{subject!r} has an unreadable validity period ({error})")
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+        if not constraints.ca:
+            problems.append(f"{subject!r} is not a CA (basicConstraints CA is false)")
+    except x509.ExtensionNotFound:
+        problems.append(f"{subject!r} is not a CA (no basicConstraints CA=true)")
+    except ValueError as error:
+        problems.append(f"{subject!r} has unreadable extensions ({error})")
+    try:
+        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
+        if not usage.key_cert_sign:
+            problems.append(f"{subject!r} may not sign certificates (keyUsage lacks keyCertSign)")
+    except (x509.ExtensionNotFound, ValueError):
+        pass  # absent keyUsage allows every use; unreadable extensions are reported above
+    try:
+        key = cert.public_key()
+    except (ValueError, UnsupportedAlgorithm) as error:
+        problems.append(f"{subject!r} has an unsupported public key ({error})")
+        return problems
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        if not isinstance(key.curve, _SUPPORTED_CURVES):
+            problems.append(f"{subject!r} uses curve {key.curve.name}; use P-256 or P-384")
+    elif isinstance(key, rsa.RSAPublicKey):
+        if key.key_size < _MIN_RSA_BITS:
+            problems.append(f"{subject!r} has a {key.key_size}-bit RSA key; use 2048 bits or more")
+    elif not isinstance(key, ed25519.Ed25519PublicKey):
+        problems.append(
+            f"{subject!r} has an unsupported key type; use ECDSA P-256/P-384, RSA or Ed25519"
+        )
+    return problems
+
+
+def _quantity(value: Any) -> Fraction | str:
+    """The value of a Kubernetes quantity, or why it is not one."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return 'must be a quantity such as "100m" or "20Mi"'
+    if isinstance(value, int):
+        return Fraction(value) if value >= 0 else "must not be negative"
+    match = _QUANTITY.fullmatch(value)
+    if match is None:
+        return f'{_show(value)} is not a quantity such as "100m" or "20Mi"'
+    sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
+    if len(number) > _MAX_QUANTITY_DIGITS:
+        return f"{_show(value)} has too many digits"
+    amount = Fraction(number)
+    if suffix in _BINARY:
+        amount *= _BINARY[suffix]
+    else:
+        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            return f"{_show(value)} is out of range"
+        amount *= Fraction(10) ** exponent
+    if sign == "-" and amount != 0:
+        return "must not be negative"
+    return amount
+
+
+def _unchanged(old_spec: Any, spec: Mapping[str, Any]) -> bool:
+    if not (defaultable(old_spec) and defaultable(spec)):
+        return False
+    return old_spec == spec or defaulted(dict(old_spec)) == defaulted(dict(spec))
+
+
+def _comparable(config: Any) -> bool:
+    """Whether ``config`` is shaped like a stored LinkerdConfig (it came from the cache)."""
+    if not isinstance(config, dict):
+        return False
+    metadata = config.get("metadata")
+    return (
+        isinstance(metadata, dict)
+        and isinstance(metadata.get("name"), str)
+        and isinstance(metadata.get("creationTimestamp", ""), str)
+        and defaultable(config.get("spec") or {})
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Survey:
+    too_deep: bool = False
+    too_many: bool = False
+    long_strings: tuple[str, ...] = ()
+
+    @property
+    def too_big(self) -> bool:
+        return self.too_deep or self.too_many
+
+
+def _survey(spec: Any) -> _Survey:
+    """Depth, size and overlong strings of ``spec``, iteratively and stopping at the first
+    excess: every later check (and ``defaulted``'s deep copy) is then cheap and safe."""
+    count = 0
+    long_strings: list[str] = []
+    stack: list[tuple[Any, int, str]] = [(spec, 1, "spec")]
+    while stack:
+        item, level, path = stack.pop()
+        if isinstance(item, str):
+            if len(item) > _MAX_STRING_CHARS and len(long_strings) < _MAX_REPORTED:
+                long_strings.append(path)
+            continue
+        if not isinstance(item, (Mapping, list)):
+            continue
+        if level > _MAX_DEPTH:
+            return _Survey(too_deep=True)
+        count += len(item)
+        if count > _MAX_VALUES:
+            return _Survey(too_many=True)
+        if isinstance(item, Mapping):
+            stack.extend((child, level + 1, f"{path}.{key}") for key, child in item.items())
+        else:
+            stack.extend((child, level + 1, f"{path}[{i}]") for i, child in enumerate(item))
+    return _Survey(long_strings=tuple(sorted(long_strings)))
+
+
+def _path(value: Any, *keys: str) -> Any:
+    for key in keys:
+        if not isinstance(value, Mapping):
+            return None
+        value = value.get(key)
+    return value
+
+
+def _within(field: str, reported: set[str]) -> bool:
+    """Whether ``field`` or a field containing it was reported already."""
+    if field in reported:
+        return True
+    return any(field[:i] in reported for i, char in enumerate(field) if char in ".[")
+
+
+def _when(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _show(value: Any, limit: int = 64) -> str:
+    """A value for a message: quoted, and cut short so huge input makes no huge answer."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
