@@ -53,6 +53,7 @@ bench: binaries ## benchmarks; results in bench/results/
 
 generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
 	$(PY) -m linkerd_config.linkerd.resource > manifests/crd/linkerdconfigs.yaml
+	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml
 	$(PY) proto/generate.py
 
 dev-cluster-up: binaries ## start the local control plane in the background

@@ -26,6 +26,7 @@ from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import serve
 from linkerd_config.linkerd.controller import LinkerdConfigController, RolloutOptions
+from linkerd_config.linkerd.webhooks import register
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings
 
@@ -109,8 +110,6 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
 def _admission(
     settings: Settings, controller: LinkerdConfigController, metrics: Metrics
 ) -> AdmissionServer:
-    from linkerd_config.linkerd.webhooks import register  # noqa: PLC0415 - issue-6 wiring
-
     cert_dir = Path(settings.webhook_cert_dir)
     host, port = settings.webhook_address
     server = AdmissionServer(

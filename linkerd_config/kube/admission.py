@@ -127,17 +127,35 @@ def render_review(uid: str, answer: AdmissionResponse) -> Json:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
+def _server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 class ReloadingCertificate:
-    """An SSLContext whose cert/key pair follows the files on disk."""
+    """An SSLContext whose cert/key pair follows the files on disk.
+
+    Each pair is loaded into a fresh context, never into one in use: loading into a live
+    context sets the certificate and the key in two steps, and a handshake between them (or
+    after a failed load) finds a certificate without its key. ``context`` (the one the server
+    listens with, holding no pair itself) hands every handshake to the newest loaded context
+    from its SNI callback, which OpenSSL calls for every ClientHello, server name or not.
+    """
 
     def __init__(self, cert_file: Path, key_file: Path) -> None:
         self.cert_file = cert_file
         self.key_file = key_file
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self.context = _server_context()
+        self._current = self.context
         self._fingerprint = b""
         self.reloads = 0
+        self.context.sni_callback = self._select
         self.reload()
+
+    def _select(self, connection: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
+        if connection.context is not self._current:
+            connection.context = self._current
 
     def _read(self) -> bytes:
         return hashlib.sha256(self.cert_file.read_bytes() + self.key_file.read_bytes()).digest()
@@ -147,11 +165,13 @@ class ReloadingCertificate:
         fingerprint = self._read()
         if fingerprint == self._fingerprint:
             return False
+        fresh = _server_context()
         try:
-            self.context.load_cert_chain(self.cert_file, self.key_file)
+            fresh.load_cert_chain(self.cert_file, self.key_file)
         except ssl.SSLError as exc:  # mid-rotation: cert and key do not match yet
             log.warning("serving certificate not loadable yet", error=str(exc))
             return False
+        self._current = fresh
         self._fingerprint = fingerprint
         self.reloads += 1
         log.info("serving certificate loaded", cert=str(self.cert_file), loads=self.reloads)
