@@ -1,0 +1,515 @@
+"""The install manifests: every kustomize base and overlay renders with kubectl's built-in
+kustomize, the real API server accepts what they render (server-side dry-run), and the
+rendered objects say what the controller needs (least-privilege RBAC, a hardened pod whose
+flags, ports and paths match the controller's own settings)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from linkerd_config.devcluster.cluster import LocalControlPlane
+from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.resource import CRDS, NAMESPACES
+from linkerd_config.settings import Settings, parse
+from tests.support.samples import SAMPLES
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+BASES = ("crd", "rbac", "manager", "prometheus", "webhook")
+OVERLAYS = ("default", "no-webhooks")
+KUBECTL_TIMEOUT = 60.0
+SA_USER = "system:serviceaccount:linkerd:linkerd-config"
+STAND_IN_LABEL = "linkerd-config.test/stand-in"
+
+Obj = dict[str, Any]
+
+
+# -- kubectl ---------------------------------------------------------------------------------
+
+
+async def kubectl(
+    cp: LocalControlPlane, *args: str, stdin: bytes | None = None, cache_dir: Path | None = None
+) -> str:
+    """Run the control plane's kubectl (v1.34, kustomize built in); fail with its stderr."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cp.workdir)}
+    argv = [str(cp.binary("kubectl")), *args]
+    if cache_dir is not None:
+        argv.append(f"--cache-dir={cache_dir}")
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), KUBECTL_TIMEOUT)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+        raise AssertionError(f"kubectl {' '.join(args)}: no answer in {KUBECTL_TIMEOUT}s") from None
+    if proc.returncode != 0:
+        raise AssertionError(
+            f"kubectl {' '.join(args)} exited {proc.returncode}:\n{err.decode(errors='replace')}"
+        )
+    return out.decode()
+
+
+def overlay_dirs() -> list[str]:
+    return [d for d in (*BASES, *OVERLAYS) if (MANIFESTS / d / "kustomization.yaml").exists()]
+
+
+@pytest.fixture(scope="module")
+async def rendered(control_plane: LocalControlPlane) -> dict[str, str]:
+    """``kubectl kustomize`` of every base and overlay, rendered once for the module."""
+    outputs = await asyncio.gather(
+        *(kubectl(control_plane, "kustomize", str(MANIFESTS / d)) for d in overlay_dirs())
+    )
+    return dict(zip(overlay_dirs(), outputs, strict=True))
+
+
+def objects(text: str) -> list[Obj]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def one(objs: list[Obj], kind: str, name: str, namespace: str | None = None) -> Obj:
+    found = [
+        o
+        for o in objs
+        if o["kind"] == kind
+        and o["metadata"]["name"] == name
+        and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def kinds(objs: list[Obj]) -> set[str]:
+    return {o["kind"] for o in objs}
+
+
+# -- rendering -------------------------------------------------------------------------------
+
+
+def test_every_base_and_overlay_is_present() -> None:
+    missing = [d for d in (*BASES, *OVERLAYS) if d not in overlay_dirs()]
+    # manifests/webhook is another engineer's base; everything else is required here.
+    assert missing in ([], ["webhook"]), missing
+
+
+@pytest.mark.parametrize("overlay", [*BASES, *OVERLAYS])
+def test_renders(rendered: dict[str, str], overlay: str) -> None:
+    if overlay not in rendered:
+        pytest.skip(f"manifests/{overlay} does not exist yet")
+    objs = objects(rendered[overlay])
+    assert objs, f"manifests/{overlay} renders nothing"
+    for obj in objs:
+        assert obj.get("apiVersion") and obj.get("kind") and obj["metadata"].get("name"), obj
+
+
+def test_default_is_every_base_and_no_webhooks_drops_the_webhook_parts(
+    rendered: dict[str, str],
+) -> None:
+    if "webhook" not in rendered:
+        pytest.skip("manifests/webhook does not exist yet")
+    everything = objects(rendered["default"])
+    bases = [o for d in BASES for o in objects(rendered[d])]
+    ids = sorted((o["kind"], o["metadata"]["name"]) for o in everything)
+    assert ids == sorted((o["kind"], o["metadata"]["name"]) for o in bases)
+    plain = objects(rendered["no-webhooks"])
+    assert not kinds(plain) & {
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+        "Issuer",
+        "Certificate",
+        "PodMonitor",
+    }
+    assert not any(
+        o["kind"] == "Service" and o["metadata"]["name"] == "linkerd-config-webhook" for o in plain
+    )
+
+
+def test_overlays_keep_every_object_in_its_own_namespace(rendered: dict[str, str]) -> None:
+    """No overlay may set `namespace:`: the events Role must stay in "default"."""
+    for overlay in ("rbac", *(o for o in OVERLAYS if o in rendered)):
+        objs = objects(rendered[overlay])
+        events_role = one(objs, "Role", "linkerd-config-events")
+        assert events_role["metadata"]["namespace"] == "default"
+        assert one(objs, "RoleBinding", "linkerd-config-events")["metadata"]["namespace"] == (
+            "default"
+        )
+        cluster_scoped = {
+            "CustomResourceDefinition",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        }
+        for obj in objs:
+            if obj["kind"] in cluster_scoped:
+                assert "namespace" not in obj["metadata"], obj["metadata"]
+            elif obj["metadata"]["name"] != "linkerd-config-events":
+                assert obj["metadata"].get("namespace") == "linkerd", obj["metadata"]
+
+
+# -- static checks: RBAC ---------------------------------------------------------------------
+
+
+def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
+    objs = objects(rendered["rbac"])
+    roles = [o for o in objs if o["kind"] in ("ClusterRole", "Role")]
+    assert {(o["kind"], o["metadata"]["name"]) for o in roles} == {
+        ("ClusterRole", "linkerd-config"),
+        ("Role", "linkerd-config"),
+        ("Role", "linkerd-config-events"),
+    }
+    for role in roles:
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert "*" not in rule.get(key, []), (role["metadata"]["name"], rule)
+                assert not any("*" in item for item in rule.get(key, [])), rule
+            assert not {"secrets", "serviceaccounts/token"} & set(rule["resources"]), rule
+            assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(
+                rule["verbs"]
+            ), rule
+            assert "nonResourceURLs" not in rule
+    cluster = one(objs, "ClusterRole", "linkerd-config")
+    assert not any("events" in r["resources"] for r in cluster["rules"]), (
+        "events are written only in namespace default (a Role there), never cluster-wide"
+    )
+    for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "linkerd-config", "namespace": "linkerd"}
+        ]
+        role = one(objs, binding["roleRef"]["kind"], binding["roleRef"]["name"])
+        if role["kind"] == "Role":
+            assert role["metadata"]["namespace"] == binding["metadata"]["namespace"]
+    one(objs, "ServiceAccount", "linkerd-config", "linkerd")
+
+
+# -- static checks: the Deployment -----------------------------------------------------------
+
+
+def test_deployment_is_hardened_and_matches_the_settings(rendered: dict[str, str]) -> None:
+    objs = objects(rendered["manager"])
+    dep = one(objs, "Deployment", "linkerd-config", "linkerd")
+    assert dep["spec"]["replicas"] == 2
+    pod = dep["spec"]["template"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["linkerd.io/inject"] == "enabled"
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "8080"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    spec = pod["spec"]
+    assert spec["serviceAccountName"] == "linkerd-config"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = spec["containers"]
+    assert container["image"] == "linkerd-config:latest"
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["runAsUser"] == 65532
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["requests"] and container["resources"]["limits"]
+
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"webhook": 9443, "metrics": 8080, "health": 8081}
+    probes = {kind: container[kind]["httpGet"] for kind in ("livenessProbe", "readinessProbe")}
+    assert probes["livenessProbe"]["path"] == "/healthz"
+    assert probes["readinessProbe"]["path"] == "/readyz"
+    for probe in probes.values():
+        assert ports.get(probe["port"], probe["port"]) == 8081
+
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert "ENABLE_WEBHOOKS" not in env
+
+    # The args and environment are what the controller's own settings parser accepts, and
+    # the ports and paths are the ones it serves on by default.
+    assert container["args"][0] == "run"
+    plain_env = {n: e["value"] for n, e in env.items() if "value" in e}
+    plain_env.update(POD_NAME="linkerd-config-abc", POD_NAMESPACE="linkerd")
+    settings = parse(container["args"][1:], env=plain_env)
+    assert settings.leader_elect is True
+    assert settings.namespace == "linkerd"
+    assert settings.identity == "linkerd-config-abc"
+    assert settings.enable_webhooks is True
+    assert settings.webhook_address[1] == ports["webhook"]
+    assert settings.metrics_address[1] == ports["metrics"]
+    assert settings.health_address[1] == ports["health"]
+
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    certs = mounts["webhook-certs"]
+    assert (
+        certs["mountPath"]
+        == Settings.__dataclass_fields__["webhook_cert_dir"].metadata["opt"].default
+    )
+    assert certs["readOnly"] is True
+    secret = volumes["webhook-certs"]["secret"]
+    assert secret["secretName"] == "linkerd-config-webhook-cert"
+    assert secret["optional"] is True
+    assert volumes[mounts["tmp"]["name"]]["emptyDir"] is not None
+    assert mounts["tmp"]["mountPath"] == "/tmp"
+
+    affinity = spec["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert affinity[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    pdb = one(objs, "PodDisruptionBudget", "linkerd-config", "linkerd")
+    assert pdb["spec"]["minAvailable"] == 1
+    labels = pod["metadata"]["labels"]
+    for selector in (
+        dep["spec"]["selector"]["matchLabels"],
+        pdb["spec"]["selector"]["matchLabels"],
+        one(objs, "Service", "linkerd-config-webhook")["spec"]["selector"],
+        one(objs, "Service", "linkerd-config-metrics")["spec"]["selector"],
+    ):
+        assert selector.items() <= labels.items(), selector
+
+    webhook_svc = one(objs, "Service", "linkerd-config-webhook")["spec"]["ports"]
+    assert [(p["port"], ports[p["targetPort"]]) for p in webhook_svc] == [(443, 9443)]
+    metrics_svc = one(objs, "Service", "linkerd-config-metrics")["spec"]["ports"]
+    assert [(p["port"], ports[p["targetPort"]]) for p in metrics_svc] == [(8080, 8080)]
+
+
+def test_no_webhooks_overlay_turns_the_webhooks_off(rendered: dict[str, str]) -> None:
+    objs = objects(rendered["no-webhooks"])
+    (container,) = one(objs, "Deployment", "linkerd-config")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["ENABLE_WEBHOOKS"] == "false"
+    settings = parse(container["args"][1:], env={k: v for k, v in env.items() if v is not None})
+    assert settings.enable_webhooks is False
+
+
+def test_webhook_and_prometheus_point_at_the_controller(rendered: dict[str, str]) -> None:
+    if "webhook" not in rendered:
+        pytest.skip("manifests/webhook does not exist yet")
+    objs = objects(rendered["default"])
+    pod = one(objs, "Deployment", "linkerd-config")["spec"]["template"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in (o for o in objs if o["kind"] == kind):
+            for webhook in hook["webhooks"]:
+                service = webhook["clientConfig"]["service"]
+                assert (service["namespace"], service["name"]) == (
+                    "linkerd",
+                    "linkerd-config-webhook",
+                )
+                assert service.get("port", 443) == 443
+    certificate = one(objs, "Certificate", "linkerd-config-serving-cert", "linkerd")
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert certificate["spec"]["secretName"] == volumes["webhook-certs"]["secret"]["secretName"]
+    assert "linkerd-config-webhook.linkerd.svc" in certificate["spec"]["dnsNames"]
+
+    monitor = one(objs, "PodMonitor", "linkerd-config", "linkerd")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    ports = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} <= ports
+
+
+def test_samples_are_the_tested_fixtures() -> None:
+    for name in ("edge_19.12.3.yaml", "edge_19.12.3_use_webhook_defaults.yaml"):
+        assert (MANIFESTS / "samples" / name).read_bytes() == (SAMPLES / name).read_bytes()
+
+
+def test_dockerfile_matches_the_deployment(rendered: dict[str, str]) -> None:
+    text = (REPO / "Dockerfile").read_text()
+    pod = one(objects(rendered["manager"]), "Deployment", "linkerd-config")["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    users = re.findall(r"^USER\s+(\S+)", text, re.MULTILINE)
+    assert users and users[-1].split(":")[0] == str(container["securityContext"]["runAsUser"])
+    assert re.search(r'^ENTRYPOINT \["linkerd-config"\]$', text, re.MULTILINE)
+    assert re.search(r'^CMD \["run"\]$', text, re.MULTILINE)
+    assert 'linkerd-config = "linkerd_config.cli:main"' in (REPO / "pyproject.toml").read_text()
+    for base in re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.MULTILINE):
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-bookworm(@sha256:[0-9a-f]{64})?", base)
+
+
+# -- the API server accepts them (server-side dry-run) ---------------------------------------
+
+
+def stand_in_crd(group: str, kind: str, plural: str) -> Obj:
+    """TEST STAND-IN for a third-party CRD (Prometheus Operator, cert-manager): same names,
+    no schema, so the API server can dry-run our objects of that kind."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{plural}.{group}",
+            "labels": {STAND_IN_LABEL: "true"},
+            "annotations": {
+                "linkerd-config.test/description": (
+                    "stand-in created by tests/integration/test_manifests.py; not the real CRD"
+                )
+            },
+        },
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+STAND_INS = (
+    stand_in_crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+    stand_in_crd("cert-manager.io", "Issuer", "issuers"),
+    stand_in_crd("cert-manager.io", "Certificate", "certificates"),
+)
+
+
+@pytest.fixture(scope="module")
+async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
+    """Namespace linkerd (Linkerd's, so not in our manifests) and the stand-in CRDs."""
+    with contextlib.suppress(ApiError):
+        await kube.request(
+            "POST", NAMESPACES.path(), body={"metadata": {"name": "linkerd"}}, fenced=False
+        )
+    await kube.request("GET", NAMESPACES.path(name="linkerd"))
+    created: list[str] = []
+    for crd in STAND_INS:
+        try:
+            await kube.request("POST", CRDS.path(), body=crd, fenced=False)
+            created.append(crd["metadata"]["name"])
+        except ApiError as exc:
+            if not exc.conflict:
+                raise
+    for crd in STAND_INS:
+        spec = crd["spec"]
+        path = f"/apis/{spec['group']}/v1/namespaces/linkerd/{spec['names']['plural']}"
+
+        async def served(path: str = path) -> bool:
+            await kube.request("GET", path)
+            return True
+
+        await eventually(served, timeout=30, what=f"stand-in {crd['metadata']['name']} served")
+    yield
+    for name in created:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", CRDS.path(name=name), fenced=False)
+
+
+@pytest.mark.parametrize("overlay", [*BASES, *OVERLAYS])
+async def test_api_server_accepts_a_dry_run(
+    control_plane: LocalControlPlane,
+    rendered: dict[str, str],
+    dry_run_ready: None,
+    tmp_path: Path,
+    overlay: str,
+) -> None:
+    if overlay not in rendered:
+        pytest.skip(f"manifests/{overlay} does not exist yet")
+    out = await kubectl(
+        control_plane,
+        "apply",
+        "--dry-run=server",
+        f"--kubeconfig={control_plane.kubeconfig}",
+        "-f",
+        "-",
+        stdin=rendered[overlay].encode(),
+        cache_dir=tmp_path / "kubectl-cache",
+    )
+    lines = [line for line in out.splitlines() if line.strip()]
+    objs = objects(rendered[overlay])
+    assert len(lines) == len(objs), out
+    assert all(line.endswith("(server dry run)") for line in lines), out
+    for obj in objs:
+        name = obj["metadata"]["name"]
+        assert any(f"/{name} " in line for line in lines), (name, out)
+
+
+async def test_pod_meets_the_restricted_pod_security_standard(
+    rendered: dict[str, str], kube: KubeClient
+) -> None:
+    """The API server's own PodSecurity admission, enforcing "restricted", admits a pod made
+    from the Deployment's template (dry-run). The namespace opts out of injectors, whose
+    sidecar is theirs to harden, not ours."""
+    namespace = "manifests-restricted-pss"
+    with contextlib.suppress(ApiError):
+        await kube.request(
+            "POST",
+            NAMESPACES.path(),
+            body={
+                "metadata": {
+                    "name": namespace,
+                    "labels": {
+                        "pod-security.kubernetes.io/enforce": "restricted",
+                        "pod-security.kubernetes.io/enforce-version": "latest",
+                        "config.linkerd.io/admission-webhooks": "disabled",
+                    },
+                }
+            },
+            fenced=False,
+        )
+    try:
+        template = one(objects(rendered["manager"]), "Deployment", "linkerd-config")["spec"][
+            "template"
+        ]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **template["metadata"],
+                "name": "linkerd-config-pss",
+                "namespace": namespace,
+            },
+            "spec": template["spec"],
+        }
+        await kube.request(
+            "POST", f"/api/v1/namespaces/{namespace}/pods", params={"dryRun": "All"}, body=pod
+        )
+        # And the check is real: the same pod without its hardening is refused.
+        (container,) = pod["spec"]["containers"]
+        weakened = {
+            **pod,
+            "spec": {
+                **pod["spec"],
+                "containers": [
+                    {**container, "securityContext": {"allowPrivilegeEscalation": True}}
+                ],
+            },
+        }
+        with pytest.raises(ApiError) as refused:
+            await kube.request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods",
+                params={"dryRun": "All"},
+                body=weakened,
+            )
+        assert refused.value.status == 403
+        assert "violates PodSecurity" in refused.value.message
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", NAMESPACES.path(name=namespace))
