@@ -1,0 +1,1086 @@
+"""The controller as its own ServiceAccount, with exactly the RBAC that ``manifests/rbac``
+renders, on a control plane of this module's own (KCM, scheduler and kwok included).
+
+1. With all of it, the original README scenario works end to end (ConfigMap written, Ready,
+   opted-in Deployments, a StatefulSet and a DaemonSet restarted onto edge-19.12.3 and a bare
+   pod evicted; manual edit reverted; deleted ConfigMap recreated), no request is refused,
+   and the API server's audit log shows the writes were made as the ServiceAccount.
+2. Without any one verb of any rule, the step that needs it fails, named: the API server
+   refuses that exact request (403 "cannot <verb> resource <resource>", seen on the
+   controller's client and in its ``rest_client_requests_total{code="403"}``), and what the
+   step was for does not happen (an informer never syncs or goes stale, no leadership, a
+   status or Event not written, a ConfigMap not reverted or recreated, a workload not
+   restarted). A completeness test makes sure every verb of every rule has such a case.
+
+The stand-in proxy injector and all setup use the admin client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import copy
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from linkerd_config.app import App, build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.kube.admission import ReloadingCertificate
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.client import (
+    APPLY_PATCH,
+    MERGE_PATCH,
+    ApiError,
+    KubeClient,
+    load_access,
+    token_access,
+)
+from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import (
+    CONFIGMAPS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    EVENTS,
+    LEASES,
+    NAMESPACES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    STATEFULSETS,
+    ApiResource,
+    split_key,
+)
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.controller import RolloutOptions
+from linkerd_config.linkerd.resource import HASH_ANNOTATION, LINKERD_CONFIGS
+from linkerd_config.settings import parse
+from tests.support import scenario
+from tests.support.injector_standin import running_injector
+from tests.support.samples import install_configmap, sample
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+
+REPO = Path(__file__).resolve().parents[2]
+SA_NAMESPACE, SA_NAME = "linkerd", "linkerd-config"
+SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
+SA_GROUPS = [
+    "system:serviceaccounts",
+    f"system:serviceaccounts:{SA_NAMESPACE}",
+    "system:authenticated",
+]
+CONFIG = "edge-19.12.3"
+NEW, OLD = "edge-19.12.3", "edge-19.12.1"
+LEASE_NAME = "linkerd-config-leader"
+LEASE_PATH = LEASES.path("linkerd", LEASE_NAME)
+CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
+POKE_ANNOTATION = "linkerd-config.test/poke"
+HOLD = 1.0
+"""How long a refused step's consequence must be seen to last."""
+DENIAL_TIMEOUT = 15.0
+KUBECTL_TIMEOUT = 60.0
+
+KINDS_NS = "rbac-kinds"
+"""Scenario extras beside emojivoto: a StatefulSet, a DaemonSet and a bare pod, opted in."""
+HIDDEN = {
+    "Deployment": ("rbac-deploy", "rbac-web"),
+    "DaemonSet": ("rbac-ds", "rbac-agent"),
+    "StatefulSet": ("rbac-sts", "rbac-db"),
+    "Pod": ("rbac-pod", "rbac-bare"),
+}
+"""One stale workload per kind, each in a namespace labelled admission-webhooks=disabled
+(never injected, never a candidate) until a case exposes it by removing the label: then it
+is the only stale workload, so the case sees exactly the requests its kind needs."""
+WORKLOAD_RESOURCES: dict[str, ApiResource] = {
+    "Deployment": DEPLOYMENTS,
+    "DaemonSet": DAEMONSETS,
+    "StatefulSet": STATEFULSETS,
+    "Pod": PODS,
+}
+RBAC_RESOURCES: dict[str, ApiResource] = {
+    "ServiceAccount": SERVICE_ACCOUNTS,
+    "ClusterRole": ApiResource(
+        "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
+    ),
+    "ClusterRoleBinding": ApiResource(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "clusterrolebindings",
+        "ClusterRoleBinding",
+        namespaced=False,
+    ),
+    "Role": ApiResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    "RoleBinding": ApiResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+}
+
+
+# -- workloads -------------------------------------------------------------------------------
+
+
+def _template(name: str) -> Obj:
+    return {
+        "metadata": {
+            "labels": {"app": name, rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+        },
+        "spec": {
+            "containers": [{"name": name, "image": f"example.invalid/{name}:v1"}],
+            "terminationGracePeriodSeconds": 0,
+        },
+    }
+
+
+def workload(kind: str, name: str) -> Obj:
+    template = _template(name)
+    selector = {"matchLabels": {"app": name}}
+    meta = {"name": name, "labels": {"app": name}}
+    if kind == "Pod":
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            **template,
+            "metadata": {**meta, **template["metadata"]},
+        }
+    if kind == "Deployment":
+        return scenario.deployment(name, opted_in=True, replicas=1)
+    spec: Obj = {"selector": selector, "template": template}
+    if kind == "StatefulSet":
+        spec.update(replicas=1, serviceName=name, podManagementPolicy="Parallel")
+    else:
+        spec.update(
+            updateStrategy={"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}}
+        )
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+async def create_namespace(kube: KubeClient, name: str, hidden: bool) -> None:
+    labels = {rollout.WEBHOOKS_LABEL: "disabled"} if hidden else {}
+    await scenario.create(
+        kube,
+        NAMESPACES.path(),
+        {
+            "metadata": {
+                "name": name,
+                "labels": labels,
+                "annotations": {"linkerd.io/inject": "enabled"},
+            }
+        },
+    )
+
+
+async def set_hidden(kube: KubeClient, namespace: str, hidden: bool) -> None:
+    await kube.request(
+        "PATCH",
+        NAMESPACES.path(name=namespace),
+        body={"metadata": {"labels": {rollout.WEBHOOKS_LABEL: "disabled" if hidden else None}}},
+        content_type=MERGE_PATCH,
+    )
+
+
+async def all_pods(kube: KubeClient, namespace: str) -> list[Obj]:
+    items: list[Obj] = (await kube.request("GET", PODS.path(namespace)))["items"]
+    return items
+
+
+def uids(pods: list[Obj]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods}
+
+
+# -- RBAC: render, apply, revoke one verb ----------------------------------------------------
+
+
+async def render(cp: LocalControlPlane, directory: Path) -> list[Obj]:
+    proc = await asyncio.create_subprocess_exec(
+        str(cp.binary("kubectl")),
+        "kustomize",
+        str(directory),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(cp.workdir)},
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), KUBECTL_TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, err.decode()
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@dataclass(frozen=True)
+class Permission:
+    """One verb on one resource, granted by one rule of one (Cluster)Role."""
+
+    kind: str
+    namespace: str
+    role: str
+    group: str
+    resource: str
+    verb: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.verb} {self.resource}"
+
+    def __str__(self) -> str:
+        where = f"{self.namespace}/{self.role}" if self.namespace else self.role
+        return f'{self.kind} {where}: {self.verb} "{self.resource}" (group "{self.group}")'
+
+    @property
+    def refusal(self) -> str:
+        """How the API server words this permission's absence in a 403."""
+        return f'cannot {self.verb} resource "{self.resource}" in API group "{self.group}"'
+
+
+def roles(objs: list[Obj]) -> list[Obj]:
+    return [o for o in objs if o["kind"] in ("ClusterRole", "Role")]
+
+
+def permissions(objs: list[Obj]) -> list[Permission]:
+    found = []
+    for role in roles(objs):
+        meta = role["metadata"]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        found.append(
+                            Permission(
+                                role["kind"],
+                                meta.get("namespace", ""),
+                                meta["name"],
+                                group,
+                                resource,
+                                verb,
+                            )
+                        )
+    return found
+
+
+def without(objs: list[Obj], perm: Permission) -> list[Obj]:
+    """The roles with exactly one verb on one resource taken away (a rule split if needed)."""
+    result = []
+    for original in roles(objs):
+        role = copy.deepcopy(original)
+        meta = role["metadata"]
+        if (role["kind"], meta.get("namespace", ""), meta["name"]) == (
+            perm.kind,
+            perm.namespace,
+            perm.role,
+        ):
+            rules = []
+            for rule in role["rules"]:
+                if not (
+                    perm.group in rule["apiGroups"]
+                    and perm.resource in rule["resources"]
+                    and perm.verb in rule["verbs"]
+                ):
+                    rules.append(rule)
+                    continue
+                others = [r for r in rule["resources"] if r != perm.resource]
+                if others:
+                    rules.append({**rule, "resources": others})
+                groups = [g for g in rule["apiGroups"] if g != perm.group]
+                if groups:
+                    rules.append({**rule, "apiGroups": groups, "resources": [perm.resource]})
+                verbs = [v for v in rule["verbs"] if v != perm.verb]
+                if verbs:
+                    rules.append(
+                        {
+                            **rule,
+                            "apiGroups": [perm.group],
+                            "resources": [perm.resource],
+                            "verbs": verbs,
+                        }
+                    )
+            role["rules"] = rules
+        result.append(role)
+    return result
+
+
+async def apply(kube: KubeClient, objs: list[Obj]) -> None:
+    for obj in objs:
+        meta = obj["metadata"]
+        path = RBAC_RESOURCES[obj["kind"]].path(meta.get("namespace"), meta["name"])
+        await kube.request(
+            "PATCH",
+            path,
+            params={"fieldManager": "rbac-test", "force": True},
+            body=obj,
+            content_type=APPLY_PATCH,
+        )
+
+
+async def authorized(kube: KubeClient, perm: Permission) -> bool:
+    """Would the authorizer allow the ServiceAccount this (SubjectAccessReview)?"""
+    resource, _, subresource = perm.resource.partition("/")
+    attributes = {"verb": perm.verb, "group": perm.group, "resource": resource}
+    if subresource:
+        attributes["subresource"] = subresource
+    if perm.namespace:
+        attributes["namespace"] = perm.namespace
+    review = await kube.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {"user": SA_USER, "groups": SA_GROUPS, "resourceAttributes": attributes},
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+# -- the controller, and what it was refused -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Denied:
+    method: str
+    path: str
+    message: str
+
+
+class Denials:
+    """Every 403 the controller's client receives, with the request it answered. Observes
+    only: the request goes to the API server unchanged and the error is re-raised."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.seen: list[Denied] = []
+        request, stream = client.request, client.stream
+
+        async def tapped_request(method: str, path: str, **kwargs: Any) -> Obj:
+            try:
+                return await request(method, path, **kwargs)
+            except ApiError as exc:
+                self._note(exc)
+                raise
+
+        @contextlib.asynccontextmanager
+        async def tapped_stream(path: str, **kwargs: Any) -> AsyncIterator[Any]:
+            try:
+                async with stream(path, **kwargs) as body:
+                    yield body
+            except ApiError as exc:
+                self._note(exc)
+                raise
+
+        client.request = tapped_request  # type: ignore[method-assign]
+        client.stream = tapped_stream  # type: ignore[method-assign]
+
+    def _note(self, exc: ApiError) -> None:
+        if exc.status == 403:
+            self.seen.append(Denied(exc.method, exc.path, exc.message))
+
+    async def wait(self, perm: Permission, path: str | None = None) -> Denied:
+        def match() -> Denied | None:
+            for denied in self.seen:
+                if perm.refusal in denied.message and path in (None, denied.path):
+                    return denied
+            return None
+
+        async def found() -> Denied | None:
+            return match()
+
+        return await eventually(
+            found,
+            timeout=DENIAL_TIMEOUT,
+            interval=0.02,
+            what=f"a 403 for {perm}{f' on {path}' if path else ''} (seen: {self.seen})",
+        )
+
+
+def refused_requests(app: App) -> float:
+    """The controller's own metric: rest_client_requests_total{code="403"}, all methods."""
+    total = 0.0
+    for family in app.metrics.registry.collect():
+        for s in family.samples:
+            if s.name == "rest_client_requests_total" and s.labels.get("code") == "403":
+                total += s.value
+    return total
+
+
+@dataclass
+class World:
+    cp: LocalControlPlane
+    admin: KubeClient
+    rbac: list[Obj]
+    kubeconfig: Path
+    token: str
+
+
+@dataclass
+class Run:
+    app: App
+    denials: Denials
+    identity: str
+
+    async def refused(self, perm: Permission, path: str | None = None) -> Denied:
+        denied = await self.denials.wait(perm, path)
+        assert refused_requests(self.app) >= 1
+        return denied
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    world: World, identity: str, *, injector_wait: float = 30.0
+) -> AsyncIterator[Run]:
+    """`linkerd-config run` in-process, as the ServiceAccount (its token's kubeconfig)."""
+    settings = parse(
+        [
+            "--kubeconfig",
+            str(world.kubeconfig),
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+            "--enable-webhooks",
+            "false",
+            "--leader-elect",
+            "true",
+            "--leader-elect-lease-duration",
+            "4s",
+            "--leader-elect-renew-deadline",
+            "3s",
+            "--leader-elect-retry-period",
+            "0.5s",
+            "--identity",
+            identity,
+        ],
+        env={},
+    )
+    app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=injector_wait))
+    denials = Denials(app.client)
+    async with running(app):
+        yield Run(app, denials, identity)
+
+
+async def holds(check: Callable[[], Awaitable[bool]], what: str, seconds: float = HOLD) -> None:
+    """``check`` stays true for ``seconds`` (the refused step really does not happen)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert await check(), f"{what}: not (or no longer) true"
+        if time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def delete_lease(kube: KubeClient) -> None:
+    with contextlib.suppress(ApiError):
+        await kube.request("DELETE", LEASE_PATH)
+
+
+async def get_or_none(kube: KubeClient, path: str) -> Obj | None:
+    try:
+        return await kube.request("GET", path)
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+
+
+async def cr_ready(kube: KubeClient, name: str = CONFIG) -> Obj | None:
+    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
+    status = obj.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
+    if (
+        conditions.get("Ready", {}).get("status") == "True"
+        and status.get("observedGeneration") == obj["metadata"]["generation"]
+    ):
+        return obj
+    return None
+
+
+async def edit_configmap(kube: KubeClient) -> str:
+    """A manual edit of a managed key, as in the README; returns the edited value."""
+    good: str = (await kube.request("GET", CM_PATH))["data"]["proxy"]
+    assert NEW in good
+    edited = good.replace(NEW, OLD)
+    await kube.request("PATCH", CM_PATH, body={"data": {"proxy": edited}}, content_type=MERGE_PATCH)
+    return edited
+
+
+async def configmap_converged(kube: KubeClient) -> bool:
+    cm = await get_or_none(kube, CM_PATH)
+    cr = await cr_ready(kube)
+    if cm is None or cr is None:
+        return False
+    annotations = cm["metadata"].get("annotations") or {}
+    proxy = cm["data"].get("proxy", "")
+    return (
+        annotations.get(HASH_ANNOTATION) == cr["status"]["configHash"]
+        and f'"proxyVersion":"{NEW}"' in proxy
+        and OLD not in proxy
+    )
+
+
+async def converge(world: World) -> None:
+    """Full RBAC, and the controller until the ConfigMap is as the LinkerdConfig says."""
+    await apply(world.admin, roles(world.rbac))
+
+    async def granted() -> bool:
+        return all([await authorized(world.admin, p) for p in permissions(world.rbac)])
+
+    await eventually(granted, timeout=10, what="every permission granted again")
+    await delete_lease(world.admin)
+    async with controller(world, "rbac-converge"):
+        await eventually(
+            lambda: configmap_converged(world.admin), timeout=30, what="ConfigMap converged"
+        )
+
+
+def rival(name: str) -> Obj:
+    obj = copy.deepcopy(sample("edge_19.12.3.yaml"))
+    obj["metadata"]["name"] = name
+    return obj
+
+
+# -- fixtures --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cp() -> Iterator[LocalControlPlane]:
+    """This module's own control plane: the scenario's fixed names cannot collide."""
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+async def world(
+    cp: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[World]:
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, metrics=Metrics(), user_agent="rbac-tests") as admin:
+        rbac = await render(cp, REPO / "manifests" / "rbac")
+        certs = tmp_path_factory.mktemp("injector-certs")
+        ca_pem = write_serving_pair(certs, ["localhost"], ["127.0.0.1"])
+        certificate = ReloadingCertificate(certs / "tls.crt", certs / "tls.key")
+        await scenario.install_crd(admin)
+        await scenario.install_linkerd_edge_19_12_1(admin)
+        await apply(admin, rbac)
+        async with running_injector(admin, certificate, ca_pem):
+            await scenario.install_workloads(admin)
+            await create_namespace(admin, KINDS_NS, hidden=False)
+            for kind in ("StatefulSet", "DaemonSet", "Pod"):
+                path = WORKLOAD_RESOURCES[kind].path(KINDS_NS)
+                await scenario.create(admin, path, workload(kind, f"kinds-{kind.lower()}"))
+            for kind, (namespace, name) in HIDDEN.items():
+                await create_namespace(admin, namespace, hidden=True)
+                path = WORKLOAD_RESOURCES[kind].path(namespace)
+                await scenario.create(admin, path, workload(kind, name))
+            await scenario.wait_settled(admin, scenario.EMOJIVOTO, expected=8)
+            await scenario.wait_settled(admin, scenario.DISABLED_NS, expected=2)
+            await scenario.wait_settled(admin, KINDS_NS, expected=3)
+            for namespace, _ in HIDDEN.values():
+                await scenario.wait_settled(admin, namespace, expected=1)
+
+            token_request = await admin.request(
+                "POST",
+                SERVICE_ACCOUNTS.path(SA_NAMESPACE, SA_NAME, "token"),
+                body={
+                    "apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenRequest",
+                    "spec": {"expirationSeconds": 3600},
+                },
+            )
+            token = token_request["status"]["token"]
+            kubeconfig = tmp_path_factory.mktemp("sa") / "linkerd-config.kubeconfig"
+            kubeconfig.write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Config",
+                        "clusters": [
+                            {
+                                "name": "local",
+                                "cluster": {
+                                    "server": cp.server,
+                                    "certificate-authority-data": base64.b64encode(
+                                        cp.ca_pem
+                                    ).decode(),
+                                },
+                            }
+                        ],
+                        "users": [{"name": SA_NAME, "user": {"token": token}}],
+                        "contexts": [
+                            {
+                                "name": SA_NAME,
+                                "context": {
+                                    "cluster": "local",
+                                    "user": SA_NAME,
+                                    "namespace": SA_NAMESPACE,
+                                },
+                            }
+                        ],
+                        "current-context": SA_NAME,
+                    }
+                )
+            )
+            yield World(cp, admin, rbac, kubeconfig, token)
+
+
+# -- 1. everything it needs ------------------------------------------------------------------
+
+
+def audit_log(cp: LocalControlPlane) -> list[Obj]:
+    lines = cp.audit_log.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def audited_resource(entry: Obj) -> str:
+    ref = entry.get("objectRef") or {}
+    sub = ref.get("subresource")
+    return f"{ref.get('resource')}/{sub}" if sub else str(ref.get("resource"))
+
+
+async def test_readme_scenario_as_the_service_account(world: World) -> None:
+    admin = world.admin
+    await apply(admin, roles(world.rbac))
+    for perm in permissions(world.rbac):
+        assert await authorized(admin, perm), perm
+    for verb in ("get", "list", "watch"):
+        for namespace in ("linkerd", "default", ""):
+            secrets = Permission("Role", namespace, "-", "", "secrets", verb)
+            assert not await authorized(admin, secrets), f"{verb} secrets in {namespace!r}"
+    async with KubeClient(token_access(world.cp.server, world.cp.ca_pem, world.token)) as sa:
+        review = await sa.request(
+            "POST",
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+        )
+    assert review["status"]["userInfo"]["username"] == SA_USER
+
+    before = await scenario.running_pods(admin, scenario.EMOJIVOTO)
+    assert set(scenario.proxy_versions(before).values()) == {OLD}
+    bot_before = uids(
+        [p for p in before if p["metadata"]["labels"]["app"] == scenario.NOT_OPTED_IN]
+    )
+    disabled_before = uids(await all_pods(admin, scenario.DISABLED_NS))
+    hidden_before = {ns: uids(await all_pods(admin, ns)) for ns, _ in HIDDEN.values()}
+    kinds_before = await all_pods(admin, KINDS_NS)
+    assert {rollout.proxy_version(p) for p in kinds_before} == {OLD}
+
+    await delete_lease(admin)
+    started = time.monotonic()
+    async with controller(world, "rbac-full") as run:
+        await admin.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+
+        async def written() -> Obj | None:
+            cm = await admin.request("GET", CM_PATH)
+            return cm if f'"proxyVersion":"{NEW}"' in cm["data"]["proxy"] else None
+
+        cm = await eventually(written, timeout=30, what="ConfigMap written")
+        assert cm["data"]["install"] == install_configmap()["data"]["install"]
+        ready = await eventually(lambda: cr_ready(admin), timeout=90, what="Ready")
+        print(f"\nas the ServiceAccount: apply → Ready {time.monotonic() - started:.2f}s")
+        # 3 Deployments, the StatefulSet, the DaemonSet, and the bare pod (evicted).
+        assert ready["status"]["restartedWorkloads"] == 6
+        assert ready["status"]["outdatedWorkloads"] == 0
+
+        after = await scenario.wait_settled(admin, scenario.EMOJIVOTO, expected=8)
+        versions = {p["metadata"]["labels"]["app"]: rollout.proxy_version(p) for p in after}
+        for name in scenario.OPTED_IN:
+            assert versions[name] == NEW, versions
+        assert versions[scenario.NOT_OPTED_IN] == OLD
+        bot_after = [p for p in after if p["metadata"]["labels"]["app"] == scenario.NOT_OPTED_IN]
+        assert uids(bot_after) == bot_before
+        kinds_after = await scenario.wait_settled(admin, KINDS_NS, expected=2)
+        assert {p["metadata"]["labels"]["app"] for p in kinds_after} == {
+            "kinds-statefulset",
+            "kinds-daemonset",
+        }  # the bare pod was evicted; the owned ones came back on the new proxy
+        assert {rollout.proxy_version(p) for p in kinds_after} == {NEW}
+        assert not uids(kinds_after) & uids(kinds_before)
+        assert uids(await all_pods(admin, scenario.DISABLED_NS)) == disabled_before
+        for namespace, _ in HIDDEN.values():
+            assert uids(await all_pods(admin, namespace)) == hidden_before[namespace]
+
+        # Drift: a manual edit is reverted, a deleted ConfigMap recreated (an apply-create).
+        await edit_configmap(admin)
+        await eventually(lambda: configmap_converged(admin), timeout=10, what="edit reverted")
+        original = await admin.request("GET", CM_PATH)
+        await admin.request("DELETE", CM_PATH)
+
+        async def recreated() -> Obj | None:
+            cm = await get_or_none(admin, CM_PATH)
+            return cm if cm and cm["metadata"]["uid"] != original["metadata"]["uid"] else None
+
+        cm = await eventually(recreated, timeout=15, what="ConfigMap recreated")
+        assert (cm["data"]["global"], cm["data"]["proxy"]) == (
+            original["data"]["global"],
+            original["data"]["proxy"],
+        )
+        await admin.request(  # put back what Linkerd's install wrote, for the next tests
+            "PATCH",
+            CM_PATH,
+            body={"data": {"install": original["data"]["install"]}},
+            content_type=MERGE_PATCH,
+        )
+
+        async def reasons() -> set[str] | None:
+            events = (await admin.request("GET", EVENTS.path("default")))["items"]
+            found = {e["reason"] for e in events if e["involvedObject"]["name"] == CONFIG}
+            wanted = {
+                "ConfigMapUpdated",
+                "WorkloadRestarted",
+                "ConfigMapReverted",
+                "ConfigMapCreated",
+            }
+            return found if wanted <= found else None
+
+        await eventually(reasons, timeout=10, what="Events in namespace default")
+        assert run.denials.seen == []
+        assert refused_requests(run.app) == 0
+
+    # Who wrote: the audit log has every write, with the user who made it.
+    entries = [e for e in audit_log(world.cp) if e["user"]["username"] == SA_USER]
+    done = {(e["verb"], audited_resource(e)) for e in entries if e["responseStatus"]["code"] < 300}
+    assert {
+        ("create", "leases"),
+        ("update", "leases"),
+        ("patch", "configmaps"),
+        ("patch", "linkerdconfigs/status"),
+        ("create", "pods"),  # the injector dry-run
+        ("create", "pods/eviction"),
+        ("patch", "deployments"),
+        ("patch", "statefulsets"),
+        ("patch", "daemonsets"),
+        ("create", "events"),
+    } <= done, done
+    assert not [e for e in entries if e["responseStatus"]["code"] == 403]
+
+
+# -- 2. without each verb of each rule -------------------------------------------------------
+
+Case = Callable[[World, Permission], Awaitable[None]]
+CASES: dict[str, Case] = {}
+
+
+def case(*ids: str) -> Callable[[Case], Case]:
+    def register(fn: Case) -> Case:
+        for rule_id in ids:
+            CASES[rule_id] = fn
+        return fn
+
+    return register
+
+
+def identity(perm: Permission) -> str:
+    return "rbac-without-" + perm.id.replace(" ", "-").replace("/", "-")
+
+
+INFORMERS = {
+    "linkerdconfigs": "configs",
+    "configmaps": "configmaps",
+    "pods": "pods",
+    "namespaces": "namespaces",
+    "replicasets": "replicasets",
+}
+
+
+def informer_of(app: App, resource: str) -> Informer:
+    informer: Informer = getattr(app.controller, INFORMERS[resource])
+    return informer
+
+
+@case(*(f"list {r}" for r in INFORMERS))
+async def informer_never_syncs(world: World, perm: Permission) -> None:
+    async with controller(world, identity(perm)) as run:
+        informer = informer_of(run.app, perm.resource)
+        await run.refused(perm, informer.resource.path(informer.namespace))
+
+        async def stuck() -> bool:
+            manager = run.app.manager
+            return not informer.has_synced and not manager.synced.is_set() and not manager.leading
+
+        await holds(stuck, f"{informer.name} informer unsynced, so nothing starts")
+
+
+@case(*(f"watch {r}" for r in INFORMERS))
+async def informer_goes_stale(world: World, perm: Permission) -> None:
+    async with controller(world, identity(perm)) as run:
+        informer = informer_of(run.app, perm.resource)
+        await run.refused(perm, informer.resource.path(informer.namespace))
+        assert informer.has_synced  # the LIST was allowed; only the WATCH is refused
+        key = next(k for k in sorted(informer.store.keys()) if "kube-" not in k)
+        cached_rv = informer.store.get(key)["metadata"]["resourceVersion"]  # type: ignore[index]
+        namespace, name = split_key(key)
+        poked = await world.admin.request(
+            "PATCH",
+            informer.resource.path(namespace, name),
+            body={"metadata": {"annotations": {POKE_ANNOTATION: str(time.time_ns())}}},
+            content_type=MERGE_PATCH,
+        )
+        assert poked["metadata"]["resourceVersion"] != cached_rv
+
+        async def stale() -> bool:
+            current = informer.store.get(key)
+            return current is not None and current["metadata"]["resourceVersion"] == cached_rv
+
+        await holds(stale, f"{informer.name} cache misses the change to {key}", seconds=2 * HOLD)
+
+
+@case("get leases", "create leases")
+async def never_leads(world: World, perm: Permission) -> None:
+    async with controller(world, identity(perm)) as run:
+        path = LEASE_PATH if perm.verb == "get" else LEASES.path("linkerd")
+        await run.refused(perm, path)
+        assert run.app.manager.synced.is_set()  # caches are fine; only the election fails
+
+        async def follower() -> bool:
+            lease = await get_or_none(world.admin, LEASE_PATH)
+            return not run.app.manager.leading and lease is None
+
+        await holds(follower, "never leads, no Lease")
+
+
+@case("update leases")
+async def cannot_renew(world: World, perm: Permission) -> None:
+    async with controller(world, identity(perm)) as run:
+        await run.refused(perm, LEASE_PATH)
+        lease = await world.admin.request("GET", LEASE_PATH)
+        assert lease["spec"]["holderIdentity"] == run.identity  # won by create, once
+
+        async def lost() -> bool:
+            leadership = run.app.manager.leadership
+            return leadership.leadership_lost.is_set() and not run.app.manager.leading
+
+        await eventually(lost, timeout=10, what="leadership lost: the Lease cannot be renewed")
+        await holds(lost, "stays a follower")
+
+
+@case("patch linkerdconfigs/status")
+async def status_not_reported(world: World, perm: Permission) -> None:
+    name = "rbac-rival-status"
+    async with controller(world, identity(perm)) as run:
+        await world.admin.request("POST", LINKERD_CONFIGS.path(), body=rival(name))
+        try:
+            await run.refused(perm, LINKERD_CONFIGS.path(name=name, subresource="status"))
+
+            async def no_status() -> bool:
+                obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
+                return not (obj.get("status") or {}).get("conditions")
+
+            await holds(no_status, "the rival LinkerdConfig never gets its Conflict status")
+        finally:
+            await world.admin.request("DELETE", LINKERD_CONFIGS.path(name=name))
+
+
+async def events_about(kube: KubeClient, name: str) -> list[Obj]:
+    items: list[Obj] = (await kube.request("GET", EVENTS.path("default")))["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name]
+
+
+@case("create events")
+async def event_not_recorded(world: World, perm: Permission) -> None:
+    name = "rbac-rival-events"
+    async with controller(world, identity(perm)) as run:
+        await world.admin.request("POST", LINKERD_CONFIGS.path(), body=rival(name))
+        try:
+            await run.refused(perm, EVENTS.path("default"))
+
+            async def conflicted() -> bool:
+                obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
+                conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+                return bool(conditions.get("Conflict", {}).get("status") == "True")
+
+            # The reconcile itself went through; only its Event is missing.
+            await eventually(conflicted, timeout=10, what="rival reported Conflict")
+
+            async def no_event() -> bool:
+                return not await events_about(world.admin, name)
+
+            await holds(no_event, "no Conflict Event about the rival")
+        finally:
+            await world.admin.request("DELETE", LINKERD_CONFIGS.path(name=name))
+
+
+@case("patch events")
+async def repeat_not_counted(world: World, perm: Permission) -> None:
+    async with controller(world, identity(perm)) as run:
+        for _ in range(2):  # the same manual edit twice: the same Event twice, so a PATCH
+            await edit_configmap(world.admin)
+            await eventually(
+                lambda: configmap_converged(world.admin), timeout=10, what="edit reverted"
+            )
+        denied = await run.refused(perm)
+        assert denied.path.startswith(EVENTS.path("default") + "/")
+
+        async def counted_once() -> bool:
+            mine = [
+                e
+                for e in await events_about(world.admin, CONFIG)
+                if e["reason"] == "ConfigMapReverted" and e.get("reportingInstance") == run.identity
+            ]
+            return len(mine) == 1 and mine[0]["count"] == 1
+
+        await holds(counted_once, "the repeated Event stays at count 1")
+
+
+@case("patch configmaps")
+async def edit_not_reverted(world: World, perm: Permission) -> None:
+    try:
+        async with controller(world, identity(perm)) as run:
+            edited = await edit_configmap(world.admin)
+            await run.refused(perm, CM_PATH)
+
+            async def still_edited() -> bool:
+                return bool((await world.admin.request("GET", CM_PATH))["data"]["proxy"] == edited)
+
+            await holds(still_edited, "the manual edit is not reverted")
+    finally:
+        await converge(world)
+
+
+@case("create configmaps")
+async def configmap_not_recreated(world: World, perm: Permission) -> None:
+    saved = await world.admin.request("GET", CM_PATH)
+    await world.admin.request("DELETE", CM_PATH)
+    try:
+        async with controller(world, identity(perm)) as run:
+            denied = await run.refused(perm, CM_PATH)
+            # A server-side apply (PATCH) of a missing object is a create, authorized as one.
+            assert denied.method == "PATCH"
+
+            async def absent() -> bool:
+                return await get_or_none(world.admin, CM_PATH) is None
+
+            await holds(absent, "the deleted ConfigMap is not recreated")
+    finally:
+        meta = {k: saved["metadata"][k] for k in ("name", "namespace", "labels", "annotations")}
+        with contextlib.suppress(ApiError):
+            await world.admin.request(
+                "POST", CONFIGMAPS.path("linkerd"), body={"metadata": meta, "data": saved["data"]}
+            )
+        await converge(world)
+
+
+@contextlib.asynccontextmanager
+async def exposed(world: World, kind: str) -> AsyncIterator[tuple[str, str]]:
+    """The hidden workload of ``kind`` made a candidate: the only stale one (no proxy)."""
+    namespace, name = HIDDEN[kind]
+    await set_hidden(world.admin, namespace, False)
+    try:
+        yield namespace, name
+    finally:
+        await set_hidden(world.admin, namespace, True)
+
+
+async def restart_refused(
+    world: World, perm: Permission, kind: str, path: Callable[[str, str], str]
+) -> Run:
+    """Run with ``kind`` exposed until ``perm`` is refused on ``path``; then show the
+    workload is not restarted."""
+    async with exposed(world, kind) as (namespace, name):
+        before = uids(await all_pods(world.admin, namespace))
+        async with controller(world, identity(perm), injector_wait=600) as run:
+            await run.refused(perm, path(namespace, name))
+
+            async def not_restarted() -> bool:
+                pods = await all_pods(world.admin, namespace)
+                if uids(pods) != before or any(
+                    p["metadata"].get("deletionTimestamp") for p in pods
+                ):
+                    return False
+                if kind == "Pod":
+                    return True
+                obj = await world.admin.request(
+                    "GET", WORKLOAD_RESOURCES[kind].path(namespace, name)
+                )
+                annotations = obj["spec"]["template"]["metadata"].get("annotations") or {}
+                return rollout.RESTARTED_FOR_ANNOTATION not in annotations
+
+            await holds(not_restarted, f"{kind.lower()}/{namespace}/{name} is not restarted")
+            return run
+
+
+def workload_path(kind: str) -> Callable[[str, str], str]:
+    return WORKLOAD_RESOURCES[kind].path
+
+
+KIND_OF = {"deployments": "Deployment", "statefulsets": "StatefulSet", "daemonsets": "DaemonSet"}
+
+
+@case(*(f"{verb} {resource}" for resource in KIND_OF for verb in ("get", "patch")))
+async def workload_not_restarted(world: World, perm: Permission) -> None:
+    kind = KIND_OF[perm.resource]
+    await restart_refused(world, perm, kind, workload_path(kind))
+
+
+@case("create pods")
+async def injector_not_asked(world: World, perm: Permission) -> None:
+    async def waiting_for_injector() -> bool:
+        obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
+        conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+        up_to_date = conditions.get("DataPlaneUpToDate", {})
+        return (
+            up_to_date.get("status") == "False"
+            and up_to_date.get("reason") == "WaitingForInjector"
+            and "cannot confirm the injector's version by dry-run" in up_to_date.get("message", "")
+        )
+
+    async with exposed(world, "Deployment") as (namespace, name):
+        before = uids(await all_pods(world.admin, namespace))
+        async with controller(world, identity(perm), injector_wait=600) as run:
+            await run.refused(perm, PODS.path(namespace))  # POST ...?dryRun=All
+            await eventually(waiting_for_injector, timeout=10, what="status WaitingForInjector")
+
+            async def not_restarted() -> bool:
+                return uids(await all_pods(world.admin, namespace)) == before
+
+            await holds(not_restarted, f"deployment/{namespace}/{name} is not restarted")
+
+
+@case("get pods")
+async def bare_pod_not_inspected(world: World, perm: Permission) -> None:
+    await restart_refused(world, perm, "Pod", PODS.path)
+
+
+@case("create pods/eviction")
+async def bare_pod_not_evicted(world: World, perm: Permission) -> None:
+    await restart_refused(world, perm, "Pod", lambda ns, name: PODS.path(ns, name, "eviction"))
+
+
+@pytest.fixture(scope="module")
+async def baseline(world: World) -> None:
+    """The LinkerdConfig applied and the ConfigMap converged (test 1 normally did both)."""
+    with contextlib.suppress(ApiError):
+        await world.admin.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+    await converge(world)
+
+
+def test_every_verb_of_every_rule_has_a_case(world: World) -> None:
+    granted = {p.id for p in permissions(world.rbac)}
+    assert len(granted) == len(permissions(world.rbac)), "a verb granted twice"
+    assert granted == set(CASES), (
+        f"without a case: {sorted(granted - set(CASES))}; "
+        f"cases for verbs not granted: {sorted(set(CASES) - granted)}"
+    )
+
+
+@pytest.mark.parametrize("rule", list(CASES), ids=lambda r: r.replace(" ", "-").replace("/", "-"))
+async def test_without_it_the_step_that_needs_it_fails(
+    world: World, baseline: None, rule: str
+) -> None:
+    (perm,) = [p for p in permissions(world.rbac) if p.id == rule]
+    await delete_lease(world.admin)
+    await apply(world.admin, without(world.rbac, perm))
+
+    async def revoked() -> bool:
+        return not await authorized(world.admin, perm)
+
+    await eventually(revoked, timeout=10, what=f"{perm} revoked")
+    started = time.monotonic()
+    await CASES[rule](world, perm)
+    print(f"\nwithout {perm}: refused and shown in {time.monotonic() - started:.2f}s")
