@@ -128,10 +128,11 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                     what="controller leading",
                 )
 
-                step("An invalid LinkerdConfig is refused by the validating webhook")
-                bad = next(p for p in INVALID if p.name == "bad_ports.yaml")
-                print(f"{DIM}# {why_invalid(bad)}{RESET}")
-                await kubectl("apply", "-f", str(bad), check=False)
+                step("Invalid LinkerdConfigs are refused: by the CRD schema, then by our webhook")
+                for name in ("bad_ports.yaml", "expired_trust_anchor.yaml"):
+                    bad = next(p for p in INVALID if p.name == name)
+                    print(f"{DIM}# {why_invalid(bad)}{RESET}")
+                    await kubectl("apply", "-f", str(bad), check=False)
 
                 step("Apply the edge-19.12.3 LinkerdConfig (the original README's sample)")
                 started = time.monotonic()
