@@ -26,7 +26,7 @@ def _run(args: argparse.Namespace) -> int:
     from linkerd_config.app import run  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 
-    configure_logging(settings.log_level, settings.log_format)  # type: ignore[arg-type]
+    configure_logging(settings.log_level, settings.log_format)
     return asyncio.run(run(settings))
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Final
 
 import structlog
 
-LogFormat = Literal["json", "console", "auto"]
+LOG_FORMATS: Final = ("auto", "json", "console")
 
 
-def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
+def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     """Route structlog and the standard library's logging through one renderer.
 
     ``auto`` picks JSON unless stderr is a terminal, so a pod's logs are machine-readable
@@ -20,6 +20,8 @@ def configure_logging(level: str = "info", fmt: LogFormat = "auto") -> None:
     numeric = logging.getLevelNamesMapping().get(level.upper())
     if numeric is None:
         raise ValueError(f"log level {level!r} is not one of debug, info, warning, error")
+    if fmt not in LOG_FORMATS:
+        raise ValueError(f"log format {fmt!r} is not one of {', '.join(LOG_FORMATS)}")
     use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from linkerd_config.logs import LOG_FORMATS
+
 T = TypeVar("T")
 
 
@@ -139,7 +141,7 @@ class Settings:
         "log verbosity",
     )  # fmt: skip
     log_format: str = _opt(
-        "--log-format", "LOG_FORMAT", "auto", _choice("auto", "json", "console"),
+        "--log-format", "LOG_FORMAT", "auto", _choice(*LOG_FORMATS),
         "auto: JSON unless stderr is a terminal",
     )  # fmt: skip
     identity: str | None = _opt(
