@@ -19,7 +19,6 @@ from linkerd_config.kube.client import MERGE_PATCH, KubeClient, load_access
 from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.resource import LINKERD_CONFIGS
 from linkerd_config.logs import configure_logging
-from linkerd_config.settings import parse
 from tests.support import scenario
 from tests.support.samples import sample
 from tests.support.waiting import eventually
@@ -54,19 +53,7 @@ async def bench(cp: LocalControlPlane) -> dict[str, Any]:
     async with KubeClient(access) as kube:
         await scenario.install_crd(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
-        settings = parse(
-            [
-                "--kubeconfig",
-                str(cp.kubeconfig),
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--health-probe-bind-address",
-                "127.0.0.1:0",
-                "--enable-webhooks",
-                "false",
-            ],
-            env={},
-        )
+        settings = scenario.local_settings(cp.kubeconfig)
         app = await build(settings)
         async with running(app):
             await eventually(lambda: asyncio.sleep(0, result=app.manager.leading), what="leading")

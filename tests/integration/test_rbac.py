@@ -62,7 +62,6 @@ from linkerd_config.kube.resource import (
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.resource import HASH_ANNOTATION, LINKERD_CONFIGS
-from linkerd_config.settings import parse
 from tests.support import scenario
 from tests.support.injector_standin import running_injector
 from tests.support.samples import install_configmap, sample
@@ -437,28 +436,18 @@ async def controller(
     world: World, identity: str, *, injector_wait: float = 30.0
 ) -> AsyncIterator[Run]:
     """`linkerd-config run` in-process, as the ServiceAccount (its token's kubeconfig)."""
-    settings = parse(
-        [
-            "--kubeconfig",
-            str(world.kubeconfig),
-            "--metrics-bind-address",
-            "127.0.0.1:0",
-            "--health-probe-bind-address",
-            "127.0.0.1:0",
-            "--enable-webhooks",
-            "false",
-            "--leader-elect",
-            "true",
-            "--leader-elect-lease-duration",
-            "4s",
-            "--leader-elect-renew-deadline",
-            "3s",
-            "--leader-elect-retry-period",
-            "0.5s",
-            "--identity",
-            identity,
-        ],
-        env={},
+    settings = scenario.local_settings(
+        world.kubeconfig,
+        "--leader-elect",
+        "true",
+        "--leader-elect-lease-duration",
+        "4s",
+        "--leader-elect-renew-deadline",
+        "3s",
+        "--leader-elect-retry-period",
+        "0.5s",
+        "--identity",
+        identity,
     )
     app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=injector_wait))
     denials = Denials(app.client)

@@ -26,7 +26,6 @@ from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
 from linkerd_config.linkerd.resource import LINKERD_CONFIGS
-from linkerd_config.settings import parse
 from tests.support import scenario
 from tests.support.injector_standin import running_injector
 from tests.support.samples import install_configmap, sample
@@ -49,20 +48,8 @@ async def controller_app(
         await scenario.install_workloads(kube)
         await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         await scenario.wait_settled(kube, scenario.DISABLED_NS, expected=2)
-        settings = parse(
-            [
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-                "--metrics-bind-address",
-                "127.0.0.1:0",
-                "--health-probe-bind-address",
-                "127.0.0.1:0",
-                "--enable-webhooks",
-                "false",
-                "--identity",
-                "scenario-controller",
-            ],
-            env={},
+        settings = scenario.local_settings(
+            control_plane.kubeconfig, "--identity", "scenario-controller"
         )
         app = await build(settings, RolloutOptions(restart_interval=1.0, injector_wait=30.0))
         async with running(app):

@@ -25,7 +25,6 @@ from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
-from linkerd_config.settings import parse
 from tests.support import scenario
 from tests.support.injector_standin import running_injector
 from tests.support.samples import INVALID, SAMPLES, why_invalid
@@ -97,22 +96,16 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
             webhook_port = free_port()
             cert_dir = workdir / "webhook"
             webhook_ca = write_serving_pair(cert_dir, ["localhost"], ["127.0.0.1"], ca)
-            settings = parse(
-                [
-                    "--kubeconfig",
-                    str(cp.kubeconfig),
-                    "--metrics-bind-address",
-                    f"127.0.0.1:{free_port()}",
-                    "--health-probe-bind-address",
-                    f"127.0.0.1:{free_port()}",
-                    "--webhook-bind-address",
-                    f"127.0.0.1:{webhook_port}",
-                    "--webhook-cert-dir",
-                    str(cert_dir),
-                    "--identity",
-                    "demo-controller",
-                ],
-                env={},
+            settings = scenario.local_settings(
+                cp.kubeconfig,
+                "--enable-webhooks",
+                "true",
+                "--webhook-bind-address",
+                f"127.0.0.1:{webhook_port}",
+                "--webhook-cert-dir",
+                str(cert_dir),
+                "--identity",
+                "demo-controller",
             )
             app = await build(settings, RolloutOptions(restart_interval=1.0))
             async with running(app):

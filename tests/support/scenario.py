@@ -8,12 +8,14 @@ tests and ``make demo``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.resource import LINKERD_CONFIGS, crd
+from linkerd_config.settings import Settings, parse
 from tests.support.samples import install_configmap
 from tests.support.waiting import eventually
 
@@ -119,4 +121,26 @@ async def wait_settled(
 
     return await eventually(
         settled, timeout=timeout, what=f"{expected} pods settled in {namespace}"
+    )
+
+
+def local_settings(kubeconfig: Path, *extra: str) -> Settings:
+    """``linkerd-config run`` settings for an in-process controller on loopback.
+
+    Metrics and probes on free ports, webhooks off unless ``extra`` says otherwise (a later
+    flag wins), and no environment read, so a developer's shell cannot change a test.
+    """
+    return parse(
+        [
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--health-probe-bind-address",
+            "127.0.0.1:0",
+            "--enable-webhooks",
+            "false",
+            *extra,
+        ],
+        env={},
     )
