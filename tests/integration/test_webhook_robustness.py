@@ -54,6 +54,16 @@ class Running:
         return f"https://127.0.0.1:{self.server.bound_port}"
 
 
+def envelope(request: Json) -> Json:
+    """An AdmissionReview around ``request``, as the API server sends it."""
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def sample_review(uid: str) -> bytes:
+    """A well-formed review of the edge-19.12.3 sample: the request that must always work."""
+    return orjson.dumps(envelope({"uid": uid, "object": sample("edge_19.12.3.yaml")}))
+
+
 def client_context(*ca_pems: bytes) -> ssl.SSLContext:
     return ssl.create_default_context(cadata="".join(p.decode() for p in ca_pems))
 
@@ -164,7 +174,7 @@ def reviews(draw: st.DrawFn) -> Json:
         old = copy.deepcopy(obj)
         old["spec"] = draw(st.just(obj["spec"]) | specs())
         request["oldObject"] = old
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return envelope(request)
 
 
 def _nested(depth: int, leaf: Any) -> Any:
@@ -310,9 +320,7 @@ async def test_the_samples_get_the_expected_answers(
     ]:
         obj["metadata"]["name"] = "other"
         obj["spec"].setdefault("global", {})["configMap"] = "not-the-owners"
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                  "request": {"uid": "u", "name": "other", "operation": "CREATE",
-                              "object": obj}}  # fmt: skip
+        review = envelope({"uid": "u", "name": "other", "operation": "CREATE", "object": obj})
         status, payload, _ = await post(
             session, webhooks.base + VALIDATE_PATH, orjson.dumps(review), "application/json"
         )
@@ -324,8 +332,7 @@ async def test_an_oversized_body_is_413_and_the_server_carries_on(
     webhooks: Running, session: aiohttp.ClientSession
 ) -> None:
     spec = {"x": "y" * (MAX_BODY_BYTES + 1024)}
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": "big", "object": {"spec": spec}}}  # fmt: skip
+    review = envelope({"uid": "big", "object": {"spec": spec}})
     body = orjson.dumps(review)
     assert len(body) > 3 * 1024 * 1024
     status, payload, _ = await post(
@@ -333,10 +340,7 @@ async def test_an_oversized_body_is_413_and_the_server_carries_on(
     )
     assert status == 413, payload[:200]
     assert b"larger than" in payload
-    ok = orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-         "request": {"uid": "after", "object": sample("edge_19.12.3.yaml")}}
-    )  # fmt: skip
+    ok = sample_review("after")
     status, payload, elapsed = await post(
         session, webhooks.base + MUTATE_PATH, ok, "application/json"
     )
@@ -359,10 +363,7 @@ async def test_slow_and_aborted_clients_do_not_hold_up_others(
         await writer.drain()
         stalled.append(writer)
     stalled[0].transport.abort()
-    review = orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-         "request": {"uid": "meanwhile", "object": sample("edge_19.12.3.yaml")}}
-    )  # fmt: skip
+    review = sample_review("meanwhile")
     status, payload, elapsed = await post(
         session, webhooks.base + VALIDATE_PATH, review, "application/json"
     )
@@ -385,10 +386,7 @@ def fingerprint(pem: bytes) -> str:
 async def call_once(port: int, context: ssl.SSLContext) -> tuple[int, str]:
     """One request on a new connection (so a new handshake); the fingerprint of the
     certificate the server presented, read from the connection's SSL object."""
-    body = orjson.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-         "request": {"uid": "rot", "object": sample("edge_19.12.3.yaml")}}
-    )  # fmt: skip
+    body = sample_review("rot")
     async with asyncio.timeout(API_SERVER_TIMEOUT):
         reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
         try:
@@ -441,11 +439,8 @@ async def test_certificate_rotation_under_load(tmp_path: Path) -> None:
                 while not stop.is_set():
                     try:
                         status, payload, elapsed = await post(
-                            client, url, orjson.dumps(
-                                {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                 "request": {"uid": "ka", "object": sample("edge_19.12.3.yaml")}}
-                            ), "application/json",
-                        )  # fmt: skip
+                            client, url, sample_review("ka"), "application/json"
+                        )
                         check_answer(status, payload, elapsed, "ka")
                     except Exception as exc:
                         failures.append(exc)
