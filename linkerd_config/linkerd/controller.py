@@ -119,8 +119,9 @@ class LinkerdConfigController:
         )
         self._written_at: dict[str, float] = {}
         # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
-        self._restarted: dict[str, int] = {}
-        # Invariant: hash -> workloads this process restarted for that configuration.
+        self._restarted: dict[tuple[str, str], int] = {}
+        # Invariant: (LinkerdConfig, hash) -> workloads restarted for that configuration, by
+        # this process plus what the previous leader had reported in status when we took over.
         self._wire_handlers()
 
     @property
@@ -280,7 +281,7 @@ class LinkerdConfigController:
         if not plan.workloads:
             return _RolloutOutcome(
                 0,
-                self._restarted.get(desired.config_hash, 0),
+                self._count_restarted(config, desired.config_hash, 0),
                 "UpToDate",
                 f"every opted-in pod runs proxy {desired.proxy_version}",
             )
@@ -309,7 +310,7 @@ class LinkerdConfigController:
                 self.recorder.record(
                     config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
                 )
-        total = self._count_restarted(desired.config_hash, restarted)
+        total = self._count_restarted(config, desired.config_hash, restarted)
         message = (
             f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
             f"{desired.proxy_version}; restarted {total} for this configuration. {why}"
@@ -322,9 +323,12 @@ class LinkerdConfigController:
             requeue_after=self.options.restart_interval,
         )
 
-    def _count_restarted(self, config_hash: str, now: int) -> int:
-        self._restarted[config_hash] = self._restarted.get(config_hash, 0) + now
-        return self._restarted[config_hash]
+    def _count_restarted(self, config: Json, config_hash: str, now: int) -> int:
+        key = (config["metadata"]["name"], config_hash)
+        if key not in self._restarted:
+            self._restarted[key] = restarts_reported(config.get("status") or {}, config_hash)
+        self._restarted[key] += now
+        return self._restarted[key]
 
     async def _restart(self, workload: rollout.Workload, config_hash: str) -> bool:
         """Restart once per configuration; False when it already was (or is gone)."""
@@ -499,6 +503,18 @@ class LinkerdConfigController:
             body={"status": status},
             content_type=MERGE_PATCH,
         )
+
+
+def restarts_reported(status: Json, config_hash: str) -> int:
+    """The restart count a LinkerdConfig's status already reports for ``config_hash``.
+
+    A new leader continues from it, so the count survives a leader change; a count for an
+    older configuration does not carry over to a new one.
+    """
+    if status.get("configHash") != config_hash:
+        return 0
+    count = status.get("restartedWorkloads")
+    return count if isinstance(count, int) and count >= 0 else 0
 
 
 @dataclass(frozen=True)

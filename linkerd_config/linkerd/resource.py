@@ -227,7 +227,7 @@ def status_schema() -> dict[str, Any]:
             "outdatedWorkloads": {**count, "description": "Workloads still on another proxy."},
             "restartedWorkloads": {
                 **count,
-                "description": "Workloads the current leader restarted for this config hash.",
+                "description": "Workloads restarted for this config hash, by any leader.",
             },
         },
     )

@@ -749,6 +749,23 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
     } <= done, done
     assert not [e for e in entries if e["responseStatus"]["code"] == 403]
 
+    # A successor leader reconciles everything once, restarts nothing, and keeps the count.
+    settled = uids(await all_pods(admin, scenario.EMOJIVOTO))
+    async with controller(world, "rbac-successor") as run:
+
+        async def reconciled_once() -> bool:
+            value = run.app.metrics.registry.get_sample_value(
+                "controller_runtime_reconcile_total",
+                {"controller": "linkerdconfig", "result": "success"},
+            )
+            return value is not None and value > 0
+
+        await eventually(reconciled_once, timeout=30, what="the successor reconciled")
+        status = (await admin.request("GET", LINKERD_CONFIGS.path(name=CONFIG)))["status"]
+        assert status["restartedWorkloads"] == 6, status
+        assert status["outdatedWorkloads"] == 0, status
+    assert uids(await all_pods(admin, scenario.EMOJIVOTO)) == settled
+
 
 # -- 2. without each verb of each rule -------------------------------------------------------
 
