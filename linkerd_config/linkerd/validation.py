@@ -25,7 +25,13 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.formats import FormatError, VersionError, format_for, parse_version
+from linkerd_config.linkerd.formats import (
+    FieldError,
+    FormatError,
+    VersionError,
+    format_for,
+    parse_version,
+)
 from linkerd_config.linkerd.formats.legacy import parse_go_duration
 from linkerd_config.linkerd.reconcile import owner_among, target_of
 
@@ -100,17 +106,6 @@ _PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 _MAX_CERTIFICATES: Final = 100
 _SUPPORTED_CURVES: Final = (ec.SECP256R1, ec.SECP384R1)
 _MIN_RSA_BITS: Final = 2048
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    """One problem: the field's path (``spec.proxy.ignoreInboundPorts[1]``) and what is wrong."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 def render_errors(errors: Iterable[FieldError], limit: int = _MAX_REPORTED) -> str:

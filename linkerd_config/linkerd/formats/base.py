@@ -10,14 +10,25 @@ side, picked by target version, without reconcile knowing which one it holds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
 
 __all__ = ["ConfigFormat", "FieldError", "FormatError"]
 
-# (field path, message), e.g. ("spec.proxy.ignoreInboundPorts[1]", "not a port or range").
-FieldError = tuple[str, str]
+
+class FieldError(NamedTuple):
+    """One problem: the field's path (``spec.proxy.ignoreInboundPorts[1]``) and what is wrong.
+
+    Shared by formats and admission validation, so either's errors read the same in a status
+    condition or an admission answer.
+    """
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
 
 
 class FormatError(ValueError):
@@ -30,11 +41,11 @@ class FormatError(ValueError):
 
     errors: list[FieldError]
 
-    def __init__(self, errors: Iterable[FieldError]) -> None:
-        self.errors = list(errors)
+    def __init__(self, errors: Iterable[tuple[str, str]]) -> None:
+        self.errors = [FieldError(*error) for error in errors]
         if not self.errors:
             raise ValueError("FormatError needs at least one (field path, message) pair")
-        super().__init__("; ".join(f"{path}: {message}" for path, message in self.errors))
+        super().__init__("; ".join(str(error) for error in self.errors))
 
 
 class ConfigFormat(Protocol):

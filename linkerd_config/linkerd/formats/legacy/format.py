@@ -280,7 +280,7 @@ class _Reader:
         self.errors: list[FieldError] = []
 
     def fail(self, path: str, message: str) -> None:
-        self.errors.append((path, message))
+        self.errors.append(FieldError(path, message))
 
     def section(self, parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
         value = parent.get(key)
