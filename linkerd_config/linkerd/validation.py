@@ -24,7 +24,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from linkerd_config.linkerd.defaults import defaulted
+from linkerd_config.linkerd.defaults import LEGACY_DEFAULTS, defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
     FormatError,
@@ -376,7 +376,7 @@ class _Checker:
             field = f"spec.proxy.{key}"
             value = proxy.get(key)
             if value is None:
-                value = defaulted({})["proxy"][key]
+                value = LEGACY_DEFAULTS["proxy"][key]
             elif isinstance(value, bool) or not isinstance(value, int):
                 self.fail(field, "must be an integer port 1-65535")
                 continue
