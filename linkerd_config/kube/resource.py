@@ -56,6 +56,20 @@ CRDS = ApiResource(
     "CustomResourceDefinition",
     namespaced=False,
 )
+MUTATING_WEBHOOK_CONFIGURATIONS = ApiResource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "mutatingwebhookconfigurations",
+    "MutatingWebhookConfiguration",
+    namespaced=False,
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS = ApiResource(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    namespaced=False,
+)
 
 
 def object_key(obj: dict[str, Any]) -> str:

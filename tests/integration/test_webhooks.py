@@ -25,18 +25,22 @@ from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.informer import Informer
-from linkerd_config.kube.resource import CRDS
+from linkerd_config.kube.resource import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.webhooks import register, webhook_configurations
+from tests.support import scenario
 from tests.support.samples import INVALID, SAMPLES, load, sample, why_invalid
 from tests.support.waiting import eventually
 
 Json = dict[str, Any]
 RUN_LABEL = "test.linkerd-config.io/run"
 RUN = uuid.uuid4().hex[:8]
-MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
-VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+MUTATING = MUTATING_WEBHOOK_CONFIGURATIONS.path()
+VALIDATING = VALIDATING_WEBHOOK_CONFIGURATIONS.path()
 DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 FULL = "edge_19.12.3.yaml"
 MINIMAL = "edge_19.12.3_use_webhook_defaults.yaml"
@@ -51,20 +55,6 @@ def labelled(obj: Json, name: str) -> Json:
     result = copy.deepcopy(obj)
     result["metadata"] = {"name": name, "labels": {RUN_LABEL: RUN}}
     return result
-
-
-async def install_crd(kube: KubeClient) -> None:
-    try:
-        await kube.request("POST", CRDS.path(), body=crd())
-    except ApiError as exc:
-        if not exc.conflict:
-            raise
-
-    async def serving() -> bool:
-        await kube.request("GET", LINKERD_CONFIGS.path())
-        return True
-
-    await eventually(serving, timeout=30, what="LinkerdConfig CRD served")
 
 
 class Webhooks:
@@ -114,7 +104,7 @@ async def _deny_expired(kube: KubeClient) -> bool:
 async def webhooks(
     kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Webhooks]:
-    await install_crd(kube)
+    await scenario.install_crd(kube)
     cert_dir: Path = tmp_path_factory.mktemp("webhook-certs")
     ca_pem = write_serving_pair(cert_dir, ["localhost"], ["127.0.0.1"])
     informer = Informer(

@@ -22,6 +22,10 @@ from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlP
 from linkerd_config.kube.admission import ReloadingCertificate
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.resource import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
 from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
@@ -198,8 +202,8 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
 
 
 def _collection(config: dict[str, object]) -> str:
-    kind = str(config["kind"]).lower() + "s"
-    return f"/apis/admissionregistration.k8s.io/v1/{kind}"
+    resources = (MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
+    return next(r for r in resources if r.kind == config["kind"]).path()
 
 
 def main() -> int:

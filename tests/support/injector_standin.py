@@ -25,7 +25,7 @@ from linkerd_config.kube.admission import (
     ReloadingCertificate,
 )
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.kube.resource import CONFIGMAPS, NAMESPACES
+from linkerd_config.kube.resource import CONFIGMAPS, MUTATING_WEBHOOK_CONFIGURATIONS, NAMESPACES
 
 INJECT_ANNOTATION = "linkerd.io/inject"
 VERSION_ANNOTATION = "linkerd.io/proxy-version"
@@ -145,7 +145,7 @@ async def running_injector(
     server = AdmissionServer("127.0.0.1", 0, certificate)
     server.add(PATH, injector.admit)
     task = asyncio.create_task(server.run(), name="standin-injector")
-    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    path = MUTATING_WEBHOOK_CONFIGURATIONS.path()
     try:
         await asyncio.wait_for(server.started.wait(), 10)
         config = webhook_configuration(f"https://127.0.0.1:{server.bound_port}{PATH}", ca_pem)
