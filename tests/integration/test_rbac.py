@@ -535,6 +535,16 @@ def rival(name: str) -> Obj:
     return obj
 
 
+@contextlib.asynccontextmanager
+async def rival_created(world: World, name: str) -> AsyncIterator[None]:
+    """A second LinkerdConfig for the same ConfigMap (so it gets Conflict), deleted after."""
+    await world.admin.request("POST", LINKERD_CONFIGS.path(), body=rival(name))
+    try:
+        yield
+    finally:
+        await world.admin.request("DELETE", LINKERD_CONFIGS.path(name=name))
+
+
 # -- fixtures --------------------------------------------------------------------------------
 
 
@@ -869,18 +879,14 @@ async def cannot_renew(world: World, perm: Permission) -> None:
 @case("patch linkerdconfigs/status")
 async def status_not_reported(world: World, perm: Permission) -> None:
     name = "rbac-rival-status"
-    async with controller(world, identity(perm)) as run:
-        await world.admin.request("POST", LINKERD_CONFIGS.path(), body=rival(name))
-        try:
-            await run.refused(perm, LINKERD_CONFIGS.path(name=name, subresource="status"))
+    async with controller(world, identity(perm)) as run, rival_created(world, name):
+        await run.refused(perm, LINKERD_CONFIGS.path(name=name, subresource="status"))
 
-            async def no_status() -> bool:
-                obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
-                return not (obj.get("status") or {}).get("conditions")
+        async def no_status() -> bool:
+            obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
+            return not (obj.get("status") or {}).get("conditions")
 
-            await holds(no_status, "the rival LinkerdConfig never gets its Conflict status")
-        finally:
-            await world.admin.request("DELETE", LINKERD_CONFIGS.path(name=name))
+        await holds(no_status, "the rival LinkerdConfig never gets its Conflict status")
 
 
 async def events_about(kube: KubeClient, name: str) -> list[Obj]:
@@ -891,25 +897,21 @@ async def events_about(kube: KubeClient, name: str) -> list[Obj]:
 @case("create events")
 async def event_not_recorded(world: World, perm: Permission) -> None:
     name = "rbac-rival-events"
-    async with controller(world, identity(perm)) as run:
-        await world.admin.request("POST", LINKERD_CONFIGS.path(), body=rival(name))
-        try:
-            await run.refused(perm, EVENTS.path("default"))
+    async with controller(world, identity(perm)) as run, rival_created(world, name):
+        await run.refused(perm, EVENTS.path("default"))
 
-            async def conflicted() -> bool:
-                obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
-                conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
-                return bool(conditions.get("Conflict", {}).get("status") == "True")
+        async def conflicted() -> bool:
+            obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))
+            conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+            return bool(conditions.get("Conflict", {}).get("status") == "True")
 
-            # The reconcile itself went through; only its Event is missing.
-            await eventually(conflicted, timeout=10, what="rival reported Conflict")
+        # The reconcile itself went through; only its Event is missing.
+        await eventually(conflicted, timeout=10, what="rival reported Conflict")
 
-            async def no_event() -> bool:
-                return not await events_about(world.admin, name)
+        async def no_event() -> bool:
+            return not await events_about(world.admin, name)
 
-            await holds(no_event, "no Conflict Event about the rival")
-        finally:
-            await world.admin.request("DELETE", LINKERD_CONFIGS.path(name=name))
+        await holds(no_event, "no Conflict Event about the rival")
 
 
 @case("patch events")
