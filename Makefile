@@ -7,6 +7,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
+# Linkerd's source releases (for its real proxy injector and CLI): the copies beside the
+# repository when present, else each release tag is cloned from Linkerd's repository.
+LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
+export LINKERD2_SOURCE
+
 .PHONY: help venv binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
         controller kind-cluster cert-manager emojivoto
@@ -22,8 +27,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv with the package and its dev tools
 
-binaries: $(STAMP) ## find or build etcd, kube-apiserver, KCM, scheduler, kubectl, kwok (cached)
-	$(PY) -c 'from linkerd_config.devcluster.binaries import ensure_binaries as e; [print(f"{k}: {v}") for k, v in e().items()]'
+binaries: $(STAMP) ## find or build the control plane and Linkerd's injector + CLI (cached)
+	$(PY) -m linkerd_config.devcluster.ensure
 
 test: binaries ## all tests: unit, and integration against the local control plane
 	$(PY) -m pytest -ra $(PYTEST_ARGS)

@@ -134,7 +134,7 @@ def ensure_binaries(
     found = {name: path for name in names if (path := _find(name)) is not None}
     missing = [n for n in names if n not in found]
     if missing:
-        with _build_lock():
+        with build_lock():
             # Another process may have built them while we waited for the lock.
             missing = [n for n in missing if _find(n) is None]
             if missing:
@@ -158,10 +158,11 @@ def _find(name: str) -> Path | None:
 
 
 @contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
+def build_lock(name: str = "build") -> Iterator[None]:
+    """Serialises builds of one artifact across processes (parallel test runs, CI + a shell)."""
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with (root / ".build.lock").open("w") as lock:
+    with (root / f".{name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -169,14 +170,22 @@ def _build_lock() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _build(missing: list[str], progress: Progress) -> None:
+def go_toolchain(what: str, alternative: str) -> str:
+    """The ``go`` command, or an error saying what could not be built and what to do instead."""
     go = shutil.which("go")
     if go is None:
         raise BinaryUnavailableError(
-            f"cannot build {', '.join(missing)}: no Go toolchain on PATH. Install Go 1.24 or "
-            "newer, or set KUBEBUILDER_ASSETS to a folder holding "
-            f"{', '.join(ALL_BINARIES)}."
+            f"cannot build {what}: no Go toolchain on PATH. Install Go 1.24 or newer, "
+            f"or {alternative}."
         )
+    return go
+
+
+def _build(missing: list[str], progress: Progress) -> None:
+    go = go_toolchain(
+        ", ".join(missing),
+        f"set KUBEBUILDER_ASSETS to a folder holding {', '.join(ALL_BINARIES)}",
+    )
     out_dir = versioned_bin_dir()
     out_dir.mkdir(parents=True, exist_ok=True)
     for module in _modules():
@@ -187,23 +196,28 @@ def _build(missing: list[str], progress: Progress) -> None:
         src.mkdir(parents=True, exist_ok=True)
         (src / "go.mod").write_text(module.go_mod)
         for binary, package in wanted.items():
-            _go_build(go, src, binary, package, module.ldflags, out_dir, progress)
+            go_build(go, src, binary, package, module.ldflags, out_dir / binary, progress)
 
 
-def _go_build(
+def go_build(
     go: str,
     src: Path,
     binary: str,
     package: str,
     ldflags: str,
-    out_dir: Path,
+    out: Path,
     progress: Progress,
+    tags: str = "",
 ) -> None:
+    """``go build`` one main package into ``out`` (atomically), printing progress meanwhile."""
     env = dict(os.environ)
     env.update({"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
-    tmp = out_dir / f".{binary}.tmp"
-    cmd = [go, "build", "-v", "-trimpath", "-ldflags", f"-s -w {ldflags}", "-o", str(tmp), package]
-    progress(f"building {binary} from {package} (first run only; cached in {out_dir})")
+    tmp = out.parent / f".{out.name}.tmp"
+    cmd = [go, "build", "-v", "-trimpath", "-buildvcs=false"]
+    if tags:
+        cmd += ["-tags", tags]
+    cmd += ["-ldflags", f"-s -w {ldflags}", "-o", str(tmp), package]
+    progress(f"building {binary} from {package} (first run only; cached in {out.parent})")
     started = time.monotonic()
     proc = subprocess.Popen(
         cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -235,5 +249,5 @@ def _go_build(
             f"go build of {binary} ({package}) failed with exit code {code}; last output:\n"
             + "\n".join(tail)
         )
-    tmp.replace(out_dir / binary)
+    tmp.replace(out)
     progress(f"built {binary} in {time.monotonic() - started:.0f}s")

@@ -50,6 +50,8 @@ _CONTROLLERS = ",".join(
         "namespace-controller",
         "disruption-controller",
         "pod-garbage-collector-controller",
+        "serviceaccount-controller",
+        "root-ca-certificate-publisher-controller",
     ]
 )
 
@@ -153,8 +155,25 @@ class LocalControlPlane:
         self._procs.pop("kube-apiserver").stop()
         self._start_apiserver()
 
-    def stop_component(self, name: str) -> None:
-        self._procs.pop(name).stop()
+    def stop_component(self, name: str, missing_ok: bool = False) -> None:
+        proc = self._procs.pop(name, None)
+        if proc is not None:
+            proc.stop()
+        elif not missing_ok:
+            raise KeyError(f"no component {name!r} is running")
+
+    @property
+    def certificate_authority(self) -> TinyCA:
+        """The CA the API server trusts for clients and webhooks: it signs serving certs too."""
+        return self._ca
+
+    def launch_component(self, name: str, argv: list[str]) -> None:
+        """Run one more process as part of this control plane (logged, stopped with it)."""
+        self._launch(name, argv)
+
+    def wait_for(self, what: str, ready: Any) -> None:
+        """Poll ``ready`` until true; fails fast, with its log, if any component exits."""
+        self._wait(what, ready)
 
     # -- identities --------------------------------------------------------------------------
 
@@ -219,7 +238,7 @@ class LocalControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--service-cluster-ip-range=10.0.0.0/24",
                 "--allow-privileged=true",
-                "--disable-admission-plugins=ServiceAccount",
+                *self._admission_flags(),
                 f"--service-account-issuer={self.server}",
                 f"--service-account-key-file={w / 'sa.pub'}",
                 f"--service-account-signing-key-file={w / 'sa.key'}",
@@ -229,6 +248,15 @@ class LocalControlPlane:
             ],
         )
         self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+
+    def _admission_flags(self) -> list[str]:
+        # With a controller manager, behave like a real cluster: the ServiceAccount plugin
+        # gives every pod its ServiceAccount and token volume (Linkerd's injected proxy mounts
+        # it), and KCM creates each namespace's "default" ServiceAccount and root CA ConfigMap.
+        # Without one, no ServiceAccount would ever exist, so the plugin would refuse every pod.
+        if self.options.workloads:
+            return []
+        return ["--disable-admission-plugins=ServiceAccount"]
 
     def _start_workload_components(self) -> None:
         for component, user in (
@@ -244,6 +272,7 @@ class LocalControlPlane:
                 str(self._bins["kube-controller-manager"]),
                 f"--kubeconfig={kc}",
                 f"--controllers={_CONTROLLERS}",
+                f"--root-ca-file={self.workdir / 'ca.crt'}",
                 "--leader-elect=false",
                 "--secure-port=0",
                 "--concurrent-deployment-syncs=10",

@@ -5,6 +5,8 @@ Changing a version here changes the cache key, so the next run builds afresh.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 KUBERNETES = "1.34.4"
 """kube-apiserver, kube-controller-manager, kube-scheduler and kubectl."""
 
@@ -51,3 +53,52 @@ KUBERNETES_STAGING_MODULES: tuple[str, ...] = (
     "sample-controller",
 )
 """Kubernetes' go.mod points these at ./staging; each is published as v0.X.Y."""
+
+
+LINKERD_INJECTOR_PATCH = ("k8s.Pod, k8s.CJ}", "k8s.Pod}")
+"""edge-19.12.3's proxy-injector watches CronJobs as ``batch/v1beta1``, which Kubernetes 1.25
+removed, and serves only once every informer has synced: it never starts on 1.34. At build
+time this one replacement drops that informer from ``controller/cmd/proxy-injector/main.go``;
+``injector.Inject`` and ``webhook.Launch`` are Linkerd's, untouched."""
+
+
+@dataclass(frozen=True)
+class LinkerdRelease:
+    """One Linkerd source release we build the real proxy injector (and CLI) from."""
+
+    tag: str
+    commit: str
+    sha256: str
+    """Of the ``git archive`` export ``linkerd2-<tag>.tar.gz`` (unpacks to ``linkerd2-<tag>/``)."""
+    modern_config: bool
+    """Reads Helm ``values`` and ``linkerd-identity-trust-roots`` (else ``global``/``proxy``)."""
+    needs_cronjob_patch: bool = False
+    builds_cli: bool = False
+
+    @property
+    def archive_name(self) -> str:
+        return f"linkerd2-{self.tag}.tar.gz"
+
+
+LINKERD_EDGE_19_12_3 = LinkerdRelease(
+    "edge-19.12.3",
+    "023fbcbf59230a8ad5c20d3df7e79eebfb54b2c5",
+    "a4d17f3c11fb414659eecdf3b75737fb9dbcae371c6caa3afa2e9a31af93f92c",
+    modern_config=False,
+    needs_cronjob_patch=True,
+)
+"""The original README's target: its proxy reads ``global``/``proxy`` from linkerd-config."""
+
+LINKERD_EDGE_26_8_3 = LinkerdRelease(
+    "edge-26.8.3",
+    "19a0d90d5a4a65e0b976f079ba8a5f1dab12c005",
+    "3f3e9f851e37b4a2d73aa66ecbb172e0e8c85dab35e97872edab162aea252383",
+    modern_config=True,
+    builds_cli=True,
+)
+"""The newest release: Helm ``values`` plus the trust-roots ConfigMap, native sidecars."""
+
+LINKERD_RELEASES = {r.tag: r for r in (LINKERD_EDGE_19_12_3, LINKERD_EDGE_26_8_3)}
+
+LINKERD_REPOSITORY = "https://github.com/linkerd/linkerd2"
+"""Cloned at a release tag when no local source is given (what a user with internet gets)."""

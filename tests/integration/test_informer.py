@@ -33,10 +33,28 @@ Json = dict[str, Any]
 # -- helpers -------------------------------------------------------------------------------
 
 
-async def make_namespace(kube: KubeClient, prefix: str) -> str:
+ROOT_CA = "kube-root-ca.crt"
+"""The ConfigMap KCM publishes in every namespace, as in any cluster: not the tests'."""
+
+
+async def make_namespace(kube: KubeClient, prefix: str, with_kcm: bool = True) -> str:
+    """A fresh namespace, returned once KCM (if it runs) has published its root CA ConfigMap,
+    so that ConfigMap is part of every informer's first LIST, never an event during a test."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
     await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
+    if not with_kcm:
+        return name
+
+    async def published() -> bool:
+        await kube.request("GET", CONFIGMAPS.path(name, ROOT_CA))
+        return True
+
+    await eventually(published, timeout=30, what=f"{ROOT_CA} in {name}")
     return name
+
+
+def ours(key: str) -> bool:
+    return not key.endswith(f"/{ROOT_CA}")
 
 
 def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> Json:
@@ -58,7 +76,7 @@ def rv_of(obj: Json) -> str:
 
 @dataclass
 class Tracker:
-    """What a consumer believes, rebuilt only from handler calls."""
+    """What a consumer believes of the test's own objects, rebuilt only from handler calls."""
 
     view: dict[str, Json] = field(default_factory=dict)
     seen_uids: set[str] = field(default_factory=set)
@@ -71,16 +89,22 @@ class Tracker:
         return self
 
     def on_add(self, obj: Json) -> None:
+        if not ours(object_key(obj)):
+            return
         self.calls += 1
         self.view[object_key(obj)] = obj
         self.seen_uids.add(uid_of(obj))
 
     def on_update(self, old: Json, new: Json) -> None:
+        if not ours(object_key(new)):
+            return
         self.calls += 1
         self.view[object_key(new)] = new
         self.seen_uids.add(uid_of(new))
 
     def on_delete(self, obj: Json) -> None:
+        if not ours(object_key(obj)):
+            return
         self.calls += 1
         self.view.pop(object_key(obj), None)
         self.deleted_uids.add(uid_of(obj))
@@ -109,12 +133,13 @@ async def server_state(client: KubeClient, ns: str | None, **params: str) -> dic
     listing = await client.request("GET", path, params=params or None, timeout=30)
     out = {}
     for item in listing["items"]:
-        out[object_key(item)] = item
+        if ours(object_key(item)):
+            out[object_key(item)] = item
     return out
 
 
 def cache_versions(inf: Informer) -> dict[str, str]:
-    return {k: rv_of(v) for k, v in inf.store.items()}
+    return {k: rv_of(v) for k, v in inf.store.items() if ours(k)}
 
 
 async def converged(
@@ -225,10 +250,10 @@ async def test_storm_of_changes_converges(kube: KubeClient) -> None:
         assert_no_ghosts(tracker, server)
         assert inf.has_synced
     # The lean and metadata-only caches hold only what they should.
-    lean = next(iter(informers[1].store.list()))
+    lean = next(o for k, o in informers[1].store.items() if ours(k))
     assert set(lean) == {"metadata"}
     assert "managedFields" not in lean["metadata"] and lean["metadata"]["labels"] == label
-    meta = next(iter(informers[2].store.list()))
+    meta = next(o for k, o in informers[2].store.items() if ours(k))
     assert meta["kind"] == "PartialObjectMetadata" and "data" not in meta
 
 
@@ -254,7 +279,7 @@ async def test_resume_after_compaction_relists(private_control_plane: LocalContr
     client = await private_client(cp)
     assert client.metrics is not None
     try:
-        ns = await make_namespace(client, "gone")
+        ns = await make_namespace(client, "gone", with_kcm=False)
         path = CONFIGMAPS.path(ns)
         for i in range(20):
             await client.request("POST", path, body=configmap(f"keep-{i:02d}", v="0"))
@@ -306,7 +331,7 @@ async def test_informer_survives_apiserver_restart(
     cp = private_control_plane
     client = await private_client(cp)
     try:
-        ns = await make_namespace(client, "restart")
+        ns = await make_namespace(client, "restart", with_kcm=False)
         path = CONFIGMAPS.path(ns)
         for i in range(30):
             await client.request("POST", path, body=configmap(f"cm-{i:02d}", v="0"))
@@ -399,13 +424,15 @@ async def test_selectors_and_metadata_only(kube: KubeClient) -> None:
     label_t, name_t, meta_t = (Tracker().attach(i) for i in (by_label, by_name, meta))
 
     def names(inf: Informer) -> set[str]:
-        return {k.split("/")[1] for k in inf.store}
+        return {k.split("/")[1] for k in inf.store if ours(k)}
 
     async with running(by_label, by_name, meta):
         assert names(by_label) == {"a", "c"}
         assert names(by_name) == {"b"}
         assert names(meta) == {"a", "b", "c"}
-        for obj in meta.store.list():  # from the LIST
+        for key, obj in meta.store.items():  # from the LIST
+            if not ours(key):
+                continue
             assert obj["kind"] == "PartialObjectMetadata"
             assert obj["apiVersion"] == "meta.k8s.io/v1"
             assert "data" not in obj and "spec" not in obj
@@ -427,7 +454,7 @@ async def test_selectors_and_metadata_only(kube: KubeClient) -> None:
         await converged(kube, ns, [(meta, meta_t)])
     assert [object_key(o) for o in label_t.deleted] == [f"{ns}/a"]
     assert names(by_name) == {"b"} and not name_t.deleted
-    for obj in meta.store.list():  # b and a came through the WATCH this time
+    for obj in meta.store.list():  # b and a came through the WATCH this time (the root CA too)
         assert obj["kind"] == "PartialObjectMetadata"
         assert "data" not in obj
     assert meta.store.get(f"{ns}/b")["metadata"]["labels"] == {"tier": "front"}  # type: ignore[index]
@@ -459,4 +486,4 @@ async def test_bookmarks_advance_resume_point_without_object_changes(kube: KubeC
         # The API server sends a bookmark about once a minute per watch.
         await eventually(bookmarked, timeout=180, interval=2, what="a bookmark")
     assert tracker.calls == calls_after_sync  # the resume point moved; no handler ran
-    assert inf.store.keys() == [f"{quiet}/only"]
+    assert [k for k in inf.store if ours(k)] == [f"{quiet}/only"]

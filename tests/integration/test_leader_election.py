@@ -33,6 +33,7 @@ from linkerd_config.kube.leader import (
 )
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, LEASES, NAMESPACES
+from tests.support.audit import audit_entries
 
 REPO = Path(__file__).resolve().parents[2]
 RUNNER = REPO / "tests" / "support" / "elector_process.py"
@@ -223,14 +224,6 @@ async def running(*electors: LeaderElector) -> AsyncIterator[None]:
         for t in tasks:
             t.cancel()
         await asyncio.wait(tasks, timeout=15)
-
-
-def audit_entries(cp: LocalControlPlane) -> list[dict[str, Any]]:
-    entries = []
-    for line in cp.audit_log.read_text().splitlines():
-        with contextlib.suppress(ValueError):
-            entries.append(json.loads(line))
-    return entries
 
 
 # -- (a) two electors in one process -----------------------------------------------------------

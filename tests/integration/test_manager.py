@@ -29,6 +29,9 @@ from tests.support.waiting import eventually
 
 SEEN = "example.com/seen"
 
+MIRRORED = {"labelSelector": "app=mirror"}
+"""Only the test's ConfigMaps (KCM publishes kube-root-ca.crt in every namespace too)."""
+
 
 class MarkSeen:
     """A toy reconciler: annotate every ConfigMap the informer knows."""
@@ -99,7 +102,7 @@ async def test_manager_reconciles_under_leadership_and_serves_metrics(
     )
     client.write_gate = LeaderGate(elector)
     informer = Informer(
-        client, CONFIGMAPS, namespace=ns, label_selector="app=mirror", metrics=metrics
+        client, CONFIGMAPS, namespace=ns, label_selector=MIRRORED["labelSelector"], metrics=metrics
     )
     controller = Controller(
         "mark-seen",
@@ -129,7 +132,7 @@ async def test_manager_reconciles_under_leadership_and_serves_metrics(
     try:
 
         async def all_seen() -> bool:
-            items = (await kube.request("GET", CONFIGMAPS.path(ns)))["items"]
+            items = (await kube.request("GET", CONFIGMAPS.path(ns), params=MIRRORED))["items"]
             return all(SEEN in (i["metadata"].get("annotations") or {}) for i in items)
 
         await eventually(all_seen, timeout=60, what="every ConfigMap reconciled")

@@ -18,8 +18,9 @@ import yaml
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.kube.resource import CRDS, NAMESPACES
+from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
 from linkerd_config.settings import Settings, parse
+from tests.support import scenario
 from tests.support.samples import SAMPLES
 from tests.support.waiting import eventually
 
@@ -474,6 +475,10 @@ async def test_pod_meets_the_restricted_pod_security_standard(
             fenced=False,
         )
     try:
+        # The pod runs as the manifests' ServiceAccount, which admission requires to exist.
+        await scenario.create(
+            kube, SERVICE_ACCOUNTS.path(namespace), {"metadata": {"name": "linkerd-config"}}
+        )
         template = one(objects(rendered["manager"]), "Deployment", "linkerd-config")["spec"][
             "template"
         ]

@@ -12,7 +12,7 @@ renders, on a control plane of this module's own (KCM, scheduler and kwok includ
    status or Event not written, a ConfigMap not reverted or recreated, a workload not
    restarted). A completeness test makes sure every verb of every rule has such a case.
 
-The stand-in proxy injector and all setup use the admin client.
+Linkerd's real proxy injector and all setup use the admin client.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import asyncio
 import base64
 import contextlib
 import copy
-import json
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -34,8 +33,6 @@ import yaml
 
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.admission import ReloadingCertificate
-from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import (
     APPLY_PATCH,
     MERGE_PATCH,
@@ -63,7 +60,7 @@ from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.resource import HASH_ANNOTATION, LINKERD_CONFIGS
 from tests.support import scenario
-from tests.support.injector_standin import running_injector
+from tests.support.audit import audit_entries, audited_resource
 from tests.support.samples import install_configmap, sample
 from tests.support.waiting import eventually
 
@@ -175,6 +172,7 @@ async def create_namespace(kube: KubeClient, name: str, hidden: bool) -> None:
             }
         },
     )
+    await scenario.wait_admits_pods(kube, name, injected=not hidden)
 
 
 async def set_hidden(kube: KubeClient, namespace: str, hidden: bool) -> None:
@@ -562,13 +560,10 @@ async def world(
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, metrics=Metrics(), user_agent="rbac-tests") as admin:
         rbac = await render(cp, REPO / "manifests" / "rbac")
-        certs = tmp_path_factory.mktemp("injector-certs")
-        ca_pem = write_serving_pair(certs, ["localhost"], ["127.0.0.1"])
-        certificate = ReloadingCertificate(certs / "tls.crt", certs / "tls.key")
         await scenario.install_crd(admin)
         await scenario.install_linkerd_edge_19_12_1(admin)
         await apply(admin, rbac)
-        async with running_injector(admin, certificate, ca_pem):
+        async with scenario.linkerd_injector(cp):
             await scenario.install_workloads(admin)
             await create_namespace(admin, KINDS_NS, hidden=False)
             for kind in ("StatefulSet", "DaemonSet", "Pod"):
@@ -630,17 +625,6 @@ async def world(
 
 
 # -- 1. everything it needs ------------------------------------------------------------------
-
-
-def audit_log(cp: LocalControlPlane) -> list[Obj]:
-    lines = cp.audit_log.read_text().splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
-
-
-def audited_resource(entry: Obj) -> str:
-    ref = entry.get("objectRef") or {}
-    sub = ref.get("subresource")
-    return f"{ref.get('resource')}/{sub}" if sub else str(ref.get("resource"))
 
 
 async def test_readme_scenario_as_the_service_account(world: World) -> None:
@@ -743,7 +727,7 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
         assert refused_requests(run.app) == 0
 
     # Who wrote: the audit log has every write, with the user who made it.
-    entries = [e for e in audit_log(world.cp) if e["user"]["username"] == SA_USER]
+    entries = [e for e in audit_entries(world.cp) if e["user"]["username"] == SA_USER]
     done = {(e["verb"], audited_resource(e)) for e in entries if e["responseStatus"]["code"] < 300}
     assert {
         ("create", "leases"),

@@ -9,7 +9,6 @@ import asyncio
 import copy
 import time
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,8 +16,6 @@ import pytest
 
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.admission import ReloadingCertificate
-from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS
 from linkerd_config.linkerd import rollout
@@ -27,7 +24,6 @@ from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
 from linkerd_config.linkerd.resource import LINKERD_CONFIGS
 from tests.support import scenario
-from tests.support.injector_standin import running_injector
 from tests.support.samples import install_configmap, sample
 from tests.support.waiting import eventually
 
@@ -39,12 +35,9 @@ async def controller_app(
     kube: KubeClient, control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[App]:
     """Starting point of the original README, plus our controller running (webhooks off)."""
-    certs = tmp_path_factory.mktemp("injector-certs")
-    ca_pem = write_serving_pair(Path(certs), ["localhost"], ["127.0.0.1"])
-    certificate = ReloadingCertificate(Path(certs) / "tls.crt", Path(certs) / "tls.key")
     await scenario.install_crd(kube)
     await scenario.install_linkerd_edge_19_12_1(kube)
-    async with running_injector(kube, certificate, ca_pem):
+    async with scenario.linkerd_injector(control_plane):
         await scenario.install_workloads(kube)
         await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         await scenario.wait_settled(kube, scenario.DISABLED_NS, expected=2)
@@ -73,6 +66,11 @@ async def cr_ready(kube: KubeClient, name: str) -> dict[str, Any] | None:
 async def test_original_readme_scenario(kube: KubeClient, controller_app: App) -> None:
     before = await scenario.running_pods(kube, scenario.EMOJIVOTO)
     assert set(scenario.proxy_versions(before).values()) == {"edge-19.12.1"}
+    # Injected by Linkerd's real injector from edge-19.12.1's config, owners' pods unchanged.
+    assert {scenario.readme_check(p) for p in before} == {scenario.OLD_PROXY_IMAGE}
+    assert {p["spec"]["serviceAccountName"] for p in before} == {"default"}
+    disabled = await scenario.running_pods(kube, scenario.DISABLED_NS)
+    assert {scenario.readme_check(p) for p in disabled} == {"<not injected>"}
     bot_before = uids(
         [p for p in before if p["metadata"]["labels"]["app"] == scenario.NOT_OPTED_IN]
     )
@@ -113,6 +111,10 @@ async def test_original_readme_scenario(kube: KubeClient, controller_app: App) -
     versions = {p["metadata"]["labels"]["app"]: rollout.proxy_version(p) for p in after}
     for name in scenario.OPTED_IN:
         assert versions[name] == "edge-19.12.3", versions
+    images = {p["metadata"]["labels"]["app"]: scenario.readme_check(p) for p in after}
+    for name in scenario.OPTED_IN:
+        assert images[name] == scenario.NEW_PROXY_IMAGE, images
+    assert images[scenario.NOT_OPTED_IN] == scenario.OLD_PROXY_IMAGE
     opted_in_after = [p for p in after if p["metadata"]["labels"]["app"] in scenario.OPTED_IN]
     assert not uids(opted_in_after) & uids(before)  # every opted-in pod was replaced
     # Not opted in: same pods, still the old proxy. Disabled namespace: same pods.

@@ -1,1 +1,1 @@
-"""Test support code: helpers and stand-ins (never imported by the controller)."""
+"""Test support code: helpers, the scenario, the demo (never imported by the controller)."""

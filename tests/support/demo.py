@@ -1,11 +1,14 @@
 """``make demo``: the original project's README scenario, on a local control plane.
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok; installs the
-starting point (Linkerd edge-19.12.1's linkerd-config, a stand-in proxy injector, a
-kube-system-like namespace with webhooks disabled, emojivoto-like Deployments); runs the
-controller with its webhooks registered on the API server; shows an invalid object refused,
-the edge-19.12.3 LinkerdConfig applied, the data plane rolled, a manual edit reverted; then
-stops everything. Every step says what it does, and kubectl shows the results.
+starting point (Linkerd edge-19.12.1's linkerd-config, Linkerd's real proxy injector built
+from source, a kube-system-like namespace with webhooks disabled, emojivoto-like Deployments
+injected by it); runs the controller with its webhooks registered on the API server; shows an
+invalid object refused, the edge-19.12.3 LinkerdConfig applied, the controller waiting until
+the injector really serves the new configuration (ConfigMap files reach it
+``PROJECTION_DELAY`` seconds late, as the kubelet's do), the data plane rolled, the original
+README's check, a manual edit reverted; then stops everything. Every step says what it does,
+and kubectl shows the results.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 
 from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
-from linkerd_config.kube.admission import ReloadingCertificate
+from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.resource import (
@@ -30,9 +33,13 @@ from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
 from tests.support import scenario
-from tests.support.injector_standin import running_injector
+from tests.support.audit import received_at, successful_writes
 from tests.support.samples import INVALID, SAMPLES, why_invalid
 from tests.support.waiting import eventually
+
+PROJECTION_DELAY = 6.0
+"""Seconds before a ConfigMap change reaches the injector's files (a kubelet takes up to ~60)."""
+ORIGINAL_README_CHECK = 'jsonpath={range .items[*]}{.spec.containers[1].image}{"\\n"}{end}'
 
 BOLD, DIM, RESET = ("\033[1m", "\033[2m", "\033[0m") if sys.stdout.isatty() else ("", "", "")
 
@@ -78,15 +85,23 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
         await kubectl("version")
         await kubectl("get", "nodes", "-o", "wide")
 
-        step("Starting point: Linkerd edge-19.12.1's linkerd-config and a stand-in injector")
+        step(
+            "Starting point: Linkerd edge-19.12.1's linkerd-config, and Linkerd's real proxy "
+            "injector (edge-19.12.3, built from source on first run)"
+        )
         await scenario.install_crd(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
         ca = TinyCA("linkerd-config-demo-ca")
-        injector_ca = write_serving_pair(workdir / "injector", ["localhost"], ["127.0.0.1"], ca)
-        injector_cert = ReloadingCertificate(
-            workdir / "injector/tls.crt", workdir / "injector/tls.key"
-        )
-        async with running_injector(kube, injector_cert, injector_ca):
+        async with scenario.linkerd_injector(
+            cp, "edge-19.12.3", projection_delay=PROJECTION_DELAY
+        ) as injector:
+            print(
+                f"proxy-injector on {injector.url}; its /var/run/linkerd/config is "
+                f"{injector.config_dir}, updated {PROJECTION_DELAY:.0f}s after each change"
+            )
+            await kubectl(
+                "get", "mutatingwebhookconfiguration", "linkerd-proxy-injector-webhook-config"
+            )
             step(
                 "emojivoto-like workloads (3 opted in with config.linkerd.io/reconcile=auto), "
                 "and a kube-system-like namespace labelled admission-webhooks=disabled"
@@ -95,6 +110,8 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
             await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
             await scenario.wait_settled(kube, scenario.DISABLED_NS, expected=2)
             await kubectl("get", "pods", "-A", "-l", "app", "-o", PROXY_COLUMNS)
+            print(f"{DIM}# the original README's check: each pod's proxy image{RESET}")
+            await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", ORIGINAL_README_CHECK)
 
             step("Run the controller (leader election on, webhooks registered on the API server)")
             webhook_port = free_port()
@@ -134,6 +151,19 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                 step("Apply the edge-19.12.3 LinkerdConfig (the original README's sample)")
                 started = time.monotonic()
                 await kubectl("apply", "-f", str(SAMPLES / "edge_19.12.3.yaml"))
+                print(
+                    f"{DIM}# the injector sees the new config only {PROJECTION_DELAY:.0f}s "
+                    f"later; until then the controller restarts nothing:{RESET}"
+                )
+                await asyncio.sleep(PROJECTION_DELAY / 2)
+                await kubectl(
+                    "get",
+                    "linkerdconfig",
+                    "edge-19.12.3",
+                    "-o",
+                    'jsonpath={range .status.conditions[?(@.type=="DataPlaneUpToDate")]}'
+                    '{.reason}: {.message}{"\\n"}{end}',
+                )
                 await kubectl(
                     "wait", "linkerdconfig/edge-19.12.3", "--for=condition=Ready", "--timeout=180s"
                 )
@@ -154,6 +184,9 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
 
                 step("Opted-in pods were restarted onto proxy edge-19.12.3; the others were not")
                 await kubectl("get", "pods", "-A", "-l", "app", "-o", PROXY_COLUMNS)
+                print(f"{DIM}# the original README's check (vote-bot is not opted in){RESET}")
+                await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", ORIGINAL_README_CHECK)
+                print(timeline(cp, injector))
 
                 step("Events")
                 await kubectl(
@@ -199,6 +232,19 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                 step("Stopping the controller and the control plane")
             for config in webhook_configurations(webhook_ca, "https://127.0.0.1", None):
                 await kube.request("DELETE", f"{_collection(config)}/{config['metadata']['name']}")
+
+
+def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:
+    """When the ConfigMap was written, the injector got it, and the restarts began."""
+    agent = "linkerd-config/"
+    written = received_at(successful_writes(cp, "patch", "configmaps", "linkerd", agent)[-1])
+    projected = float(injector.projections()[-1]["projected_at"])
+    restarts = successful_writes(cp, "patch", "deployments", scenario.EMOJIVOTO, agent)
+    first = received_at(restarts[0]) - written if restarts else float("nan")
+    return (
+        f"ConfigMap written at 0.0s; injector's files updated at {projected - written:.1f}s; "
+        f"first of {len(restarts)} restarts at {first:.1f}s (audit log)"
+    )
 
 
 def _collection(config: dict[str, object]) -> str:

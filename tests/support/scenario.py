@@ -1,16 +1,21 @@
 """The original project's README scenario, set up on a real control plane.
 
-Linkerd edge-19.12.1 "installed" (its real linkerd-config ConfigMap), a stand-in proxy
+Linkerd edge-19.12.1 installed (its real linkerd-config ConfigMap) with Linkerd's real proxy
 injector, a kube-system-like namespace labelled admission-webhooks=disabled, and
-emojivoto-like Deployments, some opted in to automatic restarts. Shared by the integration
-tests and ``make demo``.
+emojivoto-like Deployments in a namespace annotated ``linkerd.io/inject: enabled``, some opted
+in to automatic restarts. Shared by the integration tests and ``make demo``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from linkerd_config.devcluster.cluster import LocalControlPlane
+from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
@@ -19,10 +24,21 @@ from linkerd_config.settings import Settings, parse
 from tests.support.samples import install_configmap
 from tests.support.waiting import eventually
 
+Json = dict[str, Any]
 EMOJIVOTO = "emojivoto"
 DISABLED_NS = "kube-system-like"
 OPTED_IN = ("web", "emoji", "voting")
 NOT_OPTED_IN = "vote-bot"
+OLD_PROXY_IMAGE = "gcr.io/linkerd-io/proxy:edge-19.12.1"
+"""What Linkerd's injector injects from edge-19.12.1's linkerd-config."""
+NEW_PROXY_IMAGE = "gcr.io/linkerd-io/proxy:edge-19.12.3"
+"""... and from the one the edge-19.12.3 LinkerdConfig writes."""
+
+
+def readme_check(pod: Json) -> str:
+    """The original README's check, ``{.spec.containers[1].image}``: the injected proxy."""
+    containers = pod["spec"]["containers"]
+    return str(containers[1]["image"]) if len(containers) > 1 else "<not injected>"
 
 
 async def create(kube: KubeClient, path: str, body: dict[str, Any]) -> None:
@@ -73,6 +89,62 @@ def deployment(name: str, opted_in: bool, replicas: int = 2) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def linkerd_injector(
+    cp: LocalControlPlane, tag: str = "edge-19.12.3", **options: Any
+) -> AsyncIterator[ProxyInjector]:
+    """Linkerd's real proxy injector of release ``tag`` while the block runs.
+
+    Its configuration (linkerd-config, and for modern releases the trust roots) must already
+    be installed: the injector reads it from files the kubelet-like projection fills.
+    """
+    injector = ProxyInjector(cp, tag, **options)
+    await asyncio.to_thread(injector.start)
+    try:
+        yield injector
+    finally:
+        await asyncio.to_thread(injector.stop)
+
+
+async def dry_run_pod(kube: KubeClient, namespace: str, annotations: dict[str, str]) -> Json:
+    """What admission (the injector included) makes of a minimal pod, without creating it."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "admission-probe", "annotations": annotations},
+        "spec": {"containers": [{"name": "app", "image": "app"}]},
+    }
+    created: Json = await kube.request(
+        "POST", PODS.path(namespace), params={"dryRun": "All"}, body=pod, fenced=False
+    )
+    return created
+
+
+def proxy_container(pod: Json) -> Json | None:
+    """Linkerd's proxy, wherever the injector put it (a native sidecar is an init container)."""
+    spec = pod.get("spec") or {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if container.get("name") == rollout.PROXY_CONTAINER:
+            return container
+    return None
+
+
+async def wait_admits_pods(kube: KubeClient, namespace: str, injected: bool) -> None:
+    """Until pods in a new namespace are admitted (its ServiceAccount exists) and, when
+    ``injected``, the injector has seen the namespace (else it would skip injection)."""
+
+    async def ready() -> bool:
+        try:
+            pod = await dry_run_pod(kube, namespace, {})
+        except ApiError as exc:
+            if exc.status == 403:  # "serviceaccount default not found" until KCM made it
+                return False
+            raise
+        return (proxy_container(pod) is not None) == injected
+
+    await eventually(ready, timeout=60, what=f"pods admitted in namespace {namespace}")
+
+
 async def install_workloads(kube: KubeClient) -> None:
     await create(
         kube,
@@ -90,6 +162,8 @@ async def install_workloads(kube: KubeClient) -> None:
             }
         },
     )
+    await wait_admits_pods(kube, EMOJIVOTO, injected=True)
+    await wait_admits_pods(kube, DISABLED_NS, injected=False)
     for name in OPTED_IN:
         await create(kube, DEPLOYMENTS.path(EMOJIVOTO), deployment(name, opted_in=True))
     await create(kube, DEPLOYMENTS.path(EMOJIVOTO), deployment(NOT_OPTED_IN, opted_in=False))

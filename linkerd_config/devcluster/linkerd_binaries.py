@@ -1,0 +1,220 @@
+"""Find or build Linkerd's real binaries: the ``controller`` (for ``proxy-injector``) and the CLI.
+
+The same rules as the control-plane binaries: prebuilt ones from ``LINKERD_BIN_DIR``
+(``<dir>/<tag>/controller``, ``<dir>/<tag>/linkerd``), else our cache, else a build. A build
+needs Linkerd's source at the release tag:
+
+* ``LINKERD2_SOURCE`` names a directory holding ``linkerd2-<tag>.tar.gz`` (``git archive``
+  exports, checked against the sha256 pinned in ``versions``) or an unpacked
+  ``linkerd2-<tag>/``, or names one such tarball; CI and developers point it at
+  ``../shared/vendor/linkerd2/`` (the Makefile does when that exists);
+* else ``git clone --depth 1 --branch <tag>`` of Linkerd's public repository.
+
+Linkerd's Go module is then built as it is (its dependencies come from the Go module proxy),
+with its version stamped the way Linkerd's own build does. The one change is edge-19.12.3's
+CronJob informer (see ``versions.LINKERD_INJECTOR_PATCH``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+from linkerd_config.devcluster import versions
+from linkerd_config.devcluster.binaries import (
+    BinaryUnavailableError,
+    Progress,
+    build_lock,
+    cache_root,
+    go_build,
+    go_toolchain,
+)
+from linkerd_config.devcluster.versions import LinkerdRelease
+
+SOURCE_ENV = "LINKERD2_SOURCE"
+PREBUILT_ENV = "LINKERD_BIN_DIR"
+VERSION_PACKAGE = "github.com/linkerd/linkerd2/pkg/version"
+
+_CHARTS_GENERATOR = "pkg/charts/static/generate.go"
+# binary name -> main package inside Linkerd's module
+_PACKAGES = {"controller": "./controller/cmd", "linkerd": "./cli"}
+
+
+def release(tag: str) -> LinkerdRelease:
+    try:
+        return versions.LINKERD_RELEASES[tag]
+    except KeyError:
+        known = ", ".join(sorted(versions.LINKERD_RELEASES))
+        raise BinaryUnavailableError(f"no pinned Linkerd release {tag!r}; known: {known}") from None
+
+
+def _bin_dir(rel: LinkerdRelease) -> Path:
+    # The commit is part of the key: a re-pinned tag builds afresh.
+    return cache_root() / f"linkerd-{rel.tag}-{rel.commit[:12]}" / "bin"
+
+
+def _find(rel: LinkerdRelease, name: str) -> Path | None:
+    candidates = []
+    prebuilt = os.environ.get(PREBUILT_ENV)
+    if prebuilt:
+        candidates.append(Path(prebuilt) / rel.tag / name)
+    candidates.append(_bin_dir(rel) / name)
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def ensure_linkerd(tag: str, name: str = "controller", progress: Progress = print) -> Path:
+    """The path of Linkerd ``tag``'s ``controller`` or ``linkerd`` CLI, built if missing."""
+    rel = release(tag)
+    if name not in _PACKAGES or (name == "linkerd" and not rel.builds_cli):
+        raise BinaryUnavailableError(f"Linkerd {tag}: no {name!r} binary is built")
+    found = _find(rel, name)
+    if found is not None:
+        return found
+    with build_lock(f"build-linkerd-{rel.tag}"):
+        found = _find(rel, name)
+        if found is None:
+            _build(rel, name, progress)
+            found = _find(rel, name)
+    if found is None:  # pragma: no cover - _build raises first
+        raise BinaryUnavailableError(f"Linkerd {tag} {name} was built but cannot be found")
+    return found
+
+
+def _build(rel: LinkerdRelease, name: str, progress: Progress) -> None:
+    go = go_toolchain(
+        f"Linkerd {rel.tag} {name}",
+        f"set {PREBUILT_ENV} to a folder holding {rel.tag}/{name}",
+    )
+    out_dir = _bin_dir(rel)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src = _source_tree(rel, out_dir.parent / "src", progress)
+    if rel.needs_cronjob_patch:
+        _patch_cronjob_informer(src)
+    tags = ""
+    if (src / _CHARTS_GENERATOR).is_file():
+        # Releases before Go embed (such as edge-19.12.3) read Helm charts from the source
+        # tree unless built as Linkerd's Dockerfile does: generate the static file system,
+        # then build with the "prod" tag.
+        _run(go, src, ["generate", "./" + str(Path(_CHARTS_GENERATOR).parent)], progress)
+        tags = "prod"
+    go_build(
+        go,
+        src,
+        f"Linkerd {rel.tag} {name}",
+        _PACKAGES[name],
+        f"-X {VERSION_PACKAGE}.Version={rel.tag}",
+        out_dir / name,
+        progress,
+        tags=tags,
+    )
+
+
+def _run(go: str, src: Path, args: list[str], progress: Progress) -> None:
+    progress(f"go {' '.join(args)} in {src.name}")
+    env = dict(os.environ, GOTOOLCHAIN="local", GOFLAGS="-mod=mod")
+    done = subprocess.run(
+        [go, *args], cwd=src, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise BinaryUnavailableError(
+            f"go {' '.join(args)} failed in {src}: {(done.stdout + done.stderr)[-2000:]}"
+        )
+
+
+def _source_tree(rel: LinkerdRelease, dest: Path, progress: Progress) -> Path:
+    """A private, writable copy of the release's source (the build may touch go.sum)."""
+    tree = dest / f"linkerd2-{rel.tag}"
+    if (tree / "go.mod").is_file():
+        return tree
+    # Everything lands in a staging folder first: a build interrupted mid-unpack never
+    # leaves a half tree that the check above would take for a whole one.
+    shutil.rmtree(dest, ignore_errors=True)
+    staging = dest / ".staging"
+    staging.mkdir(parents=True)
+    staged = staging / tree.name
+    given = os.environ.get(SOURCE_ENV)
+    if given:
+        origin = Path(given)
+        archive = origin if origin.is_file() else origin / rel.archive_name
+        unpacked = origin / f"linkerd2-{rel.tag}"
+        if archive.is_file():
+            _unpack(rel, archive, staging, progress)
+        elif (unpacked / "go.mod").is_file():
+            progress(f"copying Linkerd {rel.tag} source from {unpacked}")
+            shutil.copytree(unpacked, staged, symlinks=True)
+        else:
+            raise BinaryUnavailableError(
+                f"{SOURCE_ENV}={given} holds neither {rel.archive_name} nor "
+                f"linkerd2-{rel.tag}/ (point it at a folder of Linkerd source releases, "
+                "such as ../shared/vendor/linkerd2)"
+            )
+    else:
+        _clone(rel, staged, progress)
+    if not (staged / "go.mod").is_file():
+        raise BinaryUnavailableError(f"Linkerd {rel.tag} source has no go.mod at {staged}")
+    staged.rename(tree)
+    staging.rmdir()
+    return tree
+
+
+def _unpack(rel: LinkerdRelease, archive: Path, dest: Path, progress: Progress) -> None:
+    digest = hashlib.sha256()
+    with archive.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != rel.sha256:
+        raise BinaryUnavailableError(
+            f"{archive} has sha256 {digest.hexdigest()}, not the pinned {rel.sha256} of "
+            f"Linkerd {rel.tag}: refusing to build from it"
+        )
+    progress(f"unpacking {archive} (sha256 verified)")
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+
+
+def _clone(rel: LinkerdRelease, staged: Path, progress: Progress) -> None:
+    git = shutil.which("git")
+    if git is None:
+        raise BinaryUnavailableError(
+            f"cannot fetch Linkerd {rel.tag}: no git on PATH and {SOURCE_ENV} is not set "
+            "(set it to a folder holding linkerd2-<tag>.tar.gz)"
+        )
+    progress(f"cloning {versions.LINKERD_REPOSITORY} at {rel.tag} ({SOURCE_ENV} not set)")
+    clone = staged
+    cmd = [git, "clone", "--quiet", "--depth", "1", "--branch", rel.tag]
+    done = subprocess.run(
+        [*cmd, versions.LINKERD_REPOSITORY, str(clone)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise BinaryUnavailableError(
+            f"git clone of Linkerd {rel.tag} failed ({done.stderr.strip()}); set "
+            f"{SOURCE_ENV} to a folder holding {rel.archive_name} instead"
+        )
+    head = subprocess.run(
+        [git, "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    if head != rel.commit:
+        raise BinaryUnavailableError(
+            f"Linkerd's tag {rel.tag} is commit {head}, not the pinned {rel.commit}"
+        )
+
+
+def _patch_cronjob_informer(tree: Path) -> None:
+    main = tree / "controller" / "cmd" / "proxy-injector" / "main.go"
+    old, new = versions.LINKERD_INJECTOR_PATCH
+    text = main.read_text()
+    if new in text and old not in text:
+        return  # already applied to this private copy
+    if text.count(old) != 1:
+        raise BinaryUnavailableError(f"{main}: expected one {old!r} to patch; the source differs")
+    main.write_text(text.replace(old, new))

@@ -1,0 +1,181 @@
+"""Linkerd's real proxy injector on the local control plane, and the promise that depends on it.
+
+* The controller restarts nothing until the injector actually serves the new configuration:
+  ConfigMap changes reach the injector's files only ``DELAY`` seconds late (as the kubelet
+  delivers them), and a pod restarted before that would come back with the old proxy.
+* edge-26.8.3's injector, configured from what its own ``linkerd install`` rendered, injects
+  a pod as a native sidecar.
+
+Each test has a control plane of its own: Linkerd's names (``linkerd-config``, the webhook
+configuration) exist once per cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from linkerd_config.app import build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.devcluster.linkerd_install import render_install
+from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
+from linkerd_config.linkerd.controller import RolloutOptions
+from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from tests.support import scenario
+from tests.support.audit import received_at, successful_writes
+from tests.support.samples import sample
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+DELAY = 6.0
+"""Seconds a ConfigMap change takes to reach the injector's files."""
+FALLBACK = 600.0
+"""The controller's blind wait when it cannot ask the injector: far beyond this test's timeouts,
+so a rollout that finishes proves the dry-run probe, not the wait, released it."""
+CONTROLLER_AGENT = "linkerd-config/"
+OLD_PROXY, NEW_PROXY = scenario.OLD_PROXY_IMAGE, scenario.NEW_PROXY_IMAGE
+
+
+@pytest.fixture
+def cp() -> Iterator[LocalControlPlane]:
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def kube(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, metrics=Metrics(), user_agent="injector-tests") as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def every_pod_admitted(kube: KubeClient, namespace: str) -> AsyncIterator[dict[str, Obj]]:
+    """Each pod of ``namespace`` as the API server first admitted it, by uid."""
+    seen: dict[str, Obj] = {}
+    informer = Informer(kube, PODS, namespace=namespace, name="every-pod")
+    informer.add_handler(lambda pod: seen.setdefault(pod["metadata"]["uid"], pod))
+    task = asyncio.create_task(informer.run(), name="every-pod")
+    try:
+        await informer.wait_synced(30)
+        yield seen
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def data_plane_condition(kube: KubeClient, name: str) -> Obj:
+    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
+    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+    return conditions.get("DataPlaneUpToDate", {})
+
+
+async def test_no_restart_until_the_injector_serves_the_new_config(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    await scenario.install_crd(kube)
+    await scenario.install_linkerd_edge_19_12_1(kube)
+    async with scenario.linkerd_injector(cp, projection_delay=DELAY) as injector:
+        await scenario.install_workloads(kube)
+        before = await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+        assert {scenario.readme_check(p) for p in before} == {OLD_PROXY}  # injected by real Linkerd
+        settings = scenario.local_settings(cp.kubeconfig, "--identity", "no-sleep")
+        app = await build(settings, RolloutOptions(restart_interval=1.0, injector_wait=FALLBACK))
+        async with every_pod_admitted(kube, scenario.EMOJIVOTO) as admitted, running(app):
+            await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+
+            async def waiting_for_injector() -> Obj | None:
+                cond = await data_plane_condition(kube, "edge-19.12.3")
+                return cond if cond.get("reason") == "WaitingForInjector" else None
+
+            waiting = await eventually(waiting_for_injector, timeout=DELAY, what="waiting")
+            assert "still injects edge-19.12.1" in waiting["message"], waiting
+
+            async def up_to_date() -> Obj | None:
+                cond = await data_plane_condition(kube, "edge-19.12.3")
+                return cond if cond.get("status") == "True" else None
+
+            await eventually(up_to_date, timeout=120, what="data plane up to date")
+
+    written = received_at(
+        successful_writes(cp, "patch", "configmaps", "linkerd", CONTROLLER_AGENT)[-1]
+    )
+    projected = float(injector.projections()[-1]["projected_at"])
+    restarts = successful_writes(cp, "patch", "deployments", scenario.EMOJIVOTO, CONTROLLER_AGENT)
+    assert sorted(e["objectRef"]["name"] for e in restarts) == sorted(scenario.OPTED_IN)
+    assert projected - written >= DELAY - 0.5  # the injector really got it late
+    first = received_at(restarts[0])
+    print(
+        f"\nConfigMap written → injector's files updated: {projected - written:.2f}s; "
+        f"→ first restart: {first - projected:.2f}s later; last restart "
+        f"{received_at(restarts[-1]) - projected:.2f}s later"
+    )
+    assert first > projected, "a workload was restarted before the injector had the config"
+    # Every pod admitted after the apply got the new proxy: one restarted early would show
+    # the old one here (and the rollout would never have finished).
+    old_uids = {p["metadata"]["uid"] for p in before}
+    new_pods = [p for uid, p in admitted.items() if uid not in old_uids]
+    assert len(new_pods) >= 2 * len(scenario.OPTED_IN)
+    assert {scenario.readme_check(p) for p in new_pods} == {NEW_PROXY}
+
+
+async def test_edge_26_8_3_injects_a_native_sidecar_from_its_own_install(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    install = await asyncio.to_thread(render_install, "edge-26.8.3")
+    values = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
+    bundle = install.get("ConfigMap", "linkerd-identity-trust-roots")["data"]["ca-bundle.crt"]
+    await scenario.create(kube, NAMESPACES.path(), {"metadata": {"name": "linkerd"}})
+    for configmap in install.configmaps:
+        await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
+    template = install.injector_webhook
+    async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
+        namespace = {
+            "metadata": {"name": "meshed", "annotations": {"linkerd.io/inject": "enabled"}}
+        }
+        await scenario.create(kube, NAMESPACES.path(), namespace)
+        await scenario.wait_admits_pods(kube, "meshed", injected=True)
+        started = time.monotonic()
+        await scenario.create(
+            kube, DEPLOYMENTS.path("meshed"), scenario.deployment("web", opted_in=True)
+        )
+
+        async def pods() -> list[Obj] | None:
+            items: list[Obj] = (await kube.request("GET", PODS.path("meshed")))["items"]
+            return items if len(items) == 2 else None
+
+        created = await eventually(pods, timeout=60, what="the Deployment's pods")
+        print(f"\nDeployment → 2 injected pods: {time.monotonic() - started:.2f}s")
+        # kube-system is excluded by Linkerd's own namespaceSelector since 2.12.
+        excluded = await scenario.dry_run_pod(kube, "kube-system", {"linkerd.io/inject": "enabled"})
+
+    assert scenario.proxy_container(excluded) is None
+    expected_image = f"{values['proxy']['image']['name']}:{values['linkerdVersion']}"
+    sha = hashlib.sha256(bundle.encode()).hexdigest()
+    for pod in created:
+        init = {c["name"]: c for c in pod["spec"].get("initContainers") or []}
+        assert "linkerd-proxy" in init, pod["spec"]  # a native sidecar, not in containers
+        proxy = init["linkerd-proxy"]
+        assert proxy["restartPolicy"] == "Always"
+        assert "linkerd-proxy" not in {c["name"] for c in pod["spec"]["containers"]}
+        assert proxy["image"] == expected_image
+        env = {e["name"]: e.get("value") for e in proxy["env"]}
+        # The injector appends filters of its own ("[{headers}]=off,...") to the level.
+        assert env["LINKERD2_PROXY_LOG"].startswith(values["proxy"]["logLevel"] + ",")
+        annotations = pod["metadata"]["annotations"]
+        assert annotations["linkerd.io/proxy-version"] == values["linkerdVersion"]
+        assert annotations["linkerd.io/trust-root-sha256"] == sha
+        assert pod["spec"]["serviceAccountName"] == "default"
