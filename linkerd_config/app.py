@@ -55,6 +55,20 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
     identity = settings.identity or default_identity()
     client = KubeClient(access, metrics=metrics, user_agent=f"{COMPONENT}/{identity}")
     client.open()
+    try:
+        return _assemble(settings, rollout, metrics, client, identity)
+    except BaseException:
+        await client.close()  # nothing else owns it yet
+        raise
+
+
+def _assemble(
+    settings: Settings,
+    rollout: RolloutOptions | None,
+    metrics: Metrics,
+    client: KubeClient,
+    identity: str,
+) -> App:
     leadership: LeaderElector | NoElection
     if settings.leader_elect:
         leadership = LeaderElector(
@@ -78,7 +92,12 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
         recorder,
         config_namespace=settings.config_namespace,
         metrics=metrics,
-        options=rollout,
+        options=rollout
+        or RolloutOptions(
+            max_restarts_per_pass=settings.max_restarts_per_pass,
+            restart_interval=settings.restart_interval,
+            injector_wait=settings.injector_wait,
+        ),
         workers=settings.workers,
     )
     manager = Manager(leadership)

@@ -24,10 +24,15 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from linkerd_config.app import run  # noqa: PLC0415
+    from linkerd_config.kube.client import AccessError  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)
-    return asyncio.run(run(settings))
+    try:
+        return asyncio.run(run(settings))
+    except AccessError as exc:
+        print(f"linkerd-config run: {exc}", file=sys.stderr)
+        return 1
 
 
 def _dev_cluster(args: argparse.Namespace) -> int:

@@ -116,6 +116,19 @@ class Settings:
     workers: int = _opt(
         "--workers", "WORKERS", "2", _positive_int, "concurrent reconciles per controller"
     )  # fmt: skip
+    max_restarts_per_pass: int = _opt(
+        "--max-restarts-per-pass", "MAX_RESTARTS_PER_PASS", "10", _positive_int,
+        "at most this many workloads restarted per rollout pass",
+    )  # fmt: skip
+    restart_interval: float = _opt(
+        "--restart-interval", "RESTART_INTERVAL", "5s", _seconds,
+        "at least this long between one pass's last restart and the next pass",
+    )  # fmt: skip
+    injector_wait: float = _opt(
+        "--injector-wait", "INJECTOR_WAIT", "60s", _seconds,
+        "when the injector's version cannot be confirmed by dry-run, wait this long after "
+        "writing the config before restarting",
+    )  # fmt: skip
     leader_elect: bool = _opt(
         "--leader-elect", "LEADER_ELECT", "true", _bool,
         "elect a leader on a Lease so only one replica writes",

@@ -150,8 +150,17 @@ class ReloadingCertificate:
         self._current = self.context
         self._fingerprint = b""
         self.reloads = 0
+        self._missing_reported = False
+        self.available = asyncio.Event()
+        """Set (on the event loop) once a pair has been loaded."""
         self.context.sni_callback = self._select
-        self.reload()
+        if self.reload():
+            self.available.set()
+
+    @property
+    def loaded(self) -> bool:
+        """A pair has been loaded: only then can anything be served."""
+        return self.reloads > 0
 
     def _select(self, connection: ssl.SSLObject, _name: str | None, _ctx: ssl.SSLContext) -> None:
         if connection.context is not self._current:
@@ -161,8 +170,20 @@ class ReloadingCertificate:
         return hashlib.sha256(self.cert_file.read_bytes() + self.key_file.read_bytes()).digest()
 
     def reload(self) -> bool:
-        """Load the pair if it changed; True when it did. A half-written pair is retried."""
-        fingerprint = self._read()
+        """Load the pair if it changed; True when it did. A half-written pair is retried, and
+        a missing one waited for (cert-manager may not have issued it yet)."""
+        try:
+            fingerprint = self._read()
+        except FileNotFoundError as exc:
+            if not self._missing_reported:
+                self._missing_reported = True
+                log.warning(
+                    "waiting for the serving certificate",
+                    missing=exc.filename,
+                    cert=str(self.cert_file),
+                    key=str(self.key_file),
+                )
+            return False
         if fingerprint == self._fingerprint:
             return False
         fresh = _server_context()
@@ -181,7 +202,8 @@ class ReloadingCertificate:
         while True:
             await asyncio.sleep(interval)
             try:
-                await asyncio.to_thread(self.reload)
+                if await asyncio.to_thread(self.reload):
+                    self.available.set()
             except OSError as exc:
                 log.warning("serving certificate unreadable", error=str(exc))
 
@@ -227,6 +249,8 @@ class AdmissionServer:
 
         async with asyncio.TaskGroup() as group:
             group.create_task(self.certificate.watch(self.reload_interval), name="cert-reload")
+            # Nothing to serve TLS with until a pair exists; ``started`` (readiness) waits too.
+            await self.certificate.available.wait()
             group.create_task(
                 serve(
                     self.app(),

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -44,6 +46,27 @@ _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _RETRY_AFTER_CODES = frozenset({429, 500, 502, 503, 504})
 _MAX_RETRY_AFTER_ATTEMPTS = 5
 _MAX_RETRY_AFTER_SECONDS = 5.0
+
+
+# What a YAML parser refuses raw (DEL, C1 controls, non-characters, surrogates) or reads as a
+# line break and folds (NEL, LS, PS). JSON escapes the C0 controls itself.
+_YAML_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\ud800-\udfff\ufffe\uffff]")
+
+
+def _yaml_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # A lone surrogate is not a character; the API server would read U+FFFD for it anyway.
+    return "\\ufffd" if 0xD800 <= code <= 0xDFFF else f"\\u{code:04x}"
+
+
+def encode_body(body: Any, content_type: str) -> bytes:
+    """The request body. An apply patch is parsed as YAML by the server, which refuses or
+    rewrites some characters JSON carries raw, and accepts non-BMP characters only unescaped;
+    this keeps every string the API server can store intact."""
+    if content_type != APPLY_PATCH:
+        return orjson.dumps(body)
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
+    return _YAML_UNSAFE.sub(_yaml_escape, text).encode("utf-8")
 
 
 class WriteGate(Protocol):
@@ -90,20 +113,31 @@ class ClusterAccess:
     source: str  # "kubeconfig:<path>" or "in-cluster", for logs
 
 
+class AccessError(RuntimeError):
+    """Where the API server is, or how to reach it, cannot be known; says what to do."""
+
+
 async def load_access(kubeconfig: str | None = None) -> ClusterAccess:
     """Kubeconfig if one is named or present, else the pod's service account."""
     cfg = Configuration()
     path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    exists: bool = bool(kubeconfig) or await asyncio.to_thread(Path(path).exists)
+    exists: bool = await asyncio.to_thread(Path(path).is_file)
+    if kubeconfig and not exists:
+        raise AccessError(f"kubeconfig {path} does not exist (check --kubeconfig or KUBECONFIG)")
     if exists:
-        await load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
+        try:
+            await load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
+        except Exception as exc:  # a parser's or the library's: any of them means unusable
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise AccessError(f"kubeconfig {path} is not usable: {reason}") from exc
         source = f"kubeconfig:{path}"
     else:
         try:
             load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         except ConfigException as exc:
-            raise ConfigException(
-                f"no kubeconfig at {path} and not running in a cluster: {exc}"
+            raise AccessError(
+                f"no kubeconfig at {path} and not running in a cluster; "
+                "set --kubeconfig or KUBECONFIG"
             ) from exc
         source = "in-cluster"
     host: str = cfg.host or ""
@@ -215,7 +249,7 @@ class KubeClient:
         method = method.upper()
         if fenced and method in _WRITE_METHODS and self.write_gate is not None:
             self.write_gate.check(method, path)
-        data = orjson.dumps(body) if body is not None else None
+        data = encode_body(body, content_type) if body is not None else None
         for attempt in range(_MAX_RETRY_AFTER_ATTEMPTS):
             try:
                 return await self._once(method, path, params, data, content_type, accept, timeout)

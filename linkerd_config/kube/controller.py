@@ -26,6 +26,7 @@ from typing import Protocol
 
 import structlog
 
+from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.ratelimit import RateLimiter
 from linkerd_config.kube.workqueue import QueueShutDown, WorkQueue
@@ -158,7 +159,8 @@ class Controller:
                 key=key,
                 error=f"{type(exc).__name__}: {exc}",
                 retries=self.queue.num_requeues(key),
-                exc_info=not isinstance(exc, OSError),
+                # An answer from the API server or a network error is expected: one line.
+                exc_info=not isinstance(exc, OSError | ApiError),
             )
             self.queue.add_rate_limited(key)
         else:

@@ -254,8 +254,11 @@ class Informer:
         name: str | None = None,
         store: Store | None = None,
         rng: random.Random | None = None,
+        not_served_hint: str = "",
     ) -> None:
-        """``inactivity_timeout`` must exceed the server's bookmark interval (about 60 s)."""
+        """``inactivity_timeout`` must exceed the server's bookmark interval (about 60 s).
+        ``not_served_hint`` says what to do when the API server does not serve the resource
+        (a CRD not installed): logged once, with the 404, instead of a warning per retry."""
         if page_size < 0 or resync_period < 0 or inactivity_timeout <= 0:
             raise ValueError("page_size and resync_period must be >= 0, inactivity > 0")
         if not 0 < watch_timeout[0] <= watch_timeout[1]:
@@ -274,6 +277,8 @@ class Informer:
         self.inactivity_timeout = inactivity_timeout
         self.request_timeout = request_timeout
         self.store = store if store is not None else Store()
+        self.not_served_hint = not_served_hint
+        self._not_served_reported = False
         self._backoff = backoff or Backoff(rng=rng)
         self._rng = rng or random.Random()
         self._metrics = metrics if metrics is not None else client.metrics
@@ -378,13 +383,16 @@ class Informer:
                 log.info("watch cannot resume", resource=self.name, reason=exc.reason)
             except ApiError as exc:
                 retry_after = exc.retry_after
-                log.warning(
-                    "list/watch request failed",
-                    resource=self.name,
-                    status=exc.status,
-                    error=str(exc),
-                    relist_pending=relist is not None,
-                )
+                if exc.not_found and not self.has_synced:
+                    self._report_not_served(exc)
+                else:
+                    log.warning(
+                        "list/watch request failed",
+                        resource=self.name,
+                        status=exc.status,
+                        error=str(exc),
+                        relist_pending=relist is not None,
+                    )
             except WatchStalledError as exc:
                 log.warning("watch stalled", resource=self.name, error=str(exc))
             except (WatchError, aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -400,11 +408,27 @@ class Informer:
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
             await asyncio.sleep(delay)
 
+    def _report_not_served(self, exc: ApiError) -> None:
+        """A resource the API server does not serve yet: one error line, then quiet retries."""
+        if self._not_served_reported:
+            log.debug("resource still not served", resource=self.name)
+            return
+        self._not_served_reported = True
+        log.error(
+            "resource not served by the API server; waiting for it",
+            resource=self.name,
+            path=exc.path,
+            todo=self.not_served_hint or None,
+        )
+
     async def _relist(self, reason: str) -> None:
         if self._metrics is not None:
             self._metrics.informer_relists.labels(self.name).inc()
         started = time.monotonic()
         objects, rv = await self._list_all()
+        if self._not_served_reported:
+            log.info("resource served now", resource=self.name)
+            self._not_served_reported = False
         previous = self.store.snapshot()
         vanished = self.store.replace(objects)
         self._resource_version = rv

@@ -19,7 +19,7 @@ import structlog
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.events import EventRecorder
-from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
@@ -40,9 +40,14 @@ from linkerd_config.linkerd.reconcile import (
     apply_body,
     desired_config,
     drifted,
+    from_preserved,
     owner_among,
+    preserved_copy,
+    preserved_name,
+    restored,
     set_condition,
     target_of,
+    unmanaged_part,
 )
 from linkerd_config.linkerd.resource import (
     CONFIGMAP_SYNCED,
@@ -52,11 +57,13 @@ from linkerd_config.linkerd.resource import (
     LINKERD_CONFIGS,
     READY,
 )
+from linkerd_config.linkerd.validation import render_errors, validate
 
 log = structlog.get_logger(__name__)
 
 Json = dict[str, Any]
 FIELD_MANAGER = "linkerd-config"
+RESTORE_FIELD_MANAGER = "linkerd-config-restore"
 WORKLOAD_RESOURCES: dict[str, ApiResource] = {
     "Deployment": DEPLOYMENTS,
     "StatefulSet": STATEFULSETS,
@@ -92,7 +99,14 @@ class LinkerdConfigController:
         self.recorder = recorder
         self.config_namespace = config_namespace
         self.options = options or RolloutOptions()
-        self.configs = Informer(client, LINKERD_CONFIGS, metrics=metrics, name="linkerdconfigs")
+        self.configs = Informer(
+            client,
+            LINKERD_CONFIGS,
+            metrics=metrics,
+            name="linkerdconfigs",
+            not_served_hint="install the LinkerdConfig CRD: kubectl apply -k manifests/crd "
+            "(or make install, or the Helm chart)",
+        )
         self.configmaps = Informer(
             client, CONFIGMAPS, namespace=config_namespace, metrics=metrics, name="configmaps"
         )
@@ -111,6 +125,18 @@ class LinkerdConfigController:
         self.replicasets = Informer(
             client, REPLICASETS, metadata_only=True, metrics=metrics, name="replicasets"
         )
+        # Restartable owners, reduced to their restart record: which configuration their pod
+        # template was last restarted for, and when. Counting and pacing read these caches.
+        self.workloads = {
+            kind: Informer(
+                client,
+                resource,
+                transform=keep_fields(*rollout.WORKLOAD_FIELDS),
+                metrics=metrics,
+                name=resource.plural,
+            )
+            for kind, resource in WORKLOAD_RESOURCES.items()
+        }
         self.controller = Controller(
             "linkerdconfig",
             self,
@@ -119,14 +145,21 @@ class LinkerdConfigController:
         )
         self._written_at: dict[str, float] = {}
         # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
-        self._restarted: dict[tuple[str, str], int] = {}
-        # Invariant: (LinkerdConfig, hash) -> workloads restarted for that configuration, by
-        # this process plus what the previous leader had reported in status when we took over.
+        self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
+        # Invariant: (LinkerdConfig, hash) -> (bare pods evicted for it, by this process plus
+        # what status reported when we took over; wall time of our last eviction).
         self._wire_handlers()
 
     @property
     def informers(self) -> list[Informer]:
-        return [self.configs, self.configmaps, self.pods, self.namespaces, self.replicasets]
+        return [
+            self.configs,
+            self.configmaps,
+            self.pods,
+            self.namespaces,
+            self.replicasets,
+            *self.workloads.values(),
+        ]
 
     def config_names(self) -> list[str]:
         return sorted(self.configs.store.keys())
@@ -165,6 +198,12 @@ class LinkerdConfigController:
         status: Json = dict(config.get("status") or {})
         conditions: list[Json] = list(status.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
+        problems = validate(config)
+        if problems:
+            # The webhook refuses these; checked again here because it may be off or may
+            # have been bypassed, and a value Linkerd cannot use must never be written.
+            return await self._invalid(config, conditions, generation, render_errors(problems))
+
         try:
             target = target_of(config)
         except (VersionError, FormatError, ConfigError) as exc:
@@ -188,8 +227,13 @@ class LinkerdConfigController:
         except (ConfigError, FormatError, VersionError) as exc:
             return await self._invalid(config, conditions, generation, str(exc))
 
-        if drifted(configmap, desired):
-            await self._write(config, configmap, desired)
+        try:
+            if configmap is not None:
+                await self._preserve(config, configmap, desired)
+            if drifted(configmap, desired):
+                await self._write(config, configmap, desired)
+        except ApiError as exc:
+            return await self._write_failed(config, conditions, generation, desired, exc)
         self._written_at.setdefault(desired.config_hash, time.monotonic())
 
         conditions = set_condition(
@@ -231,14 +275,54 @@ class LinkerdConfigController:
                 "trustAnchorSource": desired.trust_anchor_source,
                 "outdatedWorkloads": outcome.outdated,
                 "restartedWorkloads": outcome.restarted_total,
+                "evictedPods": outcome.evicted,
             },
         )
         return Result(requeue_after=outcome.requeue_after)
 
     # -- steps ----------------------------------------------------------------------------
 
+    async def _preserve(self, config: Json, configmap: Json, desired: Desired) -> None:
+        """Keep the companion copy of what we did not write up to date (rarely a write)."""
+        target = desired.target
+        part = unmanaged_part(configmap, desired.data)
+        key = f"{target.namespace}/{preserved_name(target)}"
+        if from_preserved(self.configmaps.store.get(key)) == part:
+            return
+        await self.client.request(
+            "PATCH",
+            CONFIGMAPS.path(target.namespace, preserved_name(target)),
+            params={"fieldManager": FIELD_MANAGER, "force": True},
+            body=preserved_copy(target, part, config["metadata"]["name"]),
+            content_type=APPLY_PATCH,
+        )
+        log.info("unmanaged configmap content preserved", configmap=str(target))
+
+    async def _restore(self, desired: Desired, owner_name: str) -> list[str]:
+        """Recreate a deleted ConfigMap whole, under a field manager of its own: the apply
+        that follows takes over our keys, and never owns (so never removes) the others."""
+        target = desired.target
+        key = f"{target.namespace}/{preserved_name(target)}"
+        part = from_preserved(self.configmaps.store.get(key))
+        if part is None:
+            return []
+        try:
+            await self.client.request(
+                "POST",
+                CONFIGMAPS.path(target.namespace),
+                params={"fieldManager": RESTORE_FIELD_MANAGER},
+                body=restored(desired, part, owner_name),
+            )
+        except ApiError as exc:
+            if not exc.conflict:  # recreated meanwhile by someone else: theirs stands
+                raise
+            return []
+        return sorted(part.data) + sorted(part.binary_data) + sorted(part.annotations)
+
     async def _write(self, config: Json, current: Json | None, desired: Desired) -> None:
         target = desired.target
+        owner_name = config["metadata"]["name"]
+        restored_fields = await self._restore(desired, owner_name) if current is None else []
         await self.client.request(
             "PATCH",
             CONFIGMAPS.path(target.namespace, target.name),
@@ -249,6 +333,8 @@ class LinkerdConfigController:
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
+            if restored_fields:
+                message += f", restoring what it held besides ours ({', '.join(restored_fields)})"
         elif annotations.get(HASH_ANNOTATION) == desired.config_hash:
             reason = "ConfigMapReverted"
             changed = sorted(
@@ -275,63 +361,95 @@ class LinkerdConfigController:
         def replicaset(ns: str, name: str) -> Json | None:
             return self.replicasets.store.get(f"{ns}/{name}")
 
-        plan = rollout.plan_rollout(
-            self.pods.store.list(), namespaces, desired.proxy_version, replicaset
-        )
+        config_hash, version = desired.config_hash, desired.proxy_version
+        plan = rollout.plan_rollout(self.pods.store.list(), namespaces, version, replicaset)
+        recorded = rollout.restart_times(self._workload_objects(), config_hash)
+        evicted, evicted_at = self._evictions(config, config_hash)
         if not plan.workloads:
             return _RolloutOutcome(
                 0,
-                self._count_restarted(config, desired.config_hash, 0),
+                len(recorded) + evicted,
+                evicted,
                 "UpToDate",
-                f"every opted-in pod runs proxy {desired.proxy_version}",
+                f"every opted-in pod runs proxy {version}",
             )
-        confirmed, why = await self._injector_ready(desired, plan.workloads)
+        todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
+        pace = rollout.pace(
+            max([*recorded, *([evicted_at] if evicted_at else [])], default=None),
+            time.time(),
+            self.options.max_restarts_per_pass,
+            self.options.restart_interval,
+        )
+        if not todo or not pace.allowed:
+            return self._rolling(plan, len(recorded) + evicted, evicted, version, pace.wait, "")
+        confirmed, why = await self._injector_ready(desired, todo)
         if not confirmed:
             return _RolloutOutcome(
-                len(plan.workloads), 0, "WaitingForInjector", why, requeue_after=2.0
-            )
-        restarted = pending = 0
-        for workload in plan.workloads:
-            if restarted >= self.options.max_restarts_per_pass:
-                pending += 1
-                continue
+                len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
+                requeue_after=2.0,
+            )  # fmt: skip
+        owners_restarted = 0
+        for workload in todo[: pace.allowed]:
             try:
-                if await self._restart(workload, desired.config_hash):
-                    restarted += 1
+                if await self._restart(config, workload, config_hash):
+                    owners_restarted += workload.kind != "Pod"
                     self.recorder.record(
                         config,
                         "Normal",
                         "WorkloadRestarted",
-                        f"restarted {workload} for proxy {desired.proxy_version}",
+                        f"restarted {workload} for proxy {version}",
                     )
             except ApiError as exc:
-                pending += 1
                 log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
                 self.recorder.record(
                     config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
                 )
-        total = self._count_restarted(config, desired.config_hash, restarted)
+        evicted, _ = self._evictions(config, config_hash)
+        total = len(recorded) + owners_restarted + evicted
+        return self._rolling(plan, total, evicted, version, self.options.restart_interval, why)
+
+    def _rolling(
+        self,
+        plan: rollout.RolloutPlan,
+        total: int,
+        evicted: int,
+        version: str,
+        wait: float,
+        why: str,
+    ) -> _RolloutOutcome:
         message = (
             f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
-            f"{desired.proxy_version}; restarted {total} for this configuration. {why}"
+            f"{version}; restarted {total} for this configuration. {why}"
         ).strip()
         return _RolloutOutcome(
             len(plan.workloads),
             total,
+            evicted,
             "RollingOut",
             message,
-            requeue_after=self.options.restart_interval,
+            requeue_after=wait if wait > 0 else self.options.restart_interval,
         )
 
-    def _count_restarted(self, config: Json, config_hash: str, now: int) -> int:
-        key = (config["metadata"]["name"], config_hash)
-        if key not in self._restarted:
-            self._restarted[key] = restarts_reported(config.get("status") or {}, config_hash)
-        self._restarted[key] += now
-        return self._restarted[key]
+    def _workload_objects(self) -> list[Json]:
+        return [obj for informer in self.workloads.values() for obj in informer.store.list()]
 
-    async def _restart(self, workload: rollout.Workload, config_hash: str) -> bool:
-        """Restart once per configuration; False when it already was (or is gone)."""
+    def _recorded(self, workload: rollout.Workload, config_hash: str) -> bool:
+        """Already restarted for this configuration (its pods are rolling)."""
+        if workload.kind == "Pod":
+            return False
+        obj = self.workloads[workload.kind].store.get(f"{workload.namespace}/{workload.name}")
+        return obj is not None and rollout.already_restarted(obj, config_hash)
+
+    def _evictions(self, config: Json, config_hash: str) -> tuple[int, float | None]:
+        key = (config["metadata"]["name"], config_hash)
+        if key not in self._evicted:
+            self._evicted[key] = (evictions_reported(config.get("status") or {}, config_hash), 0.0)
+        count, at = self._evicted[key]
+        return count, (at or None)
+
+    async def _restart(self, config: Json, workload: rollout.Workload, config_hash: str) -> bool:
+        """Restart once per configuration; False when it already was, is gone, or changed
+        since we looked (the next pass looks again)."""
         if workload.kind == "Pod":
             body = {
                 "apiVersion": "policy/v1",
@@ -346,24 +464,27 @@ class LinkerdConfigController:
                 if exc.not_found:
                     return False
                 raise
+            key = (config["metadata"]["name"], config_hash)
+            count, _ = self._evicted.get(key, (0, 0.0))
+            self._evicted[key] = (count + 1, time.time())
             return True
+        cached = self.workloads[workload.kind].store.get(f"{workload.namespace}/{workload.name}")
+        if cached is None or rollout.already_restarted(cached, config_hash):
+            return False
         resource = WORKLOAD_RESOURCES[workload.kind]
         try:
-            current = await self.client.request(
-                "GET", resource.path(workload.namespace, workload.name)
+            await self.client.request(
+                "PATCH",
+                resource.path(workload.namespace, workload.name),
+                body=rollout.restart_patch(
+                    config_hash, cached["metadata"]["resourceVersion"], time.time()
+                ),
+                content_type=MERGE_PATCH,
             )
         except ApiError as exc:
-            if exc.not_found:
+            if exc.not_found or exc.conflict:
                 return False
             raise
-        if rollout.already_restarted(current, config_hash):
-            return False
-        await self.client.request(
-            "PATCH",
-            resource.path(workload.namespace, workload.name),
-            body=rollout.restart_patch(config_hash),
-            content_type=MERGE_PATCH,
-        )
         log.info("workload restarted", workload=str(workload), hash=config_hash)
         return True
 
@@ -467,6 +588,37 @@ class LinkerdConfigController:
         )
         return Result()
 
+    async def _write_failed(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        desired: Desired,
+        exc: ApiError,
+    ) -> Result:
+        """The API server refused our write: say so where users look, then retry with backoff."""
+        message = (
+            f"writing ConfigMap {desired.target} failed: {exc.status} "
+            f"{exc.reason or 'Error'}: {exc.message}"
+        )
+        self.recorder.record(config, "Warning", "ConfigMapWriteFailed", message)
+        log.error(
+            "configmap write refused",
+            linkerdconfig=config["metadata"]["name"],
+            configmap=str(desired.target),
+            status=exc.status,
+            reason=exc.reason,
+            problem=exc.message,
+        )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, "WriteFailed", message, generation
+        )
+        conditions = set_condition(conditions, READY, False, "WriteFailed", message, generation)
+        await self._update_status(
+            config, {"observedGeneration": generation, "conditions": conditions}
+        )
+        return Result(requeue=True)
+
     async def _conflict(
         self, config: Json, conditions: list[Json], generation: int, owner: str
     ) -> Result:
@@ -505,15 +657,15 @@ class LinkerdConfigController:
         )
 
 
-def restarts_reported(status: Json, config_hash: str) -> int:
-    """The restart count a LinkerdConfig's status already reports for ``config_hash``.
+def evictions_reported(status: Json, config_hash: str) -> int:
+    """The bare pods a LinkerdConfig's status already reports evicted for ``config_hash``.
 
-    A new leader continues from it, so the count survives a leader change; a count for an
-    older configuration does not carry over to a new one.
+    An evicted bare pod leaves no record on any workload, so a new leader continues from this
+    count; a count for an older configuration does not carry over to a new one.
     """
     if status.get("configHash") != config_hash:
         return 0
-    count = status.get("restartedWorkloads")
+    count = status.get("evictedPods")
     return count if isinstance(count, int) and count >= 0 else 0
 
 
@@ -521,6 +673,7 @@ def restarts_reported(status: Json, config_hash: str) -> int:
 class _RolloutOutcome:
     outdated: int
     restarted_total: int
+    evicted: int
     reason: str
     message: str
     requeue_after: float | None = None

@@ -8,6 +8,10 @@
   field manager, it never removes or changes ``install`` or any other key.
 * **Trust anchor**: a spec without one keeps the anchor already in the cluster's ConfigMap;
   with neither, nothing is written (Linkerd cannot run without a trust anchor).
+* **Nothing we did not write is lost**: the rest of the ConfigMap (other keys such as
+  ``install``, foreign labels and annotations such as ``linkerd.io/created-by``) is copied into
+  a companion ConfigMap ``<name>-preserved`` whenever it changes; if the ConfigMap is deleted,
+  it is recreated from that copy, even by a controller started after the deletion.
 * **Deleting the CR never deletes the ConfigMap**: no ownerReference is set (cluster-scoped
   owner, namespaced object, and a mesh must outlive its manager); the annotation says who
   manages it.
@@ -118,6 +122,96 @@ def apply_body(desired: Desired, owner_name: str) -> Json:
             "annotations": {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash},
         },
         "data": dict(desired.data),
+    }
+
+
+# -- what we did not write --------------------------------------------------------------------
+
+PRESERVED_SUFFIX = "-preserved"
+PRESERVED_LABELS = "config.linkerd.io/preserved-labels"
+PRESERVED_ANNOTATIONS = "config.linkerd.io/preserved-annotations"
+_OUR_ANNOTATIONS = frozenset({OWNER_ANNOTATION, HASH_ANNOTATION})
+
+
+@dataclass(frozen=True)
+class Unmanaged:
+    """The part of a managed ConfigMap that is not ours: it must survive anything we do."""
+
+    data: dict[str, str]
+    binary_data: dict[str, str]
+    labels: dict[str, str]
+    annotations: dict[str, str]
+
+
+def preserved_name(target: Target) -> str:
+    return f"{target.name}{PRESERVED_SUFFIX}"
+
+
+def unmanaged_part(configmap: Json, managed_keys: Iterable[str]) -> Unmanaged:
+    managed = set(managed_keys)
+    meta = configmap.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    return Unmanaged(
+        {k: v for k, v in (configmap.get("data") or {}).items() if k not in managed},
+        dict(configmap.get("binaryData") or {}),
+        {k: v for k, v in labels.items() if k != MANAGED_BY_LABEL},
+        {k: v for k, v in annotations.items() if k not in _OUR_ANNOTATIONS},
+    )
+
+
+def preserved_copy(target: Target, part: Unmanaged, owner_name: str) -> Json:
+    """The companion ConfigMap holding ``part`` (its metadata as JSON annotations)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": preserved_name(target),
+            "namespace": target.namespace,
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+            "annotations": {
+                OWNER_ANNOTATION: owner_name,
+                PRESERVED_LABELS: orjson.dumps(part.labels, option=orjson.OPT_SORT_KEYS).decode(),
+                PRESERVED_ANNOTATIONS: orjson.dumps(
+                    part.annotations, option=orjson.OPT_SORT_KEYS
+                ).decode(),
+            },
+        },
+        "data": dict(part.data),
+        "binaryData": dict(part.binary_data),
+    }
+
+
+def from_preserved(copy_: Json | None) -> Unmanaged | None:
+    """What ``preserved_copy`` stored; None without a (readable) copy."""
+    if copy_ is None:
+        return None
+    annotations = (copy_.get("metadata") or {}).get("annotations") or {}
+    try:
+        labels = orjson.loads(annotations.get(PRESERVED_LABELS, "{}"))
+        foreign = orjson.loads(annotations.get(PRESERVED_ANNOTATIONS, "{}"))
+    except orjson.JSONDecodeError:
+        return None
+    return Unmanaged(
+        dict(copy_.get("data") or {}), dict(copy_.get("binaryData") or {}), labels, foreign
+    )
+
+
+def restored(desired: Desired, part: Unmanaged, owner_name: str) -> Json:
+    """A deleted ConfigMap whole again: what we did not write, and what we do. Created in one
+    step, so no reader (the kubelet copying it to the injector) ever sees half of it."""
+    ours = apply_body(desired, owner_name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": desired.target.name,
+            "namespace": desired.target.namespace,
+            "labels": {**part.labels, **ours["metadata"]["labels"]},
+            "annotations": {**part.annotations, **ours["metadata"]["annotations"]},
+        },
+        "data": {**part.data, **ours["data"]},
+        "binaryData": dict(part.binary_data),
     }
 
 

@@ -227,7 +227,12 @@ def status_schema() -> dict[str, Any]:
             "outdatedWorkloads": {**count, "description": "Workloads still on another proxy."},
             "restartedWorkloads": {
                 **count,
-                "description": "Workloads restarted for this config hash, by any leader.",
+                "description": "Workloads restarted for this config hash, by any leader: the "
+                "owners whose pod template records it, plus evicted bare pods.",
+            },
+            "evictedPods": {
+                **count,
+                "description": "Bare pods evicted for this config hash (they leave no record).",
             },
         },
     )

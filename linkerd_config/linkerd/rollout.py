@@ -12,13 +12,17 @@ Pure decisions over cached metadata; the controller executes them. The policy:
   DaemonSet: a pod-template annotation, as ``kubectl rollout restart``); a pod with no such
   owner is evicted, so PodDisruptionBudgets hold;
 * each workload is restarted once per configuration: the template annotation carries the
-  configuration's hash, so a controller restart or a new leader never restarts it again.
+  configuration's hash, so a controller restart or a new leader never restarts it again;
+* the record on the workloads is the truth about a rollout: how many were restarted for a
+  configuration, and when the last pass was (``restarted-at``), so the batch size and the
+  interval between passes hold under any event traffic and across leaders.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 Json = dict[str, Any]
@@ -29,6 +33,7 @@ WEBHOOKS_LABEL = "config.linkerd.io/admission-webhooks"
 PIN_ANNOTATION = "config.linkerd.io/proxy-version"
 PROXY_VERSION_ANNOTATION = "linkerd.io/proxy-version"
 RESTARTED_FOR_ANNOTATION = "config.linkerd.io/restarted-for"
+RESTARTED_AT_ANNOTATION = "config.linkerd.io/restarted-at"
 PROXY_CONTAINER = "linkerd-proxy"
 
 CANDIDATE_LABEL_SELECTOR = f"{RECONCILE_LABEL}={RECONCILE_AUTO}"
@@ -153,15 +158,66 @@ def plan_rollout(
     return RolloutPlan(len(stale), tuple(workloads))
 
 
-def restart_patch(config_hash: str) -> Json:
+WORKLOAD_FIELDS = ("spec.template.metadata.annotations",)
+"""All a workload cache needs (besides name, namespace, uid, resourceVersion): the record."""
+
+
+def restart_patch(config_hash: str, resource_version: str, at: float) -> Json:
     """A merge patch of the pod template, like ``kubectl rollout restart`` but keyed by the
-    configuration: applying it twice for one hash is a no-op, so it never restarts twice."""
+    configuration. It carries the resourceVersion it was decided on: if the workload changed
+    since (another leader restarted it, say), the API server refuses it with a conflict."""
+    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return {
-        "spec": {"template": {"metadata": {"annotations": {RESTARTED_FOR_ANNOTATION: config_hash}}}}
+        "metadata": {"resourceVersion": resource_version},
+        "spec": {
+            "template": {
+                "metadata": {
+                    "annotations": {
+                        RESTARTED_FOR_ANNOTATION: config_hash,
+                        RESTARTED_AT_ANNOTATION: stamp,
+                    }
+                }
+            }
+        },
     }
 
 
-def already_restarted(workload_obj: Json, config_hash: str) -> bool:
+def _template_annotations(workload_obj: Json) -> Json:
     template = (workload_obj.get("spec") or {}).get("template") or {}
-    annotations = (template.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(RESTARTED_FOR_ANNOTATION) == config_hash
+    return (template.get("metadata") or {}).get("annotations") or {}
+
+
+def already_restarted(workload_obj: Json, config_hash: str) -> bool:
+    return _template_annotations(workload_obj).get(RESTARTED_FOR_ANNOTATION) == config_hash
+
+
+def restart_times(workload_objs: Iterable[Json], config_hash: str) -> list[float]:
+    """When each workload recorded as restarted for ``config_hash`` was restarted (a record
+    without a readable time counts, at time 0)."""
+    times = []
+    for obj in workload_objs:
+        annotations = _template_annotations(obj)
+        if annotations.get(RESTARTED_FOR_ANNOTATION) != config_hash:
+            continue
+        try:
+            stamp = str(annotations.get(RESTARTED_AT_ANNOTATION, ""))
+            times.append(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+        except ValueError:
+            times.append(0.0)
+    return times
+
+
+@dataclass(frozen=True)
+class Pace:
+    """This pass's share of a rollout: how many may restart now, or how long to wait."""
+
+    allowed: int
+    wait: float
+
+
+def pace(last_restart: float | None, now: float, batch: int, interval: float) -> Pace:
+    """A pass restarts at most ``batch`` workloads, and only ``interval`` seconds after the
+    previous pass's last restart: restarts never come faster, whatever wakes the reconciler."""
+    if last_restart is not None and now < last_restart + interval:
+        return Pace(0, last_restart + interval - now)
+    return Pace(batch, 0.0)

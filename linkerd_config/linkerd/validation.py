@@ -73,6 +73,15 @@ _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 )
+# The container image reference grammar (distribution/reference), name part only: an
+# optional registry host[:port], then lower-case path components joined by separators.
+_DOMAIN_PART: Final = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_PATH_PART: Final = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
+_IMAGE_NAME: Final = re.compile(
+    rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+)
+_MAX_IMAGE_NAME: Final = 255
+_MAX_DNS_SUBDOMAIN: Final = 253
 
 _LOG_LEVELS: Final = ("trace", "debug", "info", "warn", "error", "off")
 _RUST_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*")
@@ -258,6 +267,7 @@ class _Checker:
         self.log_level(proxy.get("logLevel"))
         for key in ("proxyImage", "proxyInitImage"):
             image = self.section(proxy, key, "spec.proxy")
+            self.image_name(image.get("name"), f"spec.proxy.{key}.name")
             policy = image.get("pullPolicy")
             if policy is not None and policy not in _PULL_POLICIES:
                 self.fail(
@@ -344,10 +354,37 @@ class _Checker:
         ):
             self.fail("spec.global.linkerdNamespace", "must be a namespace name (a DNS-1123 label)")
         name = global_.get("configMap")
-        if name is not None and not (
-            isinstance(name, str) and len(name) <= 253 and _DNS_SUBDOMAIN.fullmatch(name)
-        ):
+        if name is not None and not _dns_subdomain(name):
             self.fail("spec.global.configMap", "must be a ConfigMap name (a DNS-1123 subdomain)")
+        domain = global_.get("clusterDomain")
+        if domain is not None and not _dns_subdomain(domain):
+            self.fail(
+                "spec.global.clusterDomain",
+                f"{_show(domain)} is not a DNS-1123 subdomain (lower-case letters, digits, '-' "
+                "and '.'), e.g. cluster.local",
+            )
+        identity = global_.get("identityContext")
+        trust_domain = identity.get("trustDomain") if isinstance(identity, Mapping) else None
+        if trust_domain is not None and not _dns_subdomain(trust_domain):
+            # Linkerd's own check (``linkerd install``: invalid trust domain).
+            self.fail(
+                "spec.global.identityContext.trustDomain",
+                f"{_show(trust_domain)} is not a DNS-1123 subdomain, e.g. cluster.local",
+            )
+
+    def image_name(self, value: Any, field: str) -> None:
+        if value is None:
+            return
+        if not (
+            isinstance(value, str)
+            and len(value) <= _MAX_IMAGE_NAME
+            and _IMAGE_NAME.fullmatch(value)
+        ):
+            self.fail(
+                field,
+                f"{_show(value)} is not an image name ([registry[:port]/]path of lower-case "
+                "components, no tag), e.g. gcr.io/linkerd-io/proxy",
+            )
 
     # -- durations, ports, log level, resources ---------------------------------------------
 
@@ -551,6 +588,14 @@ class _PemBlock:
     begin: str
     end: str
     text: str
+
+
+def _dns_subdomain(value: Any) -> bool:
+    return (
+        isinstance(value, str)
+        and len(value) <= _MAX_DNS_SUBDOMAIN
+        and _DNS_SUBDOMAIN.fullmatch(value) is not None
+    )
 
 
 def _pem_blocks(text: str) -> tuple[list[_PemBlock], bool]:

@@ -786,11 +786,17 @@ INFORMERS = {
     "pods": "pods",
     "namespaces": "namespaces",
     "replicasets": "replicasets",
+    "deployments": "Deployment",
+    "statefulsets": "StatefulSet",
+    "daemonsets": "DaemonSet",
 }
 
 
 def informer_of(app: App, resource: str) -> Informer:
-    informer: Informer = getattr(app.controller, INFORMERS[resource])
+    name = INFORMERS[resource]
+    if name in app.controller.workloads:
+        return app.controller.workloads[name]
+    informer: Informer = getattr(app.controller, name)
     return informer
 
 
@@ -938,12 +944,14 @@ async def edit_not_reverted(world: World, perm: Permission) -> None:
 @case("create configmaps")
 async def configmap_not_recreated(world: World, perm: Permission) -> None:
     saved = await world.admin.request("GET", CM_PATH)
+    # The copy of what the controller did not write (``install``, ...) that it restores from.
+    await world.admin.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config-preserved"))
     await world.admin.request("DELETE", CM_PATH)
     try:
         async with controller(world, identity(perm)) as run:
-            denied = await run.refused(perm, CM_PATH)
-            # A server-side apply (PATCH) of a missing object is a create, authorized as one.
-            assert denied.method == "PATCH"
+            # Recreating is a create of the ConfigMap as it was, our keys included.
+            denied = await run.refused(perm, CONFIGMAPS.path("linkerd"))
+            assert denied.method == "POST"
 
             async def absent() -> bool:
                 return await get_or_none(world.admin, CM_PATH) is None

@@ -1,0 +1,605 @@
+"""Faults and bad input found when the controller was attacked as a user would, each
+reproduced on the local control plane with Linkerd's real injector:
+
+1. a deleted ``linkerd-config`` comes back whole (``install``, ``linkerd.io/created-by``),
+   even when the controller restarted in between;
+3. a write the API server refuses shows at once in status, an Event and one error line;
+4. any string survives server-side apply (DEL, C1 controls, non-ASCII);
+5. values Linkerd cannot use are refused even with the webhooks off;
+6. the restart batch size and interval hold under the pod churn of the rollout itself;
+7. the restart count survives a leader that died before its last status write;
+8. start-up problems are one line naming what to do, or a wait with readiness false.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from structlog.testing import capture_logs
+
+from linkerd_config.app import App, build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.proxy_injector import ProxyInjector
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, load_access
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
+from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from tests.support import scenario
+from tests.support.audit import received_at, successful_writes
+from tests.support.samples import SAMPLES, install_configmap, load, sample
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
+CONFIG = "edge-19.12.3"
+SAMPLE = "edge_19.12.3.yaml"
+AGENT = "linkerd-config/"
+FLEET = "fleet"
+FLEET_SIZE = 25
+VAP_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDING_PATH = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+@pytest.fixture(scope="module")
+def cp() -> Iterator[LocalControlPlane]:
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+async def linkerd(cp: LocalControlPlane) -> AsyncIterator[tuple[KubeClient, ProxyInjector]]:
+    """Linkerd edge-19.12.1 installed, its real injector serving, the CRD present."""
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, metrics=Metrics(), user_agent="reliability-tests") as kube:
+        await scenario.install_crd(kube)
+        await scenario.install_linkerd_edge_19_12_1(kube)
+        async with scenario.linkerd_injector(cp) as injector:
+            yield kube, injector
+
+
+@pytest.fixture
+def kube(linkerd: tuple[KubeClient, ProxyInjector]) -> KubeClient:
+    return linkerd[0]
+
+
+@contextlib.asynccontextmanager
+async def controller(cp: LocalControlPlane, name: str, *flags: str) -> AsyncIterator[App]:
+    settings = scenario.local_settings(cp.kubeconfig, "--identity", name, *flags)
+    app = await build(settings)
+    async with running(app):
+        yield app
+
+
+async def condition(kube: KubeClient, name: str, type_: str) -> Obj:
+    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
+    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+    return {**conditions.get(type_, {}), "generation": obj["metadata"]["generation"]}
+
+
+async def synced(kube: KubeClient, name: str = CONFIG) -> Obj:
+    async def probe() -> Obj | None:
+        cond = await condition(kube, name, "ConfigMapSynced")
+        ok = cond.get("status") == "True" and cond.get("observedGeneration") == cond["generation"]
+        return cond if ok else None
+
+    return await eventually(probe, timeout=60, what=f"{name} ConfigMapSynced")
+
+
+async def ensure_applied(kube: KubeClient) -> None:
+    with contextlib.suppress(ApiError):
+        await kube.request("POST", LINKERD_CONFIGS.path(), body=sample(SAMPLE))
+
+
+# -- 1. nothing we did not write is lost --------------------------------------------------------
+
+
+async def test_a_deleted_configmap_comes_back_whole_even_after_a_restart(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    original = install_configmap()
+    await ensure_applied(kube)
+
+    def whole(cm: Obj) -> None:
+        assert cm["data"]["install"] == original["data"]["install"]
+        annotations = cm["metadata"]["annotations"]
+        assert annotations["linkerd.io/created-by"] == "linkerd/cli edge-19.12.1"
+        assert cm["metadata"]["labels"]["linkerd.io/control-plane-ns"] == "linkerd"
+        assert '"proxyVersion":"edge-19.12.3"' in cm["data"]["proxy"]
+
+    async def recreated(old_uid: str) -> Obj | None:
+        try:
+            cm: Obj = await kube.request("GET", CM_PATH)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+        ours = '"proxyVersion":"edge-19.12.3"' in cm["data"].get("proxy", "")
+        return cm if cm["metadata"]["uid"] != old_uid and ours else None
+
+    async with controller(cp, "keeper-1"):
+        await synced(kube)
+        before = await kube.request("GET", CM_PATH)
+        whole(before)
+        await kube.request("DELETE", CM_PATH)
+        again = await eventually(lambda: recreated(before["metadata"]["uid"]), timeout=20)
+        whole(again)
+
+    # Deleted while no controller runs: a new one has no cache of it, only the API.
+    await kube.request("DELETE", CM_PATH)
+    async with controller(cp, "keeper-2"):
+        third = await eventually(lambda: recreated(again["metadata"]["uid"]), timeout=30)
+        whole(third)
+        # And the next apply, which omits install, must not take it away.
+        await kube.request(
+            "PATCH", CM_PATH, body={"data": {"proxy": "{}"}}, content_type=MERGE_PATCH
+        )
+        await synced(kube)
+
+        async def reverted() -> Obj | None:
+            cm: Obj = await kube.request("GET", CM_PATH)
+            return cm if cm["data"]["proxy"] != "{}" else None
+
+        whole(await eventually(reverted, timeout=20))
+
+
+# -- 3. a refused write is visible ----------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def configmap_frozen(kube: KubeClient) -> AsyncIterator[str]:
+    """A ValidatingAdmissionPolicy that refuses every update of linkerd-config."""
+    message = "linkerd-config is frozen by policy"
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "freeze-linkerd-config"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["UPDATE"],
+                        "resources": ["configmaps"],
+                    }
+                ]
+            },
+            "validations": [
+                {"expression": "object.metadata.name != 'linkerd-config'", "message": message}
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "freeze-linkerd-config"},
+        "spec": {"policyName": "freeze-linkerd-config", "validationActions": ["Deny"]},
+    }
+    await kube.request("POST", VAP_PATH, body=policy)
+    await kube.request("POST", VAP_BINDING_PATH, body=binding)
+    try:
+
+        async def enforced() -> bool:
+            try:
+                await kube.request(
+                    "PATCH",
+                    CM_PATH,
+                    params={"dryRun": "All"},
+                    body={"metadata": {"labels": {"probe": "x"}}},
+                    content_type=MERGE_PATCH,
+                )
+            except ApiError as exc:
+                return message in exc.message
+            return False
+
+        await eventually(enforced, timeout=30, what="the policy enforced")
+        yield message
+    finally:
+        await kube.request("DELETE", f"{VAP_BINDING_PATH}/freeze-linkerd-config")
+        await kube.request("DELETE", f"{VAP_PATH}/freeze-linkerd-config")
+
+
+async def test_a_refused_write_shows_in_status_an_event_and_one_error_line(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    await ensure_applied(kube)
+    async with controller(cp, "refused"):
+        await synced(kube)
+        async with configmap_frozen(kube) as message:
+            with capture_logs() as logs:
+                await kube.request(
+                    "PATCH",
+                    LINKERD_CONFIGS.path(name=CONFIG),
+                    body={"spec": {"proxy": {"logLevel": "debug"}}},
+                    content_type=MERGE_PATCH,
+                )
+
+                async def failing() -> Obj | None:
+                    ready = await condition(kube, CONFIG, "Ready")
+                    current = ready.get("observedGeneration") == ready["generation"]
+                    return ready if current and ready.get("status") == "False" else None
+
+                ready = await eventually(failing, timeout=15, what="Ready=False")
+                await asyncio.sleep(1)  # let a retry or two happen
+            synced_cond = await condition(kube, CONFIG, "ConfigMapSynced")
+            assert synced_cond["status"] == "False"
+            for cond in (ready, synced_cond):
+                assert cond["reason"] == "WriteFailed"
+                assert message in cond["message"] and "422" in cond["message"], cond
+            events = (await kube.request("GET", EVENTS.path("default")))["items"]
+            warnings = [
+                e
+                for e in events
+                if e["reason"] == "ConfigMapWriteFailed" and e["involvedObject"]["name"] == CONFIG
+            ]
+            assert len(warnings) == 1 and warnings[0]["type"] == "Warning", warnings
+            assert message in warnings[0]["message"]
+            refused = [e for e in logs if e["event"] == "configmap write refused"]
+            assert refused and all(e["log_level"] == "error" for e in refused)
+            assert not [e for e in logs if e.get("exc_info")], "a traceback was logged"
+        # Policy gone: the next retry writes, and status recovers.
+        cond = await synced(kube)
+        assert cond["status"] == "True"
+    cm = await kube.request("GET", CM_PATH)
+    assert '"level":"debug"' in cm["data"]["proxy"]
+    await kube.request(
+        "PATCH",
+        LINKERD_CONFIGS.path(name=CONFIG),
+        body={"spec": {"proxy": {"logLevel": None}}},
+        content_type=MERGE_PATCH,
+    )
+
+
+# -- 4. any string survives the apply -------------------------------------------------------------
+
+
+async def test_any_string_survives_server_side_apply(kube: KubeClient) -> None:
+    hostile = 'del:\x7f c1:\x85\x9f nbsp:\xa0 ls:\u2028 emoji:\U0001f680 tab:\t nl:\n quote:" bs:\\'
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "hostile-strings", "namespace": "default"},
+        "data": {"value": hostile},
+    }
+    await kube.request(
+        "PATCH",
+        CONFIGMAPS.path("default", "hostile-strings"),
+        params={"fieldManager": "reliability-tests"},
+        body=body,
+        content_type=APPLY_PATCH,
+    )
+    cm = await kube.request("GET", CONFIGMAPS.path("default", "hostile-strings"))
+    assert cm["data"]["value"] == hostile
+
+
+# -- 5. values Linkerd cannot use are never written ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sample_file", "field"),
+    [
+        ("bad_cluster_domain.yaml", "spec.global.clusterDomain"),
+        ("markup_in_names.yaml", "spec.proxy.proxyImage.name"),
+        ("control_character_in_image.yaml", "spec.proxy.proxyInitImage.name"),
+        ("bad_trust_domain.yaml", "spec.global.identityContext.trustDomain"),
+    ],
+)
+async def test_values_linkerd_cannot_use_are_refused_without_webhooks(
+    cp: LocalControlPlane, kube: KubeClient, sample_file: str, field: str
+) -> None:
+    bad = load(SAMPLES / "invalid" / sample_file)
+    name = bad["metadata"]["name"]
+    with contextlib.suppress(ApiError):  # only the scenario's config may own the ConfigMap
+        await kube.request("DELETE", LINKERD_CONFIGS.path(name=CONFIG))
+    before = await kube.request("GET", CM_PATH)
+    await kube.request("POST", LINKERD_CONFIGS.path(), body=bad)  # no webhook: stored
+    try:
+        async with controller(cp, f"no-webhooks-{name}"):
+
+            async def refused() -> Obj | None:
+                cond = await condition(kube, name, "ConfigMapSynced")
+                return cond if cond.get("reason") == "InvalidConfig" else None
+
+            cond = await eventually(refused, timeout=20, what=f"{name} refused")
+            assert cond["status"] == "False" and field in cond["message"], cond
+            await asyncio.sleep(1)
+            after = await kube.request("GET", CM_PATH)
+            assert after["data"] == before["data"]
+    finally:
+        await kube.request("DELETE", LINKERD_CONFIGS.path(name=name))
+
+
+# -- 6, 7. restarts: paced, and counted from what the workloads record ----------------------
+
+
+async def fleet(kube: KubeClient) -> None:
+    """FLEET_SIZE opted-in Deployments of one pod each, injected by Linkerd."""
+    with contextlib.suppress(ApiError):
+        await kube.request(
+            "POST",
+            NAMESPACES.path(),
+            body={"metadata": {"name": FLEET, "annotations": {"linkerd.io/inject": "enabled"}}},
+        )
+    await scenario.wait_admits_pods(kube, FLEET, injected=True)
+    for i in range(FLEET_SIZE):
+        await scenario.create(
+            kube, DEPLOYMENTS.path(FLEET), scenario.deployment(f"app-{i:02d}", True, replicas=1)
+        )
+    await scenario.wait_settled(kube, FLEET, expected=FLEET_SIZE, timeout=180)
+
+
+def passes(times: list[float], gap: float = 1.0) -> list[list[float]]:
+    """Restart times grouped into passes: a pass's restarts are milliseconds apart."""
+    groups: list[list[float]] = []
+    for t in sorted(times):
+        if groups and t - groups[-1][-1] < gap:
+            groups[-1].append(t)
+        else:
+            groups.append([t])
+    return groups
+
+
+async def back_to_edge_19_12_1(kube: KubeClient) -> None:
+    """No LinkerdConfig, and linkerd-config as Linkerd edge-19.12.1 installed it, served by the
+    injector: the fleet created next runs the old proxy."""
+    with contextlib.suppress(ApiError):
+        await kube.request("DELETE", LINKERD_CONFIGS.path(name=CONFIG))
+    await kube.request("PUT", CM_PATH, body={**install_configmap(), "metadata": {
+        **install_configmap()["metadata"], "resourceVersion": None}})  # fmt: skip
+
+    async def injects_old() -> bool:
+        pod = await scenario.dry_run_pod(kube, "default", {"linkerd.io/inject": "enabled"})
+        return pod["metadata"]["annotations"].get("linkerd.io/proxy-version") == "edge-19.12.1"
+
+    await eventually(injects_old, timeout=30, what="the injector back on edge-19.12.1")
+
+
+async def test_batch_size_and_interval_hold_under_pod_churn(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    await back_to_edge_19_12_1(kube)
+    await fleet(kube)
+    async with controller(cp, "pacer", "--max-restarts-per-pass", "10", "--restart-interval", "5s"):
+        await ensure_applied(kube)
+        await synced(kube)
+
+        async def fleet_restarted() -> bool:
+            writes = successful_writes(cp, "patch", "deployments", FLEET, AGENT)
+            return len({e["objectRef"]["name"] for e in writes}) == FLEET_SIZE
+
+        await eventually(fleet_restarted, timeout=120, interval=1, what="every workload restarted")
+    times = [received_at(e) for e in successful_writes(cp, "patch", "deployments", FLEET, AGENT)]
+    assert len(times) == FLEET_SIZE  # each exactly once
+    groups = passes(times)
+    gaps = [round(b[0] - a[-1], 2) for a, b in itertools.pairwise(groups)]
+    print(f"\npasses: {[len(g) for g in groups]}, gaps between them: {gaps}")
+    assert [len(g) for g in groups] == [10, 10, 5]
+    for previous, current in itertools.pairwise(groups):
+        assert current[0] - previous[-1] >= 5.0 - 0.05  # the interval, from the last restart
+
+
+async def test_restart_count_survives_a_leader_that_never_wrote_it(
+    cp: LocalControlPlane, kube: KubeClient
+) -> None:
+    await ensure_applied(kube)
+    await fleet(kube)
+    flags = ("--max-restarts-per-pass", "10", "--restart-interval", "2s")
+    before = len(successful_writes(cp, "patch", "deployments", FLEET, AGENT))
+    async with controller(cp, "dies-early", *flags):
+        await synced(kube)
+        changed = copy.deepcopy(sample(SAMPLE)["spec"]["proxy"])
+        changed["proxyVersion"] = "edge-19.12.4"
+        await kube.request(
+            "PATCH",
+            LINKERD_CONFIGS.path(name=CONFIG),
+            body={"spec": {"proxy": changed}},
+            content_type=MERGE_PATCH,
+        )
+
+        async def first_pass() -> bool:
+            done = len(successful_writes(cp, "patch", "deployments", FLEET, AGENT)) - before
+            return done >= 10
+
+        await eventually(first_pass, timeout=60, what="the first pass")
+    # As if that leader died between its restarts and its status write.
+    await kube.request(
+        "PATCH",
+        LINKERD_CONFIGS.path(name=CONFIG, subresource="status"),
+        body={"status": {"restartedWorkloads": 0}},
+        content_type=MERGE_PATCH,
+    )
+    async with controller(cp, "successor", *flags):
+
+        async def rolled() -> Obj | None:
+            obj: Obj = await kube.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
+            status = obj.get("status") or {}
+            conds = {c["type"]: c for c in status.get("conditions") or []}
+            up = conds.get("DataPlaneUpToDate", {})
+            return (
+                status
+                if up.get("status") == "True" and status.get("outdatedWorkloads") == 0
+                else None
+            )
+
+        status = await eventually(rolled, timeout=120, interval=1, what="the rollout finished")
+    restarted = successful_writes(cp, "patch", "deployments", FLEET, AGENT)[before:]
+    assert len({e["objectRef"]["name"] for e in restarted}) == FLEET_SIZE == len(restarted)
+    assert status["restartedWorkloads"] == FLEET_SIZE, status
+
+
+# -- 8. start-up problems: one line naming what to do, or a wait with readiness false ----------
+
+CLI = [sys.executable, "-m", "linkerd_config", "run"]
+WAITING_FOR_CERT = "waiting for the serving certificate"
+
+
+def bare_environment(home: Path) -> dict[str, str]:
+    """No kubeconfig, not in a cluster."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KUBE", "POD_"))}
+    return {**env, "HOME": str(home)}
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], "no kubeconfig at"),
+        (["--kubeconfig", "/nope"], "kubeconfig /nope does not exist"),
+        (["--kubeconfig", "GARBAGE"], "is not usable"),
+    ],
+    ids=["no-kubeconfig", "missing-file", "garbage-file"],
+)
+def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    garbage = tmp_path / "garbage.kubeconfig"
+    garbage.write_text("this: is: not: a kubeconfig\n")
+    argv = [str(garbage) if a == "GARBAGE" else a for a in args]
+    done = subprocess.run(
+        [*CLI, *argv, "--enable-webhooks", "false"],
+        env=bare_environment(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1, done
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and expected in lines[0], done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+class Process:
+    """``linkerd-config run`` in the background, its JSON log lines collected."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def records(self) -> list[Obj]:
+        out = []
+        for line in list(self.lines):
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout=30)
+        self._reader.join(timeout=5)
+        return code
+
+
+async def http_status(url: str) -> int:
+    try:
+        async with aiohttp.ClientSession() as http, http.get(url) as resp:
+            return resp.status
+    except aiohttp.ClientError:
+        return 0
+
+
+def run_flags(kubeconfig: Path, health: int, *extra: str) -> list[str]:
+    return [
+        *CLI,
+        "--kubeconfig", str(kubeconfig),
+        "--health-probe-bind-address", f"127.0.0.1:{health}",
+        "--metrics-bind-address", "127.0.0.1:0",
+        "--leader-elect", "false",
+        *extra,
+    ]  # fmt: skip
+
+
+async def test_webhooks_wait_for_their_certificate_with_readiness_false(
+    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+) -> None:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    health = free_port()
+    argv = run_flags(
+        cp.kubeconfig,
+        health,
+        "--enable-webhooks", "true",
+        "--webhook-cert-dir", str(certs),
+        "--webhook-bind-address", f"127.0.0.1:{free_port()}",
+    )  # fmt: skip
+    process = Process(argv, dict(os.environ))
+    try:
+        ready_url = f"http://127.0.0.1:{health}/readyz"
+        await eventually(
+            lambda: _is(http_status(f"http://127.0.0.1:{health}/healthz"), 200),
+            timeout=30,
+            what="alive",
+        )
+        await asyncio.sleep(3)
+        assert process.proc.poll() is None, process.lines  # still running, not crashed
+        assert await http_status(ready_url) == 500  # not ready (as controller-runtime answers)
+        waiting = [r for r in process.records() if r.get("event") == WAITING_FOR_CERT]
+        assert len(waiting) == 1, process.lines
+        write_serving_pair(certs, ["localhost"], ["127.0.0.1"])  # cert-manager issues it
+        await eventually(lambda: _is(http_status(ready_url), 200), timeout=30, what="ready")
+    finally:
+        code = process.stop()
+    output = "\n".join(process.lines)
+    assert code == 0, output
+    assert "Traceback" not in output and "Unclosed client session" not in output, output
+
+
+async def _is(value: Awaitable[int], expected: int) -> bool:
+    return await value == expected
+
+
+async def test_a_missing_crd_is_one_line_then_waited_for(
+    private_control_plane: LocalControlPlane,
+) -> None:
+    cp = private_control_plane
+    health = free_port()
+    process = Process(
+        run_flags(cp.kubeconfig, health, "--enable-webhooks", "false"), dict(os.environ)
+    )
+    try:
+        ready_url = f"http://127.0.0.1:{health}/readyz"
+        await eventually(
+            lambda: _is(http_status(f"http://127.0.0.1:{health}/healthz"), 200), timeout=30
+        )
+        await asyncio.sleep(6)  # several retries' worth
+        records = process.records()
+        missing = [r for r in records if r.get("event", "").startswith("resource not served")]
+        assert len(missing) == 1, process.lines
+        assert (
+            missing[0]["level"] == "error"
+            and "kubectl apply -k manifests/crd" in missing[0]["todo"]
+        )
+        assert not [r for r in records if r.get("event") == "list/watch request failed"]
+        assert await http_status(ready_url) == 500  # not ready (as controller-runtime answers)
+        access = await load_access(str(cp.kubeconfig))
+        async with KubeClient(access, user_agent="reliability-tests") as admin:
+            await scenario.install_crd(admin)
+        await eventually(lambda: _is(http_status(ready_url), 200), timeout=60, what="ready")
+    finally:
+        code = process.stop()
+    assert code == 0
+    assert "Traceback" not in "\n".join(process.lines)

@@ -1,0 +1,103 @@
+"""The rollout's memory lives on the workloads: pacing and counting from their restart record,
+and what survives a deleted ConfigMap. Pure functions, simple dicts."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from linkerd_config.kube.client import APPLY_PATCH, JSON, encode_body
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.reconcile import (
+    Desired,
+    from_preserved,
+    preserved_copy,
+    restored,
+    unmanaged_part,
+)
+from linkerd_config.linkerd.resource import Target
+
+Obj = dict[str, Any]
+
+
+def workload(annotations: dict[str, str] | None) -> Obj:
+    return {"spec": {"template": {"metadata": {"annotations": annotations or {}}}}}
+
+
+def test_the_restart_patch_records_hash_and_time_and_guards_with_the_version() -> None:
+    patch = rollout.restart_patch("abc", "42", 1_700_000_000.25)
+    assert patch["metadata"] == {"resourceVersion": "42"}
+    annotations = patch["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[rollout.RESTARTED_FOR_ANNOTATION] == "abc"
+    assert annotations[rollout.RESTARTED_AT_ANNOTATION] == "2023-11-14T22:13:20.250000Z"
+    assert rollout.restart_times([workload(annotations)], "abc") == [1_700_000_000.25]
+
+
+def test_only_this_configurations_records_count() -> None:
+    stamp = rollout.RESTARTED_AT_ANNOTATION
+    objs = [
+        workload({rollout.RESTARTED_FOR_ANNOTATION: "abc", stamp: "2026-01-01T00:00:00.5Z"}),
+        workload({rollout.RESTARTED_FOR_ANNOTATION: "old", stamp: "2026-01-01T00:00:09Z"}),
+        workload({rollout.RESTARTED_FOR_ANNOTATION: "abc"}),  # no time: counted, at 0
+        workload(None),
+    ]
+    assert sorted(rollout.restart_times(objs, "abc")) == [0.0, 1767225600.5]
+    assert rollout.already_restarted(objs[0], "abc")
+    assert not rollout.already_restarted(objs[1], "abc")
+
+
+def test_a_pass_waits_for_the_interval_after_the_last_restart() -> None:
+    assert rollout.pace(None, now=100.0, batch=10, interval=5.0) == rollout.Pace(10, 0.0)
+    assert rollout.pace(98.0, now=100.0, batch=10, interval=5.0) == rollout.Pace(0, 3.0)
+    assert rollout.pace(95.0, now=100.0, batch=10, interval=5.0) == rollout.Pace(10, 0.0)
+
+
+def test_what_we_did_not_write_round_trips_through_the_preserved_copy() -> None:
+    target = Target("linkerd", "linkerd-config")
+    cm = {
+        "metadata": {
+            "labels": {
+                "linkerd.io/control-plane-ns": "linkerd",
+                "app.kubernetes.io/managed-by": "linkerd-config",
+            },
+            "annotations": {
+                "linkerd.io/created-by": "linkerd/cli edge-19.12.1",
+                "config.linkerd.io/config-hash": "abc",
+                "config.linkerd.io/linkerdconfig": "x",
+            },
+        },
+        "data": {"global": "{}", "proxy": "{}", "install": '{"cliVersion":"edge-19.12.1"}'},
+    }
+    part = unmanaged_part(cm, ["global", "proxy"])
+    assert part.data == {"install": '{"cliVersion":"edge-19.12.1"}'}
+    assert part.labels == {"linkerd.io/control-plane-ns": "linkerd"}
+    assert part.annotations == {"linkerd.io/created-by": "linkerd/cli edge-19.12.1"}
+    copy_ = preserved_copy(target, part, "x")
+    assert copy_["metadata"]["name"] == "linkerd-config-preserved"
+    assert from_preserved(copy_) == part
+    assert from_preserved(None) is None
+    desired = Desired(target, {"global": "{g}", "proxy": "{p}"}, "h1", "Spec", "edge-19.12.3")
+    back = restored(desired, part, "x")
+    assert back["data"] == {**part.data, "global": "{g}", "proxy": "{p}"}  # whole, in one step
+    assert back["metadata"]["annotations"] == {
+        **part.annotations,
+        "config.linkerd.io/linkerdconfig": "x",
+        "config.linkerd.io/config-hash": "h1",
+    }
+    assert back["metadata"]["labels"] == {
+        **part.labels,
+        "app.kubernetes.io/managed-by": "linkerd-config",
+    }
+
+
+def test_an_apply_body_carries_any_string_a_yaml_parser_would_refuse_or_fold() -> None:
+    hostile = "del:\x7f c1:\x85\x9f ls:\u2028 nbsp:\xa0 emoji:\U0001f680 tab:\t"
+    body = {"data": {"v": hostile}}
+    encoded = encode_body(body, APPLY_PATCH)
+    for raw in ("\x7f", "\x85", "\x9f", "\u2028"):
+        assert raw.encode() not in encoded  # escaped, not raw
+    assert yaml.safe_load(encoded) == body  # and any YAML reader gets the string back
+    assert json.loads(encoded) == body
+    assert json.loads(encode_body(body, JSON)) == body
