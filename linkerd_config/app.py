@@ -25,6 +25,7 @@ from linkerd_config.kube.leader import (
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import serve
+from linkerd_config.kube.watch_health import WatchHealth
 from linkerd_config.linkerd.controller import LinkerdConfigController, RolloutOptions
 from linkerd_config.linkerd.webhooks import register
 from linkerd_config.manager import Manager
@@ -46,6 +47,7 @@ class App:
     controller: LinkerdConfigController
     recorder: EventRecorder
     admission: AdmissionServer | None = None
+    watch_health: WatchHealth | None = None
     hooks: list[Callable[[], None]] = field(default_factory=list)
 
 
@@ -116,6 +118,20 @@ def _assemble(
             "health", lambda: serve(probes.health_app(), hhost, hport, name="health")
         )
     manager.add_server("events", recorder.run)
+    if settings.leader_elect:
+        health = WatchHealth(
+            client,
+            settings.namespace,
+            settings.lease_name,
+            silence=settings.lease_duration + 2 * settings.retry_period,
+            on_silence=client.renew_connections,
+        )
+        manager.add_informer(health.informer)
+        manager.add_server("watch-health", health.run)
+        probes.ready_checks["watch-path"] = health.healthy
+        app.watch_health = health
+        if isinstance(leadership, LeaderElector):
+            leadership.on_unreachable = lambda: health.suspect("a Lease request got no answer")
     if settings.enable_webhooks:
         app.admission = _admission(settings, controller, metrics)
         manager.add_server("webhooks", app.admission.run)

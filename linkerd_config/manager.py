@@ -6,8 +6,9 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
 2. servers that every replica runs (the admission webhooks): followers answer too;
 3. informers: every replica keeps its caches warm, so a new leader acts at once;
 4. once caches have synced: ready, and the leader election campaign starts;
-5. each leadership term: the controllers, with every known key enqueued once
-   (level-triggered: nothing changed while no one led is missed).
+5. each leadership term: a fresh LIST of every informer (a follower's cache may have gone
+   stale unnoticed: a new leader must not act on it), then the controllers, with every known
+   key enqueued once (level-triggered: nothing changed while no one led is missed).
 
 Shutdown runs in reverse under one grace deadline: controllers drain their in-flight
 reconciles, the elector releases the Lease (a successor takes over at once), then informers
@@ -28,6 +29,9 @@ from linkerd_config.kube.controller import Controller
 from linkerd_config.kube.informer import Informer
 
 log = structlog.get_logger(__name__)
+
+FRESH_SYNC_SECONDS = 10.0
+"""Caches listed this recently need no second LIST when leadership comes."""
 
 
 class Leadership(Protocol):
@@ -61,6 +65,7 @@ class Manager:
     # Invariant: set once any component returned or raised on its own (not by cancellation).
     leading: bool = False
     _stopping: bool = False
+    _synced_at: float = 0.0
 
     def add_server(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         self._servers.append((name, run))
@@ -74,10 +79,14 @@ class Manager:
         self._leader_work.append(_LeaderWork(controller, initial_keys))
 
     def ready(self) -> bool:
+        """Synced, every informer following (none failing its list/watch), every component
+        running."""
         if self._stopping:
             return False
-        return self.synced.is_set() and all(
-            not t.done() for n, t in self._tasks.items() if not n.startswith("controller:")
+        return (
+            self.synced.is_set()
+            and all(i.healthy for i in self._informers)
+            and all(not t.done() for n, t in self._tasks.items() if not n.startswith("controller:"))
         )
 
     def alive(self) -> bool:
@@ -95,6 +104,7 @@ class Manager:
             if stop.is_set():
                 return
             self.synced.set()
+            self._synced_at = time.monotonic()
             log.info("caches synced", informers=[i.name for i in self._informers])
             self._start("leader-election", self.leadership.run())
             await self._lead_while_elected(stop)
@@ -112,6 +122,10 @@ class Manager:
             )
             if stop.is_set() or self._failed():
                 return
+            if time.monotonic() - self._synced_at > FRESH_SYNC_SECONDS:
+                await _first(self._relist_all(), stop.wait(), self._any_task_failed())
+                if stop.is_set() or self._failed():
+                    return
             self.leading = True
             log.info("leading: starting controllers", controllers=self._controller_names())
             for work in self._leader_work:
@@ -126,6 +140,17 @@ class Manager:
                 return
             log.warning("leadership lost: stopping controllers now")
             await self._stop_controllers(drain=False)
+
+    async def _relist_all(self) -> None:
+        started = time.monotonic()
+        try:
+            await asyncio.gather(
+                *(i.relist("leadership gained", self.sync_timeout) for i in self._informers)
+            )
+        except TimeoutError as exc:
+            log.warning("relist on gaining leadership incomplete; leading anyway", error=str(exc))
+            return
+        log.info("caches relisted for the new term", seconds=round(time.monotonic() - started, 2))
 
     def _controller_names(self) -> list[str]:
         return [w.controller.name for w in self._leader_work]

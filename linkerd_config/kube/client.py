@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -67,6 +68,25 @@ def encode_body(body: Any, content_type: str) -> bytes:
         return orjson.dumps(body)
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
     return _YAML_UNSAFE.sub(_yaml_escape, text).encode("utf-8")
+
+
+# A peer that vanished (host down, path blackholed) is noticed by the kernel within about
+# KEEPIDLE + KEEPINTVL * KEEPCNT = 25 s even on an idle watch, and unacknowledged writes give
+# up after USER_TIMEOUT; a frozen proxy that still acknowledges is ``watch_health``'s job.
+_TCP_KEEPALIVE = {"TCP_KEEPIDLE": 10, "TCP_KEEPINTVL": 5, "TCP_KEEPCNT": 3}
+_TCP_USER_TIMEOUT_MS = 25_000
+
+
+def _keepalive_socket(addr_info: Any) -> socket.socket:
+    family, type_, proto, _, _ = addr_info
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in _TCP_KEEPALIVE.items():
+        if hasattr(socket, name):  # Linux names; other systems keep their defaults
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
+    if hasattr(socket, "TCP_USER_TIMEOUT"):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _TCP_USER_TIMEOUT_MS)
+    return sock
 
 
 class WriteGate(Protocol):
@@ -190,6 +210,8 @@ class KubeClient:
         self._user_agent = user_agent
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        # Invariant: sessions dropped by renew_connections whose close has not finished.
 
     async def __aenter__(self) -> KubeClient:
         self.open()
@@ -201,7 +223,10 @@ class KubeClient:
     def open(self) -> None:
         if self._session is None:
             connector = aiohttp.TCPConnector(
-                ssl=self.access.ssl_context, limit=self._pool_size, keepalive_timeout=60
+                ssl=self.access.ssl_context,
+                limit=self._pool_size,
+                keepalive_timeout=60,
+                socket_factory=_keepalive_socket,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
@@ -209,10 +234,22 @@ class KubeClient:
                 json_serialize=lambda o: orjson.dumps(o).decode(),
             )
 
+    def renew_connections(self) -> None:
+        """Drop every pooled connection, presumed dead: new requests open new ones, and
+        requests in flight on the old ones (watches included) fail now, not at their timeout."""
+        old, self._session = self._session, None
+        self.open()
+        if old is not None:
+            task = asyncio.get_running_loop().create_task(old.close(), name="close-old-session")
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     @property
     def session(self) -> aiohttp.ClientSession:

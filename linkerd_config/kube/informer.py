@@ -63,6 +63,7 @@ from linkerd_config.kube.watch import (
     GoneError,
     WatchError,
     WatchEvent,
+    WatchInterrupted,
     WatchStalledError,
     WatchStream,
 )
@@ -279,6 +280,13 @@ class Informer:
         self.store = store if store is not None else Store()
         self.not_served_hint = not_served_hint
         self._not_served_reported = False
+        self._body: ByteSource | None = None
+        # Invariant: the body of the watch being read right now, else None.
+        self._relist_reason: str | None = None
+        # Invariant: set by ``relist`` until the loop starts that relist.
+        self._relisted = asyncio.Event()
+        self._failing = False
+        # Invariant: True from a failed list/watch until a LIST or watch succeeds again.
         self._backoff = backoff or Backoff(rng=rng)
         self._rng = rng or random.Random()
         self._metrics = metrics if metrics is not None else client.metrics
@@ -312,6 +320,28 @@ class Informer:
                 await self._synced.wait()
         except TimeoutError:
             raise TimeoutError(f"informer {self.name} not synced within {timeout:.1f}s") from None
+
+    @property
+    def healthy(self) -> bool:
+        """Synced, and the last list/watch attempt did not fail: the cache is following."""
+        return self.has_synced and not self._failing
+
+    def reconnect(self, reason: str) -> None:
+        """End the current watch now and resume from the last resourceVersion on a new
+        connection: for a path presumed dead although this stream saw no error."""
+        if self._body is not None:
+            self._body.set_exception(WatchInterrupted(reason))
+
+    async def relist(self, reason: str, timeout: float) -> None:
+        """A fresh LIST now (not a resume): returns once the cache reflects it."""
+        self._relisted.clear()
+        self._relist_reason = reason
+        self.reconnect(reason)
+        try:
+            async with asyncio.timeout(timeout):
+                await self._relisted.wait()
+        except TimeoutError:
+            raise TimeoutError(f"informer {self.name} not relisted within {timeout:.1f}s") from None
 
     def add_handler(
         self,
@@ -371,16 +401,22 @@ class Informer:
         relist: str | None = None if (self.has_synced and self._resource_version) else "initial"
         while True:
             retry_after: float | None = None
+            if self._relist_reason is not None:
+                relist, self._relist_reason = self._relist_reason, None
             try:
                 if relist is not None:
                     await self._relist(relist)
                     relist = None
+                    self._relisted.set()
                 if await self._watch_once():
                     continue  # server-side timeout after a healthy watch: reconnect now
                 log.info("watch ended early", resource=self.name, rv=self._resource_version)
             except _Relist as exc:
                 relist = exc.reason
                 log.info("watch cannot resume", resource=self.name, reason=exc.reason)
+            except WatchInterrupted as exc:
+                log.info("watch ended by request", resource=self.name, reason=str(exc))
+                continue  # at once, on a new connection; a relist asked for happens first
             except ApiError as exc:
                 retry_after = exc.retry_after
                 if exc.not_found and not self.has_synced:
@@ -404,6 +440,7 @@ class Informer:
                 )
             except Exception:
                 log.exception("unexpected list/watch failure", resource=self.name)
+            self._failing = True
             delay = self._backoff.next(retry_after)
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
             await asyncio.sleep(delay)
@@ -426,6 +463,7 @@ class Informer:
             self._metrics.informer_relists.labels(self.name).inc()
         started = time.monotonic()
         objects, rv = await self._list_all()
+        self._failing = False
         if self._not_served_reported:
             log.info("resource served now", resource=self.name)
             self._not_served_reported = False
@@ -523,6 +561,8 @@ class Informer:
                 total_timeout=timeout + 60.0,
                 read_timeout=self.inactivity_timeout + 15.0,
             ) as body:
+                self._body = body
+                self._failing = False
                 async for event in WatchStream(body, inactivity_timeout=self.inactivity_timeout):
                     events += 1
                     self._apply(event)
@@ -530,7 +570,7 @@ class Informer:
             self._count_event("ERROR")
             raise _Relist(f"watch expired: {exc.message or exc.reason}") from exc
         except WatchError as exc:
-            if not isinstance(exc, WatchStalledError):
+            if not isinstance(exc, WatchStalledError | WatchInterrupted):
                 self._count_event("ERROR")
             raise
         except ApiError as exc:
@@ -538,6 +578,7 @@ class Informer:
                 raise _Relist(f"watch request 410: {exc.message}") from exc
             raise
         finally:
+            self._body = None
             if events or time.monotonic() - started >= HEALTHY_WATCH_SECONDS:
                 self._backoff.reset()
         return events > 0 or time.monotonic() - started >= 1.0

@@ -275,8 +275,12 @@ class LeaderElector(_LeadershipBase):
         on_started_leading: Hook | None = None,
         on_stopped_leading: Hook | None = None,
         on_new_leader: LeaderHook | None = None,
+        on_unreachable: Hook | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``on_unreachable`` runs when a Lease request gets no answer at all (it timed out,
+        or the connection failed): the first sign that the path to the API server is dead,
+        for followers (who poll) as for the leader (who renews)."""
         super().__init__(
             on_started_leading=on_started_leading,
             on_stopped_leading=on_stopped_leading,
@@ -285,6 +289,7 @@ class LeaderElector(_LeadershipBase):
         self.client = client
         self.config = config
         self.metrics = metrics
+        self.on_unreachable = on_unreachable
         self._clock = clock
         self._observed: _Observed | None = None
         self._leading = False
@@ -386,15 +391,24 @@ class LeaderElector(_LeadershipBase):
                 return await self._try_acquire_or_renew(limit)
         except TimeoutError:
             self._log.warning("lease request timed out", seconds=round(limit, 3))
+            self._unreachable()
             return False
         except ApiError as exc:
             self._log.warning("lease request failed", status=exc.status, error=exc.message)
             return False
         except Exception as exc:
             self._log.warning("lease request failed", error=repr(exc))
+            self._unreachable()
             return False
         finally:
             self._maybe_report_leader()
+
+    def _unreachable(self) -> None:
+        if self.on_unreachable is not None:
+            try:
+                self.on_unreachable()
+            except Exception:
+                self._log.exception("on_unreachable hook failed")
 
     async def _try_acquire_or_renew(self, limit: float) -> bool:
         cfg = self.config

@@ -34,9 +34,12 @@ DEFAULT_MAX_LINE = 64 * 1024 * 1024
 
 
 class ByteSource(Protocol):
-    """What we need of ``aiohttp.StreamReader``: the next chunk, ``b""`` at end of body."""
+    """What we need of ``aiohttp.StreamReader``: the next chunk, ``b""`` at end of body;
+    and a way for the stream's owner to end a read in progress with an exception."""
 
     async def readany(self) -> bytes: ...
+
+    def set_exception(self, exc: BaseException) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,10 @@ class GoneError(WatchStatusError):
 
 class WatchStalledError(WatchError):
     """No line arrived within the inactivity deadline; the connection is presumed dead."""
+
+
+class WatchInterrupted(WatchError):
+    """Ended on purpose by its owner (a suspected dead path, or a relist asked for)."""
 
 
 class WatchProtocolError(WatchError):

@@ -110,19 +110,37 @@ def drifted(configmap: Json | None, desired: Desired) -> bool:
     )
 
 
-def apply_body(desired: Desired, owner_name: str) -> Json:
-    """The server-side apply body: only the fields we own."""
-    return {
+def _configmap(
+    target: Target,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    data: Mapping[str, str],
+    binary_data: Mapping[str, str] | None = None,
+) -> Json:
+    body: Json = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": desired.target.name,
-            "namespace": desired.target.namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-            "annotations": {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash},
+            "name": target.name,
+            "namespace": target.namespace,
+            "labels": dict(labels),
+            "annotations": dict(annotations),
         },
-        "data": dict(desired.data),
+        "data": dict(data),
     }
+    if binary_data is not None:
+        body["binaryData"] = dict(binary_data)
+    return body
+
+
+def apply_body(desired: Desired, owner_name: str) -> Json:
+    """The server-side apply body: only the fields we own."""
+    return _configmap(
+        desired.target,
+        {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash},
+        desired.data,
+    )
 
 
 # -- what we did not write --------------------------------------------------------------------
@@ -162,24 +180,21 @@ def unmanaged_part(configmap: Json, managed_keys: Iterable[str]) -> Unmanaged:
 
 def preserved_copy(target: Target, part: Unmanaged, owner_name: str) -> Json:
     """The companion ConfigMap holding ``part`` (its metadata as JSON annotations)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": preserved_name(target),
-            "namespace": target.namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-            "annotations": {
-                OWNER_ANNOTATION: owner_name,
-                PRESERVED_LABELS: orjson.dumps(part.labels, option=orjson.OPT_SORT_KEYS).decode(),
-                PRESERVED_ANNOTATIONS: orjson.dumps(
-                    part.annotations, option=orjson.OPT_SORT_KEYS
-                ).decode(),
-            },
+
+    def as_json(value: dict[str, str]) -> str:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+    return _configmap(
+        Target(target.namespace, preserved_name(target)),
+        {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        {
+            OWNER_ANNOTATION: owner_name,
+            PRESERVED_LABELS: as_json(part.labels),
+            PRESERVED_ANNOTATIONS: as_json(part.annotations),
         },
-        "data": dict(part.data),
-        "binaryData": dict(part.binary_data),
-    }
+        part.data,
+        part.binary_data,
+    )
 
 
 def from_preserved(copy_: Json | None) -> Unmanaged | None:
@@ -201,18 +216,13 @@ def restored(desired: Desired, part: Unmanaged, owner_name: str) -> Json:
     """A deleted ConfigMap whole again: what we did not write, and what we do. Created in one
     step, so no reader (the kubelet copying it to the injector) ever sees half of it."""
     ours = apply_body(desired, owner_name)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": desired.target.name,
-            "namespace": desired.target.namespace,
-            "labels": {**part.labels, **ours["metadata"]["labels"]},
-            "annotations": {**part.annotations, **ours["metadata"]["annotations"]},
-        },
-        "data": {**part.data, **ours["data"]},
-        "binaryData": dict(part.binary_data),
-    }
+    return _configmap(
+        desired.target,
+        {**part.labels, **ours["metadata"]["labels"]},
+        {**part.annotations, **ours["metadata"]["annotations"]},
+        {**part.data, **ours["data"]},
+        part.binary_data,
+    )
 
 
 # -- status ---------------------------------------------------------------------------------

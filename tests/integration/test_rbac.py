@@ -789,11 +789,15 @@ INFORMERS = {
     "deployments": "Deployment",
     "statefulsets": "StatefulSet",
     "daemonsets": "DaemonSet",
+    "leases": "watch_health",
 }
 
 
 def informer_of(app: App, resource: str) -> Informer:
     name = INFORMERS[resource]
+    if name == "watch_health":
+        assert app.watch_health is not None
+        return app.watch_health.informer
     if name in app.controller.workloads:
         return app.controller.workloads[name]
     informer: Informer = getattr(app.controller, name)
@@ -815,6 +819,11 @@ async def informer_never_syncs(world: World, perm: Permission) -> None:
 
 @case(*(f"watch {r}" for r in INFORMERS))
 async def informer_goes_stale(world: World, perm: Permission) -> None:
+    if perm.resource == "leases":  # the Lease must be there for the LIST to cache it
+        with contextlib.suppress(ApiError):
+            await world.admin.request(
+                "POST", LEASES.path("linkerd"), body={"metadata": {"name": LEASE_NAME}}
+            )
     async with controller(world, identity(perm)) as run:
         informer = informer_of(run.app, perm.resource)
         await run.refused(perm, informer.resource.path(informer.namespace))

@@ -3,6 +3,7 @@ reproduced on the local control plane with Linkerd's real injector:
 
 1. a deleted ``linkerd-config`` comes back whole (``install``, ``linkerd.io/created-by``),
    even when the controller restarted in between;
+2. a frozen path to the API server is noticed (readiness false) and recovered from in <= 30 s;
 3. a write the API server refuses shows at once in status, an Event and one error line;
 4. any string survives server-side apply (DEL, C1 controls, non-ASCII);
 5. values Linkerd cannot use are refused even with the webhooks off;
@@ -23,6 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,12 @@ import pytest
 from structlog.testing import capture_logs
 
 from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.cluster import (
+    ControlPlaneOptions,
+    LocalControlPlane,
+    free_port,
+    write_kubeconfig,
+)
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, load_access
@@ -42,6 +49,7 @@ from linkerd_config.linkerd.resource import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import SAMPLES, install_configmap, load, sample
+from tests.support.tcp_proxy import FreezableProxy
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -603,3 +611,52 @@ async def test_a_missing_crd_is_one_line_then_waited_for(
         code = process.stop()
     assert code == 0
     assert "Traceback" not in "\n".join(process.lines)
+
+
+# -- 2. a frozen path to the API server is noticed, and recovered from -----------------------
+
+
+async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
+    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+) -> None:
+    """Every connection the controller has is frozen (open, silent); new ones work. The
+    controller must notice, say so on /readyz, and revert a manual edit made meanwhile."""
+    await ensure_applied(kube)
+    proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
+    port = await proxy.start()
+    kubeconfig = tmp_path / "via-proxy.kubeconfig"
+    identity = cp.certificate_authority.client("frozen-path", ["system:masters"])
+    write_kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", cp.ca_pem, "frozen-path", identity)
+    health = free_port()
+    ready_url = f"http://127.0.0.1:{health}/readyz"
+    # Default lease timings (15 s / 10 s / 2 s): the promise is for what users run.
+    settings = scenario.local_settings(
+        kubeconfig, "--identity", "frozen", "--health-probe-bind-address", f"127.0.0.1:{health}"
+    )
+    app = await build(settings)
+    try:
+        async with running(app):
+            await eventually(lambda: _is(http_status(ready_url), 200), timeout=60, what="ready")
+            await eventually(lambda: asyncio.sleep(0, result=app.manager.leading), timeout=60)
+            await synced(kube)
+            frozen = proxy.freeze()
+            assert frozen >= 3, frozen  # the watches, at least
+            edited = time.monotonic()
+            await kube.request(
+                "PATCH", CM_PATH, body={"data": {"proxy": "{}"}}, content_type=MERGE_PATCH
+            )
+            unready_seen: list[float] = []
+
+            async def reverted() -> bool:
+                if await http_status(ready_url) != 200 and not unready_seen:
+                    unready_seen.append(time.monotonic() - edited)
+                cm: Obj = await kube.request("GET", CM_PATH)
+                return cm["data"]["proxy"] != "{}"
+
+            await eventually(reverted, timeout=45, interval=0.5, what="the edit reverted")
+            took = time.monotonic() - edited
+            print(f"\nfrozen path: unready after {unready_seen}s, edit reverted after {took:.1f}s")
+            assert unready_seen, "readiness never said the caches were blind"
+            assert took <= 30 + 10  # detection (<= 19 s with these timings) plus recovery
+    finally:
+        await proxy.close()
