@@ -39,10 +39,11 @@ test-unit: $(STAMP) ## unit tests only (no control plane)
 test-integration: binaries ## integration tests only
 	$(PY) -m pytest -ra tests/integration
 
-lint: $(STAMP) ## ruff check + format check, mypy --strict
+lint: $(STAMP) ## ruff check + format check, mypy --strict, import-linter's layer contracts
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 format: $(STAMP) ## apply ruff's fixes and formatting
 	$(VENV)/bin/ruff check --fix .
