@@ -22,18 +22,17 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 import structlog
 from aiohttp import web
 
 from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import Json
 from linkerd_config.kube.serving import serve
 
 log = structlog.get_logger(__name__)
 
-Json = dict[str, Any]
 MAX_BODY_BYTES = 3 * 1024 * 1024  # the API server's own request limit is ~3 MiB
 
 

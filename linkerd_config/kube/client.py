@@ -32,10 +32,9 @@ from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 
 from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import Json
 
-Json = dict[str, Any]
-
-JSON = "application/json"
+APPLICATION_JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
@@ -273,8 +272,8 @@ class KubeClient:
         *,
         params: Mapping[str, str | int | bool] | None = None,
         body: Any = None,
-        content_type: str = JSON,
-        accept: str = JSON,
+        content_type: str = APPLICATION_JSON,
+        accept: str = APPLICATION_JSON,
         timeout: float | None = None,
         fenced: bool = True,
     ) -> Json:
@@ -337,7 +336,7 @@ class KubeClient:
         path: str,
         *,
         params: Mapping[str, str | int | bool] | None = None,
-        accept: str = JSON,
+        accept: str = APPLICATION_JSON,
         total_timeout: float,
         read_timeout: float,
     ) -> AsyncIterator[aiohttp.StreamReader]:

@@ -26,15 +26,14 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 import structlog
 
-from linkerd_config.kube.client import MERGE_PATCH, ApiError, Json, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.leader import NotLeaderError
 from linkerd_config.kube.metrics import Metrics
-from linkerd_config.kube.resource import EVENTS
+from linkerd_config.kube.resource import EVENTS, Json, rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -290,7 +289,7 @@ class EventCorrelator:
 
 
 def _timestamp(wall: float) -> str:
-    return datetime.fromtimestamp(wall, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(wall)
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,17 @@ from typing import Any, Protocol
 import aiohttp
 import structlog
 
-from linkerd_config.kube.client import JSON, PARTIAL_METADATA, PARTIAL_METADATA_LIST, ApiError
+from linkerd_config.kube.client import (
+    APPLICATION_JSON,
+    PARTIAL_METADATA,
+    PARTIAL_METADATA_LIST,
+    ApiError,
+)
 from linkerd_config.kube.metrics import Metrics
-from linkerd_config.kube.resource import ApiResource
+from linkerd_config.kube.resource import ApiResource, Json
 from linkerd_config.kube.store import IndexFunc, Store
 from linkerd_config.kube.watch import (
+    WATCH_EVENT_TYPES,
     ByteSource,
     GoneError,
     WatchError,
@@ -70,13 +76,11 @@ from linkerd_config.kube.watch import (
 
 log = structlog.get_logger(__name__)
 
-Json = dict[str, Any]
 Transform = Callable[[Json], Json]
 OnAdd = Callable[[Json], None]
 OnUpdate = Callable[[Json, Json], None]
 OnDelete = Callable[[Json], None]
 
-WATCH_EVENT_TYPES = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR")
 
 HEALTHY_WATCH_SECONDS = 30.0
 """A watch that delivered an event, or stayed open this long, resets the reconnect backoff."""
@@ -506,7 +510,7 @@ class Informer:
     async def _list_all(self) -> tuple[list[Json], str]:
         """Every object, page by page, each page transformed as it arrives to bound memory."""
         base = self._selectors()
-        accept = PARTIAL_METADATA_LIST if self.metadata_only else JSON
+        accept = PARTIAL_METADATA_LIST if self.metadata_only else APPLICATION_JSON
         paged = self.page_size > 0
         objects: list[Json] = []
         token = ""
@@ -550,7 +554,7 @@ class Informer:
             allowWatchBookmarks=True,
             timeoutSeconds=timeout,
         )
-        accept = PARTIAL_METADATA if self.metadata_only else JSON
+        accept = PARTIAL_METADATA if self.metadata_only else APPLICATION_JSON
         started = time.monotonic()
         events = 0
         try:

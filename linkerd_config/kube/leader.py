@@ -48,14 +48,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Protocol
 
 import structlog
 
-from linkerd_config.kube.client import ApiError, Json, KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.metrics import Metrics
-from linkerd_config.kube.resource import LEASES
+from linkerd_config.kube.resource import LEASES, Json, rfc3339
 
 log = structlog.get_logger(__name__)
 
@@ -73,7 +73,7 @@ def default_identity() -> str:
 
 def micro_time(when: datetime | None = None) -> str:
     """RFC 3339 with microseconds, the wire form of a metav1.MicroTime."""
-    return (when or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return rfc3339(when, micro=True)
 
 
 class NotLeaderError(RuntimeError):

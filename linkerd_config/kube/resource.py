@@ -3,8 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
+
+Json = dict[str, Any]
+"""A decoded JSON object, as the API server sends and takes it: never a generated model."""
+
+
+def rfc3339(when: datetime | float | None = None, *, micro: bool = False) -> str:
+    """A Kubernetes timestamp in UTC: whole seconds (metav1.Time) or, with ``micro``,
+    microseconds (metav1.MicroTime). ``when`` is a datetime, a Unix time, or now."""
+    if when is None:
+        moment = datetime.now(UTC)
+    elif isinstance(when, datetime):
+        moment = when.astimezone(UTC)
+    else:
+        moment = datetime.fromtimestamp(when, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,8 @@ import builtins
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from linkerd_config.kube.resource import object_key
+from linkerd_config.kube.resource import Json, object_key
 
-Json = dict[str, Any]
 IndexFunc = Callable[[Json], Iterable[str]]
 KeyFunc = Callable[[Json], str]
 

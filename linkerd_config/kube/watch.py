@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, get_args
+from typing import Literal, Protocol, get_args
 
 import orjson
 
-Json = dict[str, Any]
+from linkerd_config.kube.resource import Json
+
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"]
-EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
+WATCH_EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 """Far above etcd's 1.5 MiB object limit; only guards memory against a broken peer."""
@@ -97,7 +98,7 @@ def decode_event(line: bytes | bytearray | memoryview) -> WatchEvent:
         raise WatchProtocolError(f"watch line is not an object: {type(raw).__name__}")
     kind = raw.get("type")
     obj = raw.get("object")
-    if kind not in EVENT_TYPES:
+    if kind not in WATCH_EVENT_TYPES:
         raise WatchProtocolError(f"unknown watch event type {kind!r}")
     if not isinstance(obj, dict):
         raise WatchProtocolError(f"{kind} event without an object")

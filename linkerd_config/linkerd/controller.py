@@ -12,11 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
-from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer, keep_fields
@@ -30,7 +29,9 @@ from linkerd_config.kube.resource import (
     REPLICASETS,
     STATEFULSETS,
     ApiResource,
+    Json,
 )
+from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.formats.base import FormatError
 from linkerd_config.linkerd.formats.versions import VersionError
@@ -61,7 +62,6 @@ from linkerd_config.linkerd.validation import render_errors, validate
 
 log = structlog.get_logger(__name__)
 
-Json = dict[str, Any]
 FIELD_MANAGER = "linkerd-config"
 RESTORE_FIELD_MANAGER = "linkerd-config-restore"
 WORKLOAD_RESOURCES: dict[str, ApiResource] = {
@@ -96,6 +96,7 @@ class LinkerdConfigController:
         workers: int = 2,
     ) -> None:
         self.client = client
+        self.writer = Writer(client, FIELD_MANAGER)
         self.recorder = recorder
         self.config_namespace = config_namespace
         self.options = options or RolloutOptions()
@@ -289,12 +290,8 @@ class LinkerdConfigController:
         key = f"{target.namespace}/{preserved_name(target)}"
         if from_preserved(self.configmaps.store.get(key)) == part:
             return
-        await self.client.request(
-            "PATCH",
-            CONFIGMAPS.path(target.namespace, preserved_name(target)),
-            params={"fieldManager": FIELD_MANAGER, "force": True},
-            body=preserved_copy(target, part, config["metadata"]["name"]),
-            content_type=APPLY_PATCH,
+        await self.writer.apply(
+            CONFIGMAPS, preserved_copy(target, part, config["metadata"]["name"])
         )
         log.info("unmanaged configmap content preserved", configmap=str(target))
 
@@ -307,11 +304,8 @@ class LinkerdConfigController:
         if part is None:
             return []
         try:
-            await self.client.request(
-                "POST",
-                CONFIGMAPS.path(target.namespace),
-                params={"fieldManager": RESTORE_FIELD_MANAGER},
-                body=restored(desired, part, owner_name),
+            await self.writer.create(
+                CONFIGMAPS, restored(desired, part, owner_name), field_manager=RESTORE_FIELD_MANAGER
             )
         except ApiError as exc:
             if not exc.conflict:  # recreated meanwhile by someone else: theirs stands
@@ -323,13 +317,7 @@ class LinkerdConfigController:
         target = desired.target
         owner_name = config["metadata"]["name"]
         restored_fields = await self._restore(desired, owner_name) if current is None else []
-        await self.client.request(
-            "PATCH",
-            CONFIGMAPS.path(target.namespace, target.name),
-            params={"fieldManager": FIELD_MANAGER, "force": True},
-            body=apply_body(desired, config["metadata"]["name"]),
-            content_type=APPLY_PATCH,
-        )
+        await self.writer.apply(CONFIGMAPS, apply_body(desired, config["metadata"]["name"]))
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
@@ -451,15 +439,8 @@ class LinkerdConfigController:
         """Restart once per configuration; False when it already was, is gone, or changed
         since we looked (the next pass looks again)."""
         if workload.kind == "Pod":
-            body = {
-                "apiVersion": "policy/v1",
-                "kind": "Eviction",
-                "metadata": {"name": workload.name, "namespace": workload.namespace},
-            }
             try:
-                await self.client.request(
-                    "POST", PODS.path(workload.namespace, workload.name, "eviction"), body=body
-                )
+                await self.writer.evict(workload.namespace, workload.name)
             except ApiError as exc:
                 if exc.not_found:
                     return False
@@ -473,13 +454,13 @@ class LinkerdConfigController:
             return False
         resource = WORKLOAD_RESOURCES[workload.kind]
         try:
-            await self.client.request(
-                "PATCH",
-                resource.path(workload.namespace, workload.name),
-                body=rollout.restart_patch(
+            await self.writer.merge_patch(
+                resource,
+                workload.namespace,
+                workload.name,
+                rollout.restart_patch(
                     config_hash, cached["metadata"]["resourceVersion"], time.time()
                 ),
-                content_type=MERGE_PATCH,
             )
         except ApiError as exc:
             if exc.not_found or exc.conflict:
@@ -499,9 +480,7 @@ class LinkerdConfigController:
             if pod is None:
                 continue
             try:
-                created = await self.client.request(
-                    "POST", PODS.path(workload.namespace), params={"dryRun": "All"}, body=pod
-                )
+                created = await self.writer.dry_run_create(PODS, workload.namespace, pod)
             except ApiError as exc:
                 log.info("dry-run create refused; cannot confirm injector", error=str(exc))
                 break
@@ -523,46 +502,10 @@ class LinkerdConfigController:
         )
 
     async def _candidate_pod(self, workload: rollout.Workload) -> Json | None:
-        try:
-            if workload.kind == "Pod":
-                source = await self.client.request(
-                    "GET", PODS.path(workload.namespace, workload.name)
-                )
-                meta, spec = source["metadata"], dict(source["spec"])
-                spec["containers"] = [
-                    c for c in spec["containers"] if c["name"] != rollout.PROXY_CONTAINER
-                ]
-                spec.pop("nodeName", None)
-                annotations = {
-                    k: v
-                    for k, v in (meta.get("annotations") or {}).items()
-                    if k != rollout.PROXY_VERSION_ANNOTATION
-                }
-                template = {
-                    "metadata": {"labels": meta.get("labels") or {}, "annotations": annotations},
-                    "spec": spec,
-                }
-            else:
-                resource = WORKLOAD_RESOURCES[workload.kind]
-                obj = await self.client.request(
-                    "GET", resource.path(workload.namespace, workload.name)
-                )
-                template = obj["spec"]["template"]
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": f"{workload.name[:40]}-linkerd-config-dry-run",
-                "namespace": workload.namespace,
-                "labels": template["metadata"].get("labels") or {},
-                "annotations": template["metadata"].get("annotations") or {},
-            },
-            "spec": template["spec"],
-        }
+        """A stale workload's pod as its owner would create it now (None if it is gone)."""
+        resource = PODS if workload.kind == "Pod" else WORKLOAD_RESOURCES[workload.kind]
+        source = await self.writer.get(resource, workload.namespace, workload.name)
+        return None if source is None else rollout.candidate_pod(workload, source)
 
     async def _invalid(
         self,
@@ -649,12 +592,7 @@ class LinkerdConfigController:
         current = config.get("status") or {}
         if all(current.get(k) == v for k, v in status.items()):
             return
-        await self.client.request(
-            "PATCH",
-            LINKERD_CONFIGS.path(name=config["metadata"]["name"], subresource="status"),
-            body={"status": status},
-            content_type=MERGE_PATCH,
-        )
+        await self.writer.patch_status(LINKERD_CONFIGS, None, config["metadata"]["name"], status)
 
 
 def evictions_reported(status: Json, config_hash: str) -> int:

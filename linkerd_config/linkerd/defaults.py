@@ -13,9 +13,8 @@ image into the init image; each value here sits in its own field).
 from __future__ import annotations
 
 import copy
-from typing import Any
 
-Json = dict[str, Any]
+from linkerd_config.kube.resource import Json
 
 # Linkerd 2.6 / 2.7 era (edge-19.x and edge-20.x): the versions whose install writes the
 # legacy global/proxy keys. A later format adds its own table beside this one.

@@ -23,11 +23,10 @@ import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import orjson
 
+from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
 from linkerd_config.linkerd.resource import (
@@ -37,8 +36,6 @@ from linkerd_config.linkerd.resource import (
     OWNER_ANNOTATION,
     Target,
 )
-
-Json = dict[str, Any]
 
 TRUST_ANCHOR_FIELD = "spec.global.identityContext.trustAnchorsPEM"
 
@@ -229,7 +226,7 @@ def restored(desired: Desired, part: Unmanaged, owner_name: str) -> Json:
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339()
 
 
 def set_condition(

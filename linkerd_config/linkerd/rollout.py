@@ -22,10 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
-Json = dict[str, Any]
+from linkerd_config.kube.resource import Json, rfc3339
 
 RECONCILE_LABEL = "config.linkerd.io/reconcile"
 RECONCILE_AUTO = "auto"
@@ -158,6 +157,37 @@ def plan_rollout(
     return RolloutPlan(len(stale), tuple(workloads))
 
 
+def candidate_pod(workload: Workload, source: Json) -> Json:
+    """The pod to ask the injector about (by dry-run create): the workload's pod template, or
+    a bare pod's own spec without what the injector and the scheduler added."""
+    if workload.kind == "Pod":
+        meta, spec = source["metadata"], dict(source["spec"])
+        spec["containers"] = [c for c in spec["containers"] if c["name"] != PROXY_CONTAINER]
+        spec.pop("nodeName", None)
+        annotations = {
+            k: v
+            for k, v in (meta.get("annotations") or {}).items()
+            if k != PROXY_VERSION_ANNOTATION
+        }
+        template = {
+            "metadata": {"labels": meta.get("labels") or {}, "annotations": annotations},
+            "spec": spec,
+        }
+    else:
+        template = source["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{workload.name[:40]}-linkerd-config-dry-run",
+            "namespace": workload.namespace,
+            "labels": template["metadata"].get("labels") or {},
+            "annotations": template["metadata"].get("annotations") or {},
+        },
+        "spec": template["spec"],
+    }
+
+
 WORKLOAD_FIELDS = ("spec.template.metadata.annotations",)
 """All a workload cache needs (besides name, namespace, uid, resourceVersion): the record."""
 
@@ -166,7 +196,7 @@ def restart_patch(config_hash: str, resource_version: str, at: float) -> Json:
     """A merge patch of the pod template, like ``kubectl rollout restart`` but keyed by the
     configuration. It carries the resourceVersion it was decided on: if the workload changed
     since (another leader restarted it, say), the API server refuses it with a conflict."""
-    stamp = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = rfc3339(at, micro=True)
     return {
         "metadata": {"resourceVersion": resource_version},
         "spec": {

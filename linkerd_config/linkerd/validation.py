@@ -24,6 +24,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import LEGACY_DEFAULTS, defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -44,7 +45,6 @@ __all__ = [
     "warnings_for",
 ]
 
-Json = dict[str, Any]
 
 TRUST_ANCHOR: Final = "spec.global.identityContext.trustAnchorsPEM"
 # Rendering needs some anchor; reconcile substitutes the cluster's, so any string will do.
@@ -766,7 +766,7 @@ def _within(field: str, reported: set[str]) -> bool:
 
 
 def _when(moment: datetime.datetime) -> str:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(moment)
 
 
 def _show(value: Any, limit: int = 64) -> str:

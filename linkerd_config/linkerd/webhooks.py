@@ -15,11 +15,12 @@ import base64
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import yaml
 
 from linkerd_config.kube.admission import AdmissionRequest, AdmissionResponse, AdmissionServer
+from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.defaults import json_patch
 from linkerd_config.linkerd.resource import GROUP, KIND, PLURAL, VERSION
 from linkerd_config.linkerd.validation import (
@@ -41,7 +42,6 @@ __all__ = [
     "webhooks_yaml",
 ]
 
-Json = dict[str, Any]
 
 MUTATE_PATH = f"/mutate-{GROUP.replace('.', '-')}-{VERSION}-{KIND.lower()}"
 VALIDATE_PATH = f"/validate-{GROUP.replace('.', '-')}-{VERSION}-{KIND.lower()}"

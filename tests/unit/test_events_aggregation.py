@@ -20,17 +20,10 @@ from linkerd_config.kube.events import (
     TokenBucket,
 )
 from linkerd_config.kube.leader import NotLeaderError
+from tests.support.clock import FakeClock
 
 
-class Clock:
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def correlator(clock: Clock, **kw: Any) -> EventCorrelator:
+def correlator(clock: FakeClock, **kw: Any) -> EventCorrelator:
     return EventCorrelator(clock=clock, wall_clock=clock, **kw)
 
 
@@ -50,7 +43,7 @@ def spec(
 
 
 def test_identical_events_patch_one_event_with_a_growing_count() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock)
     first = c.correlate(spec())
     assert first.action is Action.CREATE and first.count == 1
@@ -77,14 +70,14 @@ def test_identical_events_patch_one_event_with_a_growing_count() -> None:
     ],
 )
 def test_events_differing_in_any_key_field_are_separate(other: EventSpec) -> None:
-    c = correlator(Clock())
+    c = correlator(FakeClock(1_700_000_000.0))
     a = c.correlate(spec())
     b = c.correlate(other)
     assert b.action is Action.CREATE and b.name != a.name
 
 
 def test_a_repeat_after_the_window_creates_a_new_event() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock)
     a = c.correlate(spec())
     clock.now += 600  # exactly the window: still the same event
@@ -98,7 +91,7 @@ def test_a_repeat_after_the_window_creates_a_new_event() -> None:
 
 
 def test_similar_events_beyond_the_threshold_are_combined() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock)
     separate = [c.correlate(spec(message=f"msg-{i}")) for i in range(9)]
     assert all(d.action is Action.CREATE and not d.aggregated for d in separate)
@@ -124,7 +117,7 @@ def test_similar_events_beyond_the_threshold_are_combined() -> None:
 
 
 def test_similar_group_resets_after_a_quiet_window() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock, max_similar=3)
     c.correlate(spec(message="a"))
     c.correlate(spec(message="b"))
@@ -138,7 +131,7 @@ def test_similar_group_resets_after_a_quiet_window() -> None:
 
 
 def test_spam_filter_allows_a_burst_of_25_then_one_per_five_minutes() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock)
     decisions = [c.correlate(spec(message=f"m{i % 3}")) for i in range(25)]
     assert all(d.action is not Action.DROP for d in decisions)
@@ -159,7 +152,7 @@ def test_spam_filter_allows_a_burst_of_25_then_one_per_five_minutes() -> None:
 
 
 def test_dropped_events_do_not_advance_counts() -> None:
-    clock = Clock()
+    clock = FakeClock(1_700_000_000.0)
     c = correlator(clock, spam_burst=2)
     c.correlate(spec())
     c.correlate(spec())
@@ -178,7 +171,7 @@ def test_token_bucket_refills_to_burst_only() -> None:
 
 
 def test_event_names_are_unique_and_valid_even_within_one_clock_tick() -> None:
-    c = correlator(Clock())
+    c = correlator(FakeClock(1_700_000_000.0))
     names = {c.correlate(spec(message=str(i))).name for i in range(5)}
     assert len(names) == 5
     long = c.correlate(spec(name="x" * 253))

@@ -23,6 +23,7 @@ from linkerd_config.kube.leader import (
     micro_time,
 )
 from linkerd_config.kube.metrics import Metrics
+from tests.support.clock import FakeClock
 
 NS, NAME = "ns", "lock"
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{NS}/leases/{NAME}"
@@ -144,14 +145,6 @@ class FakeLeaseApi:
                 raise ApiError(409, method, path, {"reason": "Conflict"}, None)
             return self.store(path, body)
         raise AssertionError(f"unexpected {method} {path}")
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(

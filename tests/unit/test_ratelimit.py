@@ -10,14 +10,7 @@ from linkerd_config.kube.ratelimit import (
     MaxOfRateLimiter,
     default_controller_rate_limiter,
 )
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import FakeClock
 
 
 def test_exponential_doubles_from_5ms_per_item() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.kube.client import APPLY_PATCH, JSON, encode_body
+from linkerd_config.kube.client import APPLICATION_JSON, APPLY_PATCH, encode_body
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.reconcile import (
     Desired,
@@ -100,4 +100,37 @@ def test_an_apply_body_carries_any_string_a_yaml_parser_would_refuse_or_fold() -
         assert raw.encode() not in encoded  # escaped, not raw
     assert yaml.safe_load(encoded) == body  # and any YAML reader gets the string back
     assert json.loads(encoded) == body
-    assert json.loads(encode_body(body, JSON)) == body
+    assert json.loads(encode_body(body, APPLICATION_JSON)) == body
+
+
+def test_the_injector_is_asked_about_the_pod_the_owner_would_create() -> None:
+    template = {
+        "metadata": {"labels": {"app": "web"}, "annotations": {"linkerd.io/inject": "enabled"}},
+        "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+    }
+    deployment = {"metadata": {"name": "web"}, "spec": {"template": template}}
+    pod = rollout.candidate_pod(rollout.Workload("Deployment", "emojivoto", "web"), deployment)
+    assert pod["metadata"]["namespace"] == "emojivoto"
+    assert pod["metadata"]["name"] == "web-linkerd-config-dry-run"
+    assert pod["metadata"]["annotations"] == {"linkerd.io/inject": "enabled"}
+    assert pod["spec"] == template["spec"]
+
+    bare = {
+        "metadata": {
+            "name": "solo",
+            "labels": {"app": "solo"},
+            "annotations": {rollout.PROXY_VERSION_ANNOTATION: "edge-19.12.1", "keep": "me"},
+        },
+        "spec": {
+            "nodeName": "kwok-node-0",
+            "containers": [
+                {"name": "solo", "image": "solo:1"},
+                {"name": rollout.PROXY_CONTAINER, "image": "proxy:edge-19.12.1"},
+            ],
+        },
+    }
+    pod = rollout.candidate_pod(rollout.Workload("Pod", "default", "solo"), bare)
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["solo"]  # the injector adds it
+    assert "nodeName" not in pod["spec"]
+    assert pod["metadata"]["annotations"] == {"keep": "me"}
+    assert bare["spec"]["nodeName"] == "kwok-node-0"  # the cached source is not modified

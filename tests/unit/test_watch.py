@@ -22,7 +22,12 @@ import pytest
 from aiohttp.base_protocol import BaseProtocol
 from structlog.testing import capture_logs
 
-from linkerd_config.kube.client import JSON, PARTIAL_METADATA, PARTIAL_METADATA_LIST, ApiError
+from linkerd_config.kube.client import (
+    APPLICATION_JSON,
+    PARTIAL_METADATA,
+    PARTIAL_METADATA_LIST,
+    ApiError,
+)
 from linkerd_config.kube.informer import (
     Backoff,
     Informer,
@@ -301,7 +306,7 @@ class FakeApi:
         path: str,
         *,
         params: Mapping[str, str | int | bool] | None = None,
-        accept: str = JSON,
+        accept: str = APPLICATION_JSON,
         timeout: float | None = None,
     ) -> Json:
         assert method == "GET"
@@ -318,7 +323,7 @@ class FakeApi:
         path: str,
         *,
         params: Mapping[str, str | int | bool] | None = None,
-        accept: str = JSON,
+        accept: str = APPLICATION_JSON,
         total_timeout: float,
         read_timeout: float,
     ) -> AsyncIterator[Body]:

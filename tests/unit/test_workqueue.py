@@ -14,17 +14,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.ratelimit import ItemExponentialFailureRateLimiter
 from linkerd_config.kube.workqueue import QueueEmpty, QueueShutDown, WorkQueue
+from tests.support.clock import FakeClock
 
 # Long enough that a loaded CI machine never hits it, short enough to fail fast on a hang.
 PATIENCE = 10.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class RecordingLimiter:
@@ -358,7 +351,7 @@ def sample(metrics: Metrics, family: str, name: str = "q") -> float:
 
 async def test_metrics() -> None:
     metrics = Metrics()
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     queue = WorkQueue[str]("q", metrics=metrics, clock=clock, rate_limiter=RecordingLimiter(0))
     # Registered up front: every series exists before the first add.
     assert sample(metrics, "workqueue_adds_total") == 0
@@ -413,7 +406,7 @@ class WorkQueueMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.metrics = Metrics()
-        self.clock = FakeClock()
+        self.clock = FakeClock(100.0)
         # base=0: rate-limited adds are immediate, so no event loop is needed, but the
         # limiter still counts retries.
         limiter = ItemExponentialFailureRateLimiter[str](base=0.0)
