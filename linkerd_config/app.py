@@ -26,7 +26,8 @@ from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import serve
 from linkerd_config.kube.watch_health import WatchHealth
-from linkerd_config.linkerd.controller import LinkerdConfigController, RolloutOptions
+from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import register
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings

@@ -57,8 +57,8 @@ from linkerd_config.kube.resource import (
     split_key,
 )
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.resource import HASH_ANNOTATION, LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource
 from tests.support.samples import install_configmap, sample

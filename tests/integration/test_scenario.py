@@ -19,10 +19,10 @@ from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.controller import RolloutOptions
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
 from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import install_configmap, sample
 from tests.support.waiting import eventually

@@ -29,7 +29,7 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from linkerd_config.linkerd.controller import RolloutOptions
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
 from tests.support import scenario

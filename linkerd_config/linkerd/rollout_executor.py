@@ -1,0 +1,274 @@
+"""Rolling the data plane onto a configuration: the rollout's side effects, one pass a call.
+
+The decisions are ``rollout``'s (pure); this executes them through the typed writer and reads
+only caches: which pods are stale (pods, namespaces, ReplicaSets), what each owner records of
+its last restart (workload caches: the count and the pacing), and whether the proxy injector
+already injects the desired proxy (a dry-run create), falling back to a wait when it cannot
+be asked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.resource import (
+    DAEMONSETS,
+    DEPLOYMENTS,
+    PODS,
+    STATEFULSETS,
+    ApiResource,
+    Json,
+)
+from linkerd_config.kube.store import Store
+from linkerd_config.kube.writer import Writer
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.reconcile import Desired
+
+log = structlog.get_logger(__name__)
+
+WORKLOAD_RESOURCES: dict[str, ApiResource] = {
+    "Deployment": DEPLOYMENTS,
+    "StatefulSet": STATEFULSETS,
+    "DaemonSet": DAEMONSETS,
+}
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    max_restarts_per_pass: int = 10
+    """At most this many workloads restarted per pass, so a cluster is not restarted at once."""
+    restart_interval: float = 5.0
+    """Seconds between passes while workloads are outdated."""
+    injector_wait: float = 60.0
+    """When the injector's version cannot be confirmed by dry-run, wait this long after
+    writing the config before restarting (the original project's fixed sleep, as a fallback)."""
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """What one pass found and did, for the status conditions and the requeue."""
+
+    outdated: int
+    restarted_total: int
+    evicted: int
+    reason: str
+    message: str
+    requeue_after: float | None = None
+
+
+def evictions_reported(status: Json, config_hash: str) -> int:
+    """The bare pods a LinkerdConfig's status already reports evicted for ``config_hash``.
+
+    An evicted bare pod leaves no record on any workload, so a new leader continues from this
+    count; a count for an older configuration does not carry over to a new one.
+    """
+    if status.get("configHash") != config_hash:
+        return 0
+    count = status.get("evictedPods")
+    return count if isinstance(count, int) and count >= 0 else 0
+
+
+class RolloutExecutor:
+    """One pass of a LinkerdConfig's rollout per ``roll``; safe to call at any rate."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        recorder: EventRecorder,
+        options: RolloutOptions,
+        *,
+        pods: Store,
+        namespaces: Store,
+        replicasets: Store,
+        workloads: Mapping[str, Store],
+        wall: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.writer = writer
+        self.recorder = recorder
+        self.options = options
+        self.pods = pods
+        self.namespaces = namespaces
+        self.replicasets = replicasets
+        self.workloads = workloads
+        self.wall = wall
+        self.monotonic = monotonic
+        self._written_at: dict[str, float] = {}
+        # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
+        self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
+        # Invariant: (LinkerdConfig, hash) -> (bare pods evicted for it, by this process plus
+        # what status reported when we took over; wall time of our last eviction).
+
+    def found(self, config_hash: str) -> None:
+        """The configuration is in the ConfigMap now: the injector's fallback wait starts."""
+        self._written_at.setdefault(config_hash, self.monotonic())
+
+    async def roll(self, config: Json, desired: Desired) -> RolloutOutcome:
+        namespaces = {n["metadata"]["name"]: n for n in self.namespaces.list()}
+
+        def replicaset(ns: str, name: str) -> Json | None:
+            return self.replicasets.get(f"{ns}/{name}")
+
+        config_hash, version = desired.config_hash, desired.proxy_version
+        plan = rollout.plan_rollout(self.pods.list(), namespaces, version, replicaset)
+        recorded = rollout.restart_times(self._workload_objects(), config_hash)
+        evicted, evicted_at = self._evictions(config, config_hash)
+        if not plan.workloads:
+            return RolloutOutcome(
+                0,
+                len(recorded) + evicted,
+                evicted,
+                "UpToDate",
+                f"every opted-in pod runs proxy {version}",
+            )
+        todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
+        pace = rollout.pace(
+            max([*recorded, *([evicted_at] if evicted_at else [])], default=None),
+            self.wall(),
+            self.options.max_restarts_per_pass,
+            self.options.restart_interval,
+        )
+        if not todo or not pace.allowed:
+            return self._rolling(plan, len(recorded) + evicted, evicted, version, pace.wait, "")
+        confirmed, why = await self._injector_ready(desired, todo)
+        if not confirmed:
+            return RolloutOutcome(
+                len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
+                requeue_after=2.0,
+            )  # fmt: skip
+        owners_restarted = 0
+        for workload in todo[: pace.allowed]:
+            try:
+                if await self._restart(config, workload, config_hash):
+                    owners_restarted += workload.kind != "Pod"
+                    self.recorder.record(
+                        config,
+                        "Normal",
+                        "WorkloadRestarted",
+                        f"restarted {workload} for proxy {version}",
+                    )
+            except ApiError as exc:
+                log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
+                self.recorder.record(
+                    config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
+                )
+        evicted, _ = self._evictions(config, config_hash)
+        total = len(recorded) + owners_restarted + evicted
+        return self._rolling(plan, total, evicted, version, self.options.restart_interval, why)
+
+    def _rolling(
+        self,
+        plan: rollout.RolloutPlan,
+        total: int,
+        evicted: int,
+        version: str,
+        wait: float,
+        why: str,
+    ) -> RolloutOutcome:
+        message = (
+            f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
+            f"{version}; restarted {total} for this configuration. {why}"
+        ).strip()
+        return RolloutOutcome(
+            len(plan.workloads),
+            total,
+            evicted,
+            "RollingOut",
+            message,
+            requeue_after=wait if wait > 0 else self.options.restart_interval,
+        )
+
+    def _workload_objects(self) -> list[Json]:
+        return [obj for store in self.workloads.values() for obj in store.list()]
+
+    def _recorded(self, workload: rollout.Workload, config_hash: str) -> bool:
+        """Already restarted for this configuration (its pods are rolling)."""
+        if workload.kind == "Pod":
+            return False
+        obj = self.workloads[workload.kind].get(f"{workload.namespace}/{workload.name}")
+        return obj is not None and rollout.already_restarted(obj, config_hash)
+
+    def _evictions(self, config: Json, config_hash: str) -> tuple[int, float | None]:
+        key = (config["metadata"]["name"], config_hash)
+        if key not in self._evicted:
+            self._evicted[key] = (evictions_reported(config.get("status") or {}, config_hash), 0.0)
+        count, at = self._evicted[key]
+        return count, (at or None)
+
+    async def _restart(self, config: Json, workload: rollout.Workload, config_hash: str) -> bool:
+        """Restart once per configuration; False when it already was, is gone, or changed
+        since we looked (the next pass looks again)."""
+        if workload.kind == "Pod":
+            try:
+                await self.writer.evict(workload.namespace, workload.name)
+            except ApiError as exc:
+                if exc.not_found:
+                    return False
+                raise
+            key = (config["metadata"]["name"], config_hash)
+            count, _ = self._evicted.get(key, (0, 0.0))
+            self._evicted[key] = (count + 1, self.wall())
+            return True
+        cached = self.workloads[workload.kind].get(f"{workload.namespace}/{workload.name}")
+        if cached is None or rollout.already_restarted(cached, config_hash):
+            return False
+        resource = WORKLOAD_RESOURCES[workload.kind]
+        try:
+            await self.writer.merge_patch(
+                resource,
+                workload.namespace,
+                workload.name,
+                rollout.restart_patch(
+                    config_hash, cached["metadata"]["resourceVersion"], self.wall()
+                ),
+            )
+        except ApiError as exc:
+            if exc.not_found or exc.conflict:
+                return False
+            raise
+        log.info("workload restarted", workload=str(workload), hash=config_hash)
+        return True
+
+    async def _injector_ready(
+        self, desired: Desired, workloads: Iterable[rollout.Workload]
+    ) -> tuple[bool, str]:
+        """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
+        pod from a stale workload's template; if it cannot tell, fall back to waiting."""
+        version = desired.proxy_version
+        for workload in workloads:
+            pod = await self._candidate_pod(workload)
+            if pod is None:
+                continue
+            try:
+                created = await self.writer.dry_run_create(PODS, workload.namespace, pod)
+            except ApiError as exc:
+                log.info("dry-run create refused; cannot confirm injector", error=str(exc))
+                break
+            injected = rollout.proxy_version(rollout.pod_projection(created))
+            if injected == version:
+                return True, ""
+            if injected is not None:
+                return False, f"the proxy injector still injects {injected}, not {version}"
+            break
+        waited = self.monotonic() - self._written_at.get(desired.config_hash, self.monotonic())
+        if waited >= self.options.injector_wait:
+            return True, (
+                f"could not confirm the injector's version by dry-run; restarted after "
+                f"waiting {self.options.injector_wait:.0f}s"
+            )
+        return False, (
+            f"cannot confirm the injector's version by dry-run; waiting "
+            f"{self.options.injector_wait - waited:.0f}s more before restarting"
+        )
+
+    async def _candidate_pod(self, workload: rollout.Workload) -> Json | None:
+        """A stale workload's pod as its owner would create it now (None if it is gone)."""
+        resource = PODS if workload.kind == "Pod" else WORKLOAD_RESOURCES[workload.kind]
+        source = await self.writer.get(resource, workload.namespace, workload.name)
+        return None if source is None else rollout.candidate_pod(workload, source)

@@ -1,0 +1,152 @@
+"""The reconcile's outcomes as a table, with simple fakes: caches filled by hand, a writer that
+records what it is asked (or refuses), an event recorder that lists. No API server."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.controller import Result
+from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from tests.support.samples import SAMPLES, install_configmap, load, sample
+
+CM_KEY = "linkerd/linkerd-config"
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.applied: list[Json] = []
+        self.created: list[Json] = []
+        self.statuses: list[Json] = []
+        self.refuse: ApiError | None = None
+
+    async def apply(self, _resource: Any, obj: Json) -> Json:
+        if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
+            raise self.refuse
+        self.applied.append(obj)
+        return obj
+
+    async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
+        self.created.append(obj)
+        return obj
+
+    async def patch_status(self, _resource: Any, _ns: Any, _name: str, status: Json) -> Json:
+        self.statuses.append(status)
+        return status
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
+        self.events.append((type_, reason))
+
+
+def controller(
+    *configs: Json, configmap: Json | None = None
+) -> tuple[Any, FakeWriter, FakeRecorder]:
+    recorder = FakeRecorder()
+    ctl = LinkerdConfigController(None, recorder, metrics=Metrics())  # type: ignore[arg-type]
+    writer = FakeWriter()
+    ctl.writer = writer  # type: ignore[assignment]
+    ctl.rollout.writer = writer  # type: ignore[assignment]
+    for config in configs:
+        ctl.configs.store.put(config)
+    if configmap is not None:
+        ctl.configmaps.store.put(configmap)
+    return ctl, writer, recorder
+
+
+def config(name: str = "edge-19.12.3", created: str = "2026-01-01T00:00:00Z", **spec: Any) -> Json:
+    obj = copy.deepcopy(sample("edge_19.12.3.yaml"))
+    obj["metadata"].update(name=name, creationTimestamp=created, generation=1)
+    obj["spec"]["global"].update(spec)
+    return obj
+
+
+def merged(current: Json, applied: Json) -> Json:
+    """The ConfigMap after a server-side apply of ``applied``: maps merged key by key."""
+    meta = {**current["metadata"]}
+    for field in ("labels", "annotations"):
+        meta[field] = {**meta.get(field, {}), **applied["metadata"][field]}
+    return {**current, "metadata": meta, "data": {**current["data"], **applied["data"]}}
+
+
+def conditions(status: Json) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+async def test_a_deleted_linkerdconfig_changes_nothing() -> None:
+    ctl, writer, _ = controller(configmap=install_configmap())
+    assert await ctl.reconcile("gone") == Result()
+    assert writer.applied == writer.statuses == []
+
+
+async def test_an_invalid_one_is_reported_and_writes_nothing() -> None:
+    bad = load(SAMPLES / "invalid" / "bad_cluster_domain.yaml")
+    bad["metadata"].update(creationTimestamp="2026-01-01T00:00:00Z", generation=3)
+    ctl, writer, recorder = controller(bad, configmap=install_configmap())
+    assert await ctl.reconcile(bad["metadata"]["name"]) == Result()
+    assert writer.applied == []
+    (status,) = writer.statuses
+    assert conditions(status)["ConfigMapSynced"] == ("False", "InvalidConfig")
+    assert "spec.global.clusterDomain" in status["conditions"][0]["message"]
+    assert status["observedGeneration"] == 3
+    assert recorder.events == [("Warning", "InvalidConfig")]
+
+
+async def test_the_younger_of_two_gets_conflict_and_writes_nothing() -> None:
+    old, young = config("old", "2026-01-01T00:00:00Z"), config("young", "2026-02-01T00:00:00Z")
+    ctl, writer, recorder = controller(old, young, configmap=install_configmap())
+    await ctl.reconcile("young")
+    assert writer.applied == []
+    assert conditions(writer.statuses[0])["Conflict"] == ("True", "ConfigMapOwnedByOther")
+    assert recorder.events == [("Warning", "Conflict")]
+
+
+async def test_drift_is_applied_and_the_rest_preserved_then_nothing_more() -> None:
+    ctl, writer, recorder = controller(config(), configmap=install_configmap())
+    result = await ctl.reconcile("edge-19.12.3")
+    names = [o["metadata"]["name"] for o in writer.applied]
+    assert names == ["linkerd-config-preserved", "linkerd-config"]
+    preserved, ours = writer.applied
+    assert set(preserved["data"]) == {"install"}  # what we do not manage, kept aside
+    assert set(ours["data"]) == {"global", "proxy"}  # only what we manage is applied
+    assert ("Normal", "ConfigMapUpdated") in recorder.events
+    assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")  # no pods to roll
+    assert result.requeue_after is None
+    # The caches now show what was written: the next reconcile writes nothing at all.
+    ctl.configmaps.store.put(merged(install_configmap(), ours))
+    ctl.configmaps.store.put(preserved)
+    stored = ctl.configs.store.get("edge-19.12.3")
+    assert stored is not None
+    ctl.configs.store.put({**stored, "status": writer.statuses[-1]})
+    before = (len(writer.applied), len(writer.statuses))
+    await ctl.reconcile("edge-19.12.3")
+    assert (len(writer.applied), len(writer.statuses)) == before
+
+
+async def test_a_refused_write_is_reported_and_retried_with_backoff() -> None:
+    ctl, writer, recorder = controller(config(), configmap=install_configmap())
+    writer.refuse = ApiError(422, "PATCH", "/x", {"reason": "Invalid", "message": "frozen"}, None)
+    assert await ctl.reconcile("edge-19.12.3") == Result(requeue=True)
+    status = writer.statuses[-1]
+    assert conditions(status)["Ready"] == ("False", "WriteFailed")
+    assert conditions(status)["ConfigMapSynced"] == ("False", "WriteFailed")
+    assert ("Warning", "ConfigMapWriteFailed") in recorder.events
+
+
+async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() -> None:
+    ctl, writer, _ = controller(config(), configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    preserved = writer.applied[0]
+    ctl.configmaps.store.delete(CM_KEY)
+    ctl.configmaps.store.put(preserved)
+    await ctl.reconcile("edge-19.12.3")
+    (created,) = writer.created
+    assert set(created["data"]) == {"install", "global", "proxy"}  # whole, in one create
+    assert created["metadata"]["annotations"]["linkerd.io/created-by"] == "linkerd/cli edge-19.12.1"

@@ -1,0 +1,203 @@
+"""One rollout pass at a time, with simple fakes: real caches (Stores), a writer that records
+what it is asked, a settable clock. What gets restarted, in which batch, and when to wait."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.store import Store
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.resource import Target
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from tests.support.clock import FakeClock
+
+NEW, OLD, HASH = "edge-19.12.3", "edge-19.12.1", "h1"
+CONFIG: Json = {"metadata": {"name": "cfg"}, "status": {}}
+DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, HASH, "Spec", NEW)
+
+
+class FakeWriter:
+    def __init__(self, injects: str | None = NEW) -> None:
+        self.injects = injects
+        self.patched: list[str] = []
+        self.patches: list[tuple[str, Json]] = []
+        self.evicted: list[str] = []
+        self.conflicts: set[str] = set()
+        self.deployments: dict[str, Json] = {}
+
+    async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:
+        return self.deployments.get(f"{namespace}/{name}")
+
+    async def dry_run_create(self, _resource: Any, _namespace: str, pod: Json) -> Json:
+        annotations = dict(pod["metadata"]["annotations"])
+        if self.injects is not None:
+            annotations[rollout.PROXY_VERSION_ANNOTATION] = self.injects
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+
+    async def merge_patch(self, _resource: Any, namespace: str, name: str, patch: Json) -> Json:
+        if name in self.conflicts:
+            raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
+        self.patched.append(f"{namespace}/{name}")
+        self.patches.append((f"{namespace}/{name}", patch))
+        return patch
+
+    async def evict(self, namespace: str, name: str) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
+        self.events.append((type_, reason))
+
+
+class World:
+    """``n`` opted-in Deployments of one pod each, all on the old proxy."""
+
+    def __init__(self, n: int, injects: str | None = NEW, **options: Any) -> None:
+        self.clock = FakeClock(1_700_000_000.0)
+        self.writer = FakeWriter(injects)
+        self.recorder = FakeRecorder()
+        self.pods, self.replicasets, self.deployments = Store(), Store(), Store()
+        namespaces = Store()
+        namespaces.put({"metadata": {"name": "ns"}})
+        for i in range(n):
+            self.add(f"app-{i:02d}")
+        self.executor = RolloutExecutor(
+            self.writer,  # type: ignore[arg-type]
+            self.recorder,  # type: ignore[arg-type]
+            RolloutOptions(**options),
+            pods=self.pods,
+            namespaces=namespaces,
+            replicasets=self.replicasets,
+            workloads={
+                "Deployment": self.deployments,
+                "StatefulSet": Store(),
+                "DaemonSet": Store(),
+            },
+            wall=self.clock,
+            monotonic=self.clock,
+        )
+
+    def add(self, name: str) -> None:
+        template = {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}
+        deployment = {
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
+            "spec": {"template": template},
+        }
+        self.deployments.put(deployment)
+        self.writer.deployments[f"ns/{name}"] = deployment
+        owner = {"kind": "Deployment", "name": name, "controller": True}
+        self.replicasets.put(
+            {"metadata": {"name": f"{name}-rs", "namespace": "ns", "ownerReferences": [owner]}}
+        )
+        self.pods.put(
+            {
+                "metadata": {
+                    "name": f"{name}-pod",
+                    "namespace": "ns",
+                    "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                    "annotations": {rollout.PROXY_VERSION_ANNOTATION: OLD},
+                    "ownerReferences": [
+                        {"kind": "ReplicaSet", "name": f"{name}-rs", "controller": True}
+                    ],
+                },
+                "status": {"phase": "Running"},
+            }
+        )
+
+    def record_restarts(self) -> None:
+        """What the workload informer shows after our patches: each one's restart record."""
+        for key, patch in self.writer.patches:
+            obj = self.deployments.get(key)
+            assert obj is not None
+            self.deployments.put({**obj, "spec": {"template": patch["spec"]["template"]}})
+        self.writer.patches.clear()
+
+    async def roll(self) -> Any:
+        outcome = await self.executor.roll(CONFIG, DESIRED)
+        self.record_restarts()
+        return outcome
+
+
+async def test_restarts_come_in_batches_no_faster_than_the_interval() -> None:
+    world = World(25, max_restarts_per_pass=10, restart_interval=5.0)
+    first = await world.roll()
+    assert len(world.writer.patched) == 10 and first.reason == "RollingOut"
+    assert first.requeue_after == 5.0 and first.restarted_total == 10 and first.outdated == 25
+    world.clock.now += 1.0  # woken early by pod events: nothing more
+    early = await world.roll()
+    assert len(world.writer.patched) == 10
+    assert early.requeue_after == pytest.approx(4.0)
+    world.clock.now += 4.0
+    await world.roll()
+    assert len(world.writer.patched) == 20
+    world.clock.now += 5.0
+    last = await world.roll()
+    assert len(world.writer.patched) == 25 and last.restarted_total == 25
+    assert len(set(world.writer.patched)) == 25  # each once
+    world.clock.now += 60.0
+    await world.roll()
+    assert len(world.writer.patched) == 25  # recorded ones are rolling, never restarted again
+
+
+async def test_nothing_restarts_while_the_injector_still_injects_the_old_proxy() -> None:
+    world = World(3, injects=OLD, injector_wait=60.0)
+    world.executor.found(HASH)
+    outcome = await world.roll()
+    assert outcome.reason == "WaitingForInjector" and world.writer.patched == []
+    assert "still injects edge-19.12.1" in outcome.message
+
+
+async def test_an_injector_that_cannot_be_asked_is_waited_for_then_trusted() -> None:
+    world = World(2, injects=None, injector_wait=60.0)
+    world.executor.found(HASH)
+    waiting = await world.roll()
+    assert waiting.reason == "WaitingForInjector" and "60s more" in waiting.message
+    world.clock.now += 60.0
+    after = await world.roll()
+    assert len(world.writer.patched) == 2 and "after waiting 60s" in after.message
+
+
+async def test_an_up_to_date_data_plane_is_left_alone() -> None:
+    world = World(0)
+    outcome = await world.roll()
+    assert outcome.reason == "UpToDate" and outcome.outdated == 0 and world.writer.patched == []
+
+
+async def test_a_workload_changed_since_it_was_cached_is_not_counted() -> None:
+    world = World(2)
+    world.writer.conflicts.add("app-00")
+    outcome = await world.roll()
+    assert world.writer.patched == ["ns/app-01"] and outcome.restarted_total == 1
+    assert world.recorder.events == [("Normal", "WorkloadRestarted")]
+
+
+async def test_a_bare_pod_is_evicted_and_counted_from_status() -> None:
+    world = World(0)
+    world.pods.put(
+        {
+            "metadata": {
+                "name": "solo",
+                "namespace": "ns",
+                "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                "annotations": {rollout.PROXY_VERSION_ANNOTATION: OLD},
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    world.writer.deployments["ns/solo"] = {
+        "metadata": {"name": "solo", "namespace": "ns"},
+        "spec": {"containers": [{"name": "solo", "image": "solo"}]},
+    }
+    config = {"metadata": {"name": "cfg"}, "status": {"configHash": HASH, "evictedPods": 4}}
+    outcome = await world.executor.roll(config, DESIRED)
+    assert world.writer.evicted == ["ns/solo"]
+    assert outcome.evicted == 5 and outcome.restarted_total == 5  # 4 by a previous leader
