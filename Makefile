@@ -58,7 +58,7 @@ bench: binaries ## benchmarks; results in bench/results/
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
 
 generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
-	$(PY) -m linkerd_config.linkerd.resource > manifests/crd/linkerdconfigs.yaml
+	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml
 	$(PY) proto/generate.py
 

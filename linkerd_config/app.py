@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
@@ -49,7 +49,6 @@ class App:
     recorder: EventRecorder
     admission: AdmissionServer | None = None
     watch_health: WatchHealth | None = None
-    hooks: list[Callable[[], None]] = field(default_factory=list)
 
 
 async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
@@ -89,7 +88,7 @@ def _assemble(
     else:
         leadership = NoElection(settings.lease_name, metrics, identity=identity)
     client.write_gate = LeaderGate(leadership)
-    recorder = EventRecorder(client, COMPONENT, metrics, instance=identity)
+    recorder = EventRecorder(client, COMPONENT, instance=identity)
     controller = LinkerdConfigController(
         client,
         recorder,

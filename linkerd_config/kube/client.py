@@ -385,14 +385,6 @@ def _api_error(resp: aiohttp.ClientResponse, method: str, path: str, raw: bytes)
     return ApiError(resp.status, method, path, body, retry_after)
 
 
-async def wait_for(aw: Awaitable[Any], seconds: float, what: str) -> Any:
-    """asyncio.wait_for with a message that says what timed out."""
-    try:
-        return await asyncio.wait_for(aw, seconds)
-    except TimeoutError as exc:
-        raise TimeoutError(f"{what} did not finish within {seconds:.1f}s") from exc
-
-
 def token_access(server: str, ca_pem: bytes, token: str) -> ClusterAccess:
     """Access as a bearer token (e.g. a ServiceAccount's TokenRequest token)."""
     ctx = ssl.create_default_context(cadata=ca_pem.decode())

@@ -153,6 +153,9 @@ class Controller:
         except Exception as exc:
             m.reconcile_total.labels(self.name, "error").inc()
             m.reconcile_errors.labels(self.name).inc()
+            if not isinstance(exc, OSError | ApiError):
+                # Not an answer from the API server nor the network: a bug, what Go panics on.
+                m.reconcile_panics.labels(self.name).inc()
             log.warning(
                 "reconcile failed; retrying",
                 controller=self.name,

@@ -32,7 +32,6 @@ import structlog
 
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.leader import NotLeaderError
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import EVENTS, Json, rfc3339
 
 log = structlog.get_logger(__name__)
@@ -307,7 +306,6 @@ class EventRecorder:
         self,
         client: KubeClient,
         component: str,
-        metrics: Metrics | None = None,
         *,
         instance: str | None = None,
         correlator: EventCorrelator | None = None,
@@ -318,7 +316,6 @@ class EventRecorder:
             raise ValueError("EventRecorder needs a component name")
         self.client = client
         self.component = component
-        self.metrics = metrics  # no events family in Metrics yet; kept for the signature
         self.instance = (instance or socket.gethostname())[:INSTANCE_LIMIT]
         self.correlator = correlator or EventCorrelator()
         self.request_timeout = request_timeout

@@ -27,6 +27,14 @@ from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.formats.base import FormatError
 from linkerd_config.linkerd.formats.versions import VersionError
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    CONFIGMAP_SYNCED,
+    CONFLICT,
+    DATA_PLANE_UP_TO_DATE,
+    HASH_ANNOTATION,
+    LINKERD_CONFIGS,
+    READY,
+)
 from linkerd_config.linkerd.reconcile import (
     ConfigError,
     Desired,
@@ -41,14 +49,6 @@ from linkerd_config.linkerd.reconcile import (
     set_condition,
     target_of,
     unmanaged_part,
-)
-from linkerd_config.linkerd.resource import (
-    CONFIGMAP_SYNCED,
-    CONFLICT,
-    DATA_PLANE_UP_TO_DATE,
-    HASH_ANNOTATION,
-    LINKERD_CONFIGS,
-    READY,
 )
 from linkerd_config.linkerd.rollout_executor import (
     WORKLOAD_RESOURCES,

@@ -29,7 +29,7 @@ import orjson
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
-from linkerd_config.linkerd.resource import (
+from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,

@@ -22,7 +22,7 @@ import yaml
 from linkerd_config.kube.admission import AdmissionRequest, AdmissionResponse, AdmissionServer
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.defaults import json_patch
-from linkerd_config.linkerd.resource import GROUP, KIND, PLURAL, VERSION
+from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, PLURAL, VERSION
 from linkerd_config.linkerd.validation import (
     defaultable,
     render_errors,

@@ -10,7 +10,7 @@ import pytest
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually
 

@@ -29,7 +29,7 @@ from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes

@@ -57,7 +57,7 @@ from linkerd_config.kube.resource import (
     split_key,
 )
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.resource import HASH_ANNOTATION, LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION, LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource

@@ -45,7 +45,7 @@ from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, load_access
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import SAMPLES, install_configmap, load, sample

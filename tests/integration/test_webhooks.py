@@ -30,7 +30,7 @@ from linkerd_config.kube.resource import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
 from tests.support.samples import INVALID, SAMPLES, load, sample, why_invalid

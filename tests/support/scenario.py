@@ -19,7 +19,7 @@ from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
 from linkerd_config.settings import Settings, parse
 from tests.support.samples import install_configmap
 from tests.support.waiting import eventually

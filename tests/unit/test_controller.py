@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result, TerminalError
 from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.ratelimit import ItemExponentialFailureRateLimiter
@@ -112,6 +113,20 @@ async def test_every_outcome_is_counted_and_errors_are_retried() -> None:
     # Success forgets the backoff; a terminal error is not retried.
     assert controller.queue.num_requeues("b") == 0
     assert controller.queue.num_requeues("c") == 0
+
+
+async def test_a_bug_counts_as_a_panic_an_api_answer_does_not() -> None:
+    async def refused() -> Result:
+        raise ApiError(422, "PATCH", "/x", {"reason": "Invalid"}, None)
+
+    metrics = Metrics()
+    reconciler = ScriptedReconciler({"bug": [boom, ok], "api": [refused, ok]})
+    await run_until_finished(make(metrics)(reconciler), reconciler)
+    panics = metrics.registry.get_sample_value(
+        "controller_runtime_reconcile_panics_total", {"controller": "test"}
+    )
+    assert panics == 1  # the RuntimeError; the API server's refusal is an expected error
+    assert sample(metrics, "error") == 2
 
 
 async def test_a_hung_reconcile_times_out_and_is_retried_without_killing_the_worker() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from linkerd_config.linkerd.resource import crd_yaml
+from linkerd_config.linkerd.linkerdconfig_resource import crd_yaml
 
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "linkerdconfigs.yaml"
 

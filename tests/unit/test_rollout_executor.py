@@ -11,8 +11,8 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
-from linkerd_config.linkerd.resource import Target
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
 from tests.support.clock import FakeClock
 

@@ -10,6 +10,7 @@ import yaml
 
 from linkerd_config.kube.client import APPLICATION_JSON, APPLY_PATCH, encode_body
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import (
     Desired,
     from_preserved,
@@ -17,7 +18,6 @@ from linkerd_config.linkerd.reconcile import (
     restored,
     unmanaged_part,
 )
-from linkerd_config.linkerd.resource import Target
 
 Obj = dict[str, Any]
 
