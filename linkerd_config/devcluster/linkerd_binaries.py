@@ -187,10 +187,9 @@ def _clone(rel: LinkerdRelease, staged: Path, progress: Progress) -> None:
             "(set it to a folder holding linkerd2-<tag>.tar.gz)"
         )
     progress(f"cloning {versions.LINKERD_REPOSITORY} at {rel.tag} ({SOURCE_ENV} not set)")
-    clone = staged
     cmd = [git, "clone", "--quiet", "--depth", "1", "--branch", rel.tag]
     done = subprocess.run(
-        [*cmd, versions.LINKERD_REPOSITORY, str(clone)],
+        [*cmd, versions.LINKERD_REPOSITORY, str(staged)],
         capture_output=True,
         text=True,
         check=False,
@@ -201,7 +200,7 @@ def _clone(rel: LinkerdRelease, staged: Path, progress: Progress) -> None:
             f"{SOURCE_ENV} to a folder holding {rel.archive_name} instead"
         )
     head = subprocess.run(
-        [git, "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        [git, "-C", str(staged), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
     ).stdout.strip()
     if head != rel.commit:
         raise BinaryUnavailableError(

@@ -77,12 +77,6 @@ async def every_pod_admitted(kube: KubeClient, namespace: str) -> AsyncIterator[
             await task
 
 
-async def data_plane_condition(kube: KubeClient, name: str) -> Obj:
-    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
-    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-    return conditions.get("DataPlaneUpToDate", {})
-
-
 async def test_no_restart_until_the_injector_serves_the_new_config(
     cp: LocalControlPlane, kube: KubeClient
 ) -> None:
@@ -98,14 +92,14 @@ async def test_no_restart_until_the_injector_serves_the_new_config(
             await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
 
             async def waiting_for_injector() -> Obj | None:
-                cond = await data_plane_condition(kube, "edge-19.12.3")
+                cond = await scenario.condition(kube, "edge-19.12.3", "DataPlaneUpToDate")
                 return cond if cond.get("reason") == "WaitingForInjector" else None
 
             waiting = await eventually(waiting_for_injector, timeout=DELAY, what="waiting")
             assert "still injects edge-19.12.1" in waiting["message"], waiting
 
             async def up_to_date() -> Obj | None:
-                cond = await data_plane_condition(kube, "edge-19.12.3")
+                cond = await scenario.condition(kube, "edge-19.12.3", "DataPlaneUpToDate")
                 return cond if cond.get("status") == "True" else None
 
             await eventually(up_to_date, timeout=120, what="data plane up to date")
@@ -138,7 +132,7 @@ async def test_edge_26_8_3_injects_a_native_sidecar_from_its_own_install(
     install = await asyncio.to_thread(render_install, "edge-26.8.3")
     values = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
     bundle = install.get("ConfigMap", "linkerd-identity-trust-roots")["data"]["ca-bundle.crt"]
-    await scenario.create(kube, NAMESPACES.path(), {"metadata": {"name": "linkerd"}})
+    await scenario.create(kube, NAMESPACES.path(), install.namespace)
     for configmap in install.configmaps:
         await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
     template = install.injector_webhook

@@ -95,15 +95,9 @@ async def controller(cp: LocalControlPlane, name: str, *flags: str) -> AsyncIter
         yield app
 
 
-async def condition(kube: KubeClient, name: str, type_: str) -> Obj:
-    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
-    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-    return {**conditions.get(type_, {}), "generation": obj["metadata"]["generation"]}
-
-
 async def synced(kube: KubeClient, name: str = CONFIG) -> Obj:
     async def probe() -> Obj | None:
-        cond = await condition(kube, name, "ConfigMapSynced")
+        cond = await scenario.condition(kube, name, "ConfigMapSynced")
         ok = cond.get("status") == "True" and cond.get("observedGeneration") == cond["generation"]
         return cond if ok else None
 
@@ -241,13 +235,13 @@ async def test_a_refused_write_shows_in_status_an_event_and_one_error_line(
                 )
 
                 async def failing() -> Obj | None:
-                    ready = await condition(kube, CONFIG, "Ready")
+                    ready = await scenario.condition(kube, CONFIG, "Ready")
                     current = ready.get("observedGeneration") == ready["generation"]
                     return ready if current and ready.get("status") == "False" else None
 
                 ready = await eventually(failing, timeout=15, what="Ready=False")
                 await asyncio.sleep(1)  # let a retry or two happen
-            synced_cond = await condition(kube, CONFIG, "ConfigMapSynced")
+            synced_cond = await scenario.condition(kube, CONFIG, "ConfigMapSynced")
             assert synced_cond["status"] == "False"
             for cond in (ready, synced_cond):
                 assert cond["reason"] == "WriteFailed"
@@ -323,7 +317,7 @@ async def test_values_linkerd_cannot_use_are_refused_without_webhooks(
         async with controller(cp, f"no-webhooks-{name}"):
 
             async def refused() -> Obj | None:
-                cond = await condition(kube, name, "ConfigMapSynced")
+                cond = await scenario.condition(kube, name, "ConfigMapSynced")
                 return cond if cond.get("reason") == "InvalidConfig" else None
 
             cond = await eventually(refused, timeout=20, what=f"{name} refused")

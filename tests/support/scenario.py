@@ -59,6 +59,14 @@ async def install_crd(kube: KubeClient) -> None:
     await eventually(serving, timeout=60, what="LinkerdConfig API served")
 
 
+async def condition(kube: KubeClient, name: str, type_: str) -> Json:
+    """A LinkerdConfig's condition of ``type_`` ({} if absent), with the object's current
+    ``generation`` beside it, so a caller can tell whether it is about the current spec."""
+    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
+    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+    return {**conditions.get(type_, {}), "generation": obj["metadata"]["generation"]}
+
+
 async def install_linkerd_edge_19_12_1(kube: KubeClient) -> dict[str, Any]:
     await create(kube, NAMESPACES.path(), {"metadata": {"name": "linkerd"}})
     cm = install_configmap()
