@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.client import KubeClient, load_access
@@ -22,7 +23,6 @@ from linkerd_config.kube.leader import (
     NoElection,
     default_identity,
 )
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import serve
 from linkerd_config.kube.watch_health import WatchHealth
@@ -43,7 +43,8 @@ class App:
 
     settings: Settings
     client: KubeClient
-    metrics: Metrics
+    registry: CollectorRegistry
+    """Every metric this replica serves on /metrics."""
     manager: Manager
     controller: LinkerdConfigController
     recorder: EventRecorder
@@ -52,13 +53,13 @@ class App:
 
 
 async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
-    metrics = Metrics()
+    registry = CollectorRegistry()
     access = await load_access(settings.kubeconfig)
     identity = settings.identity or default_identity()
-    client = KubeClient(access, metrics=metrics, user_agent=f"{COMPONENT}/{identity}")
+    client = KubeClient(access, registry=registry, user_agent=f"{COMPONENT}/{identity}")
     client.open()
     try:
-        return _assemble(settings, rollout, metrics, client, identity)
+        return _assemble(settings, rollout, registry, client, identity)
     except BaseException:
         await client.close()  # nothing else owns it yet
         raise
@@ -67,7 +68,7 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
 def _assemble(
     settings: Settings,
     rollout: RolloutOptions | None,
-    metrics: Metrics,
+    registry: CollectorRegistry,
     client: KubeClient,
     identity: str,
 ) -> App:
@@ -83,17 +84,16 @@ def _assemble(
                 renew_deadline=settings.renew_deadline,
                 retry_period=settings.retry_period,
             ),
-            metrics,
+            registry,
         )
     else:
-        leadership = NoElection(settings.lease_name, metrics, identity=identity)
+        leadership = NoElection(settings.lease_name, registry, identity=identity)
     client.write_gate = LeaderGate(leadership)
     recorder = EventRecorder(client, COMPONENT, instance=identity)
     controller = LinkerdConfigController(
         client,
         recorder,
         config_namespace=settings.config_namespace,
-        metrics=metrics,
         options=rollout
         or RolloutOptions(
             max_restarts_per_pass=settings.max_restarts_per_pass,
@@ -103,10 +103,10 @@ def _assemble(
         workers=settings.workers,
     )
     manager = Manager(leadership)
-    probes = Probes(metrics.registry)
+    probes = Probes(registry)
     probes.ready_checks["informers-synced"] = manager.ready
     probes.live_checks["components"] = manager.alive
-    app = App(settings, client, metrics, manager, controller, recorder)
+    app = App(settings, client, registry, manager, controller, recorder)
     host, port = settings.metrics_address
     if port:
         manager.add_server(
@@ -133,7 +133,7 @@ def _assemble(
         if isinstance(leadership, LeaderElector):
             leadership.on_unreachable = lambda: health.suspect("a Lease request got no answer")
     if settings.enable_webhooks:
-        app.admission = _admission(settings, controller, metrics)
+        app.admission = _admission(settings, controller, registry)
         manager.add_server("webhooks", app.admission.run)
         probes.ready_checks["webhooks"] = app.admission.started.is_set
     for informer in controller.informers:
@@ -143,7 +143,7 @@ def _assemble(
 
 
 def _admission(
-    settings: Settings, controller: LinkerdConfigController, metrics: Metrics
+    settings: Settings, controller: LinkerdConfigController, registry: CollectorRegistry
 ) -> AdmissionServer:
     cert_dir = Path(settings.webhook_cert_dir)
     host, port = settings.webhook_address
@@ -151,7 +151,7 @@ def _admission(
         host,
         port,
         ReloadingCertificate(cert_dir / "tls.crt", cert_dir / "tls.key"),
-        metrics=metrics,
+        registry=registry,
     )
     register(server, controller)
     return server

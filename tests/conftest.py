@@ -10,7 +10,6 @@ import pytest
 
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import KubeClient, load_access
-from linkerd_config.kube.metrics import Metrics
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -39,5 +38,5 @@ def private_control_plane() -> Iterator[LocalControlPlane]:
 async def kube(control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
     """An admin client (system:masters) on the shared control plane."""
     access = await load_access(str(control_plane.kubeconfig))
-    async with KubeClient(access, metrics=Metrics(), user_agent="linkerd-config-tests") as client:
+    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
         yield client

@@ -26,8 +26,9 @@ from pathlib import Path
 import orjson
 import structlog
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.serving import serve
 
@@ -207,6 +208,31 @@ class ReloadingCertificate:
                 log.warning("serving certificate unreadable", error=str(exc))
 
 
+class WebhookMetrics(ComponentMetrics):
+    """controller-runtime's webhook families (pkg/webhook/internal/metrics), by path."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.requests = Counter(
+            "controller_runtime_webhook_requests_total",
+            "Total number of admission requests by HTTP status code.",
+            ["webhook", "code"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "controller_runtime_webhook_latency_seconds",
+            "Histogram of the latency of processing admission requests",
+            ["webhook"],
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "controller_runtime_webhook_requests_in_flight",
+            "Current number of admission requests being served.",
+            ["webhook"],
+            registry=registry,
+        )
+
+
 class AdmissionServer:
     """Routes AdmissionReviews by path to ``Admit`` functions; ``run`` until cancelled."""
 
@@ -216,14 +242,14 @@ class AdmissionServer:
         port: int,
         certificate: ReloadingCertificate,
         *,
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         handler_timeout: float = 7.0,
         reload_interval: float = 2.0,
     ) -> None:
         self.host = host
         self.port = port
         self.certificate = certificate
-        self.metrics = metrics
+        self.metrics = WebhookMetrics.of(registry)
         self.handler_timeout = handler_timeout
         self.reload_interval = reload_interval
         self.bound_port: int | None = None
@@ -232,8 +258,9 @@ class AdmissionServer:
 
     def add(self, path: str, admit: Admit) -> None:
         self._routes[path] = admit
-        if self.metrics is not None:
-            self.metrics.register_webhook(path)
+        self.metrics.latency.labels(path)
+        self.metrics.in_flight.labels(path).set(0)
+        self.metrics.requests.labels(path, "200")
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -265,17 +292,15 @@ class AdmissionServer:
         path = request.path
         started = time.monotonic()
         status = 500
-        if self.metrics is not None:
-            self.metrics.webhook_in_flight.labels(path).inc()
+        self.metrics.in_flight.labels(path).inc()
         try:
             response = await self._answer(request)
             status = response.status
             return response
         finally:
-            if self.metrics is not None:
-                self.metrics.webhook_in_flight.labels(path).dec()
-                self.metrics.webhook_requests.labels(path, str(status)).inc()
-                self.metrics.webhook_latency.labels(path).observe(time.monotonic() - started)
+            self.metrics.in_flight.labels(path).dec()
+            self.metrics.requests.labels(path, str(status)).inc()
+            self.metrics.latency.labels(path).observe(time.monotonic() - started)
 
     async def _answer(self, request: web.Request) -> web.Response:
         if request.content_type != "application/json":

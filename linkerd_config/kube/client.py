@@ -30,8 +30,9 @@ import aiohttp
 import orjson
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import Json
 
 APPLICATION_JSON = "application/json"
@@ -188,6 +189,28 @@ class Timeouts:
     connect: float = 10.0
 
 
+class RestClientMetrics(ComponentMetrics):
+    """client-go's rest client families (component-base latency buckets)."""
+
+    LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.requests = Counter(
+            "rest_client_requests_total",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ["code", "method", "host"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            ["verb", "host"],
+            buckets=self.LATENCY_BUCKETS,
+            registry=registry,
+        )
+
+
 class KubeClient:
     """Raw API access; use as ``async with``. Safe to share among tasks."""
 
@@ -195,14 +218,16 @@ class KubeClient:
         self,
         access: ClusterAccess,
         *,
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         user_agent: str = "linkerd-config",
         timeouts: Timeouts | None = None,
         write_gate: WriteGate | None = None,
         pool_size: int = 32,
     ) -> None:
         self.access = access
-        self.metrics = metrics
+        self.registry = registry
+        """Where this client's metrics go; informers on this client default to it too."""
+        self.metrics = RestClientMetrics.of(registry)
         self.timeouts = timeouts or Timeouts()
         self.write_gate = write_gate
         self._host = urlsplit(access.server).netloc
@@ -359,9 +384,8 @@ class KubeClient:
             self._observe("WATCH", code, started)
 
     def _observe(self, method: str, code: str, started: float) -> None:
-        if self.metrics is not None:
-            self.metrics.rest_requests.labels(code, method, self._host).inc()
-            self.metrics.rest_latency.labels(method, self._host).observe(time.monotonic() - started)
+        self.metrics.requests.labels(code, method, self._host).inc()
+        self.metrics.latency.labels(method, self._host).observe(time.monotonic() - started)
 
 
 def _query(params: Mapping[str, str | int | bool] | None) -> dict[str, str] | None:

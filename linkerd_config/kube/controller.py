@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from linkerd_config.kube.client import ApiError
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.ratelimit import RateLimiter
 from linkerd_config.kube.workqueue import QueueShutDown, WorkQueue
 
@@ -58,6 +59,68 @@ class ControllerOptions:
     """On shutdown, how long in-flight reconciles may finish before they are cancelled."""
 
 
+class ReconcileMetrics(ComponentMetrics):
+    """controller-runtime's per-controller families (pkg/internal/controller/metrics)."""
+
+    BUCKETS = (
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7,
+        0.8, 0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5, 6, 7, 8, 9, 10, 15,
+        20, 25, 30, 40, 50, 60,
+    )  # fmt: skip
+    RESULTS = ("success", "error", "requeue", "requeue_after")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        r = registry
+        self.total = Counter(
+            "controller_runtime_reconcile_total",
+            "Total number of reconciliations per controller",
+            ["controller", "result"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "controller_runtime_reconcile_errors_total",
+            "Total number of reconciliation errors per controller",
+            ["controller"],
+            registry=r,
+        )
+        self.panics = Counter(
+            "controller_runtime_reconcile_panics_total",
+            "Total number of reconciliation panics per controller",
+            ["controller"],
+            registry=r,
+        )
+        self.time = Histogram(
+            "controller_runtime_reconcile_time_seconds",
+            "Length of time per reconciliation per controller",
+            ["controller"],
+            buckets=self.BUCKETS,
+            registry=r,
+        )
+        self.max_concurrent_reconciles = Gauge(
+            "controller_runtime_max_concurrent_reconciles",
+            "Maximum number of concurrent reconciles per controller",
+            ["controller"],
+            registry=r,
+        )
+        self.active_workers = Gauge(
+            "controller_runtime_active_workers",
+            "Number of currently used workers per controller",
+            ["controller"],
+            registry=r,
+        )
+
+    def register(self, controller: str, workers: int) -> None:
+        """Create every per-controller series now, so the first scrape already shows them."""
+        for result in self.RESULTS:
+            self.total.labels(controller, result)
+        self.errors.labels(controller)
+        self.panics.labels(controller)
+        self.time.labels(controller)
+        self.max_concurrent_reconciles.labels(controller).set(workers)
+        self.active_workers.labels(controller).set(0)
+
+
 class Controller:
     """Owns a queue and its workers. ``run`` is one coroutine; cancelling it stops them all."""
 
@@ -67,7 +130,7 @@ class Controller:
         reconciler: Reconciler,
         *,
         options: ControllerOptions | None = None,
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         rate_limiter: RateLimiter[str] | None = None,
     ) -> None:
         self.name = name
@@ -75,11 +138,9 @@ class Controller:
         self.options = options or ControllerOptions()
         if self.options.workers < 1:
             raise ValueError(f"controller {name}: workers must be >= 1")
-        self.metrics = metrics or Metrics()
-        self.queue: WorkQueue[str] = WorkQueue(
-            name, rate_limiter=rate_limiter, metrics=self.metrics
-        )
-        self.metrics.register_controller(name, self.options.workers)
+        self.metrics = ReconcileMetrics.of(registry)
+        self.metrics.register(name, self.options.workers)
+        self.queue: WorkQueue[str] = WorkQueue(name, rate_limiter=rate_limiter, registry=registry)
         self._active = 0
 
     def enqueue(self, key: str) -> None:
@@ -136,13 +197,13 @@ class Controller:
             async with asyncio.timeout(self.options.reconcile_timeout):
                 result = await self.reconciler.reconcile(key)
         except TerminalError as exc:
-            m.reconcile_total.labels(self.name, "error").inc()
-            m.reconcile_errors.labels(self.name).inc()
+            m.total.labels(self.name, "error").inc()
+            m.errors.labels(self.name).inc()
             log.error("reconcile failed permanently", controller=self.name, key=key, error=str(exc))
             self.queue.forget(key)
         except TimeoutError:
-            m.reconcile_total.labels(self.name, "error").inc()
-            m.reconcile_errors.labels(self.name).inc()
+            m.total.labels(self.name, "error").inc()
+            m.errors.labels(self.name).inc()
             log.warning(
                 "reconcile timed out; retrying",
                 controller=self.name,
@@ -151,11 +212,11 @@ class Controller:
             )
             self.queue.add_rate_limited(key)
         except Exception as exc:
-            m.reconcile_total.labels(self.name, "error").inc()
-            m.reconcile_errors.labels(self.name).inc()
+            m.total.labels(self.name, "error").inc()
+            m.errors.labels(self.name).inc()
             if not isinstance(exc, OSError | ApiError):
                 # Not an answer from the API server nor the network: a bug, what Go panics on.
-                m.reconcile_panics.labels(self.name).inc()
+                m.panics.labels(self.name).inc()
             log.warning(
                 "reconcile failed; retrying",
                 controller=self.name,
@@ -168,16 +229,16 @@ class Controller:
             self.queue.add_rate_limited(key)
         else:
             if result.requeue_after is not None:
-                m.reconcile_total.labels(self.name, "requeue_after").inc()
+                m.total.labels(self.name, "requeue_after").inc()
                 self.queue.forget(key)
                 self.queue.add_after(key, result.requeue_after)
             elif result.requeue:
-                m.reconcile_total.labels(self.name, "requeue").inc()
+                m.total.labels(self.name, "requeue").inc()
                 self.queue.add_rate_limited(key)
             else:
-                m.reconcile_total.labels(self.name, "success").inc()
+                m.total.labels(self.name, "success").inc()
                 self.queue.forget(key)
         finally:
             self._active -= 1
             m.active_workers.labels(self.name).set(self._active)
-            m.reconcile_time.labels(self.name).observe(time.monotonic() - started)
+            m.time.labels(self.name).observe(time.monotonic() - started)

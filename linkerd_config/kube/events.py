@@ -32,6 +32,7 @@ import structlog
 
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.leader import NotLeaderError
+from linkerd_config.kube.ratelimit import TokenBucket
 from linkerd_config.kube.resource import EVENTS, Json, rfc3339
 
 log = structlog.get_logger(__name__)
@@ -165,33 +166,13 @@ class Decision:
     """For DROP: the first drop since this object last had budget (log loudly once)."""
 
 
-class TokenBucket:
-    """client-go's flowcontrol token bucket: starts full, refills ``qps`` per second."""
-
-    def __init__(self, burst: int, qps: float, now: float) -> None:
-        self.burst = burst
-        self.qps = qps
-        self.tokens = float(burst)
-        self.last = now
-
-    def try_accept(self, now: float) -> bool:
-        elapsed = max(0.0, now - self.last)
-        self.tokens = min(float(self.burst), self.tokens + elapsed * self.qps)
-        self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-
 class SpamFilter:
     """One token bucket per source and object."""
 
     def __init__(
         self, burst: int = SPAM_BURST, qps: float = SPAM_QPS, max_entries: int = MAX_LRU_ENTRIES
     ) -> None:
-        if burst < 1 or qps <= 0:
-            raise ValueError("spam filter needs burst >= 1 and qps > 0")
+        TokenBucket.check(qps, burst)
         self.burst = burst
         self.qps = qps
         self._buckets: _Lru[tuple[str, ...], TokenBucket] = _Lru(max_entries)
@@ -199,9 +180,9 @@ class SpamFilter:
     def allow(self, key: tuple[str, ...], now: float) -> bool:
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = TokenBucket(self.burst, self.qps, now)
+            bucket = TokenBucket(self.qps, self.burst, now)
             self._buckets.put(key, bucket)
-        return bucket.try_accept(now)
+        return bucket.allow(now)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Informer: a local, indexed, eventually consistent copy of one resource, with change handlers.
+"""Informer: a local, eventually consistent copy of one resource, with change handlers.
 
 How it works (client-go's Reflector + sharedIndexInformer, in one coroutine): a paginated,
 consistent LIST fills the cache; a WATCH from the list's resourceVersion then applies every
@@ -53,6 +53,7 @@ from typing import Any, Protocol
 
 import aiohttp
 import structlog
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from linkerd_config.kube.client import (
     APPLICATION_JSON,
@@ -60,9 +61,10 @@ from linkerd_config.kube.client import (
     PARTIAL_METADATA_LIST,
     ApiError,
 )
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.metrics import ComponentMetrics
+from linkerd_config.kube.ratelimit import JitteredBackoff
 from linkerd_config.kube.resource import ApiResource, Json
-from linkerd_config.kube.store import IndexFunc, Store
+from linkerd_config.kube.store import Store
 from linkerd_config.kube.watch import (
     WATCH_EVENT_TYPES,
     ByteSource,
@@ -89,10 +91,36 @@ MAX_RETRY_AFTER = 300.0
 """Retry-After is honoured up to this, so one odd header cannot park an informer for hours."""
 
 
+class InformerMetrics(ComponentMetrics):
+    """Per-informer families (ours: controller-runtime exposes none for its caches)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.cache_objects = Gauge(
+            "informer_cache_objects",
+            "Number of objects in an informer's local cache",
+            ["resource"],
+            registry=registry,
+        )
+        self.events = Counter(
+            "informer_watch_events_total",
+            "Watch events received by an informer, by type",
+            ["resource", "type"],
+            registry=registry,
+        )
+        self.relists = Counter(
+            "informer_relists_total",
+            "Full relists of an informer (start-up, 410 Gone, or unrecoverable watch errors)",
+            ["resource"],
+            registry=registry,
+        )
+
+
 class ListWatchClient(Protocol):
     """The part of ``KubeClient`` an informer uses (a protocol so unit tests can fake it)."""
 
-    metrics: Metrics | None
+    registry: CollectorRegistry | None
+    """Where the informers on this client record their metrics."""
 
     async def request(
         self,
@@ -175,40 +203,6 @@ def _project(src: Json, tree: dict[str, Any]) -> Json:
     return out
 
 
-# -- backoff -------------------------------------------------------------------------------
-
-
-class Backoff:
-    """Jittered exponential delay, as client-go's reflector (0.8 s doubling to 30 s)."""
-
-    def __init__(
-        self,
-        initial: float = 0.8,
-        maximum: float = 30.0,
-        factor: float = 2.0,
-        jitter: float = 0.25,
-        rng: random.Random | None = None,
-    ) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self.factor = factor
-        self.jitter = jitter
-        self.failures = 0
-        self._rng = rng or random.Random()
-
-    def next(self, retry_after: float | None = None) -> float:
-        """The delay before the next attempt; at least the server's Retry-After, if any."""
-        base = min(self.maximum, self.initial * self.factor**self.failures)
-        self.failures += 1
-        delay = base * (1.0 + self._rng.uniform(-self.jitter, self.jitter))
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, MAX_RETRY_AFTER))
-        return delay
-
-    def reset(self) -> None:
-        self.failures = 0
-
-
 # -- the informer --------------------------------------------------------------------------
 
 
@@ -254,8 +248,7 @@ class Informer:
         watch_timeout: tuple[float, float] = (300.0, 600.0),
         inactivity_timeout: float = 150.0,
         request_timeout: float = 60.0,
-        backoff: Backoff | None = None,
-        metrics: Metrics | None = None,
+        backoff: JitteredBackoff | None = None,
         name: str | None = None,
         store: Store | None = None,
         rng: random.Random | None = None,
@@ -291,19 +284,18 @@ class Informer:
         self._relisted = asyncio.Event()
         self._failing = False
         # Invariant: True from a failed list/watch until a LIST or watch succeeds again.
-        self._backoff = backoff or Backoff(rng=rng)
+        self._backoff = backoff or JitteredBackoff(rng=rng, max_retry_after=MAX_RETRY_AFTER)
         self._rng = rng or random.Random()
-        self._metrics = metrics if metrics is not None else client.metrics
+        self.metrics = InformerMetrics.of(client.registry)
         self._handlers: list[Handler] = []
         self._synced = asyncio.Event()
         self._resource_version = ""
         self._running = False
         self._path = resource.path(namespace)
-        if self._metrics is not None:
-            self._metrics.informer_cache_objects.labels(self.name).set(0)
-            self._metrics.informer_relists.labels(self.name)
-            for kind in WATCH_EVENT_TYPES:
-                self._metrics.informer_events.labels(self.name, kind)
+        self.metrics.cache_objects.labels(self.name).set(0)
+        self.metrics.relists.labels(self.name)
+        for kind in WATCH_EVENT_TYPES:
+            self.metrics.events.labels(self.name, kind)
 
     # -- public surface --------------------------------------------------------------------
 
@@ -366,9 +358,6 @@ class Informer:
     def remove_handler(self, handler: Handler) -> None:
         with contextlib.suppress(ValueError):
             self._handlers.remove(handler)
-
-    def add_index(self, name: str, fn: IndexFunc) -> None:
-        self.store.add_index(name, fn)
 
     async def run(self) -> None:
         """List, then watch, forever; returns only by cancellation."""
@@ -463,8 +452,7 @@ class Informer:
         )
 
     async def _relist(self, reason: str) -> None:
-        if self._metrics is not None:
-            self._metrics.informer_relists.labels(self.name).inc()
+        self.metrics.relists.labels(self.name).inc()
         started = time.monotonic()
         objects, rv = await self._list_all()
         self._failing = False
@@ -660,12 +648,10 @@ class Informer:
             )
 
     def _count_event(self, kind: str) -> None:
-        if self._metrics is not None:
-            self._metrics.informer_events.labels(self.name, kind).inc()
+        self.metrics.events.labels(self.name, kind).inc()
 
     def _set_gauge(self) -> None:
-        if self._metrics is not None:
-            self._metrics.informer_cache_objects.labels(self.name).set(len(self.store))
+        self.metrics.cache_objects.labels(self.name).set(len(self.store))
 
 
 def _item_type(page: Json) -> tuple[str, str]:

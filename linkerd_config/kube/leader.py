@@ -29,8 +29,8 @@ What it does not guarantee:
   believes it leads until it runs again and notices that its renew deadline has passed;
   the gate checks the deadline on every write, so it refuses writes issued after the
   pause, but a write already in flight before the pause goes out when the process resumes.
-* Stopping leader-only work is cooperative: :attr:`LeaderElector.leadership_lost` and the
-  hooks tell workers at once, but a worker that ignores them is stopped only at the gate.
+* Stopping leader-only work is cooperative: :attr:`LeaderElector.leadership_lost` tells
+  workers at once, but a worker that ignores them is stopped only at the gate.
 * Liveness is not guaranteed either: after a crash without release, nobody leads until
   the lease expires (up to ``lease_duration`` plus one retry period), and nobody leads
   while the API server is unreachable.
@@ -39,28 +39,25 @@ What it does not guarantee:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import inspect
 import math
 import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
+from prometheus_client import CollectorRegistry, Gauge
 
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import LEASES, Json, rfc3339
 
 log = structlog.get_logger(__name__)
 
-Hook = Callable[[], Awaitable[None] | None]
-LeaderHook = Callable[[str], Awaitable[None] | None]
 
 # Up to +20% on each follower retry so contenders started together do not poll in lockstep.
 RETRY_JITTER = 0.2
@@ -167,24 +164,29 @@ class LeaderGate:
             raise NotLeaderError(method, path, self._fence.refusal_reason())
 
 
-class _LeadershipBase:
-    """Signals and hooks shared by the real elector and the always-leader variant."""
+class LeaderElectionMetrics(ComponentMetrics):
+    """client-go's leader election gauge, by lease name."""
 
-    def __init__(
-        self,
-        *,
-        on_started_leading: Hook | None,
-        on_stopped_leading: Hook | None,
-        on_new_leader: LeaderHook | None,
-    ) -> None:
-        self.on_started_leading = on_started_leading
-        self.on_stopped_leading = on_stopped_leading
-        self.on_new_leader = on_new_leader
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.status = Gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ["name"],
+            registry=registry,
+        )
+
+
+class _LeadershipBase:
+    """The signals shared by the real elector and the always-leader variant."""
+
+    def __init__(self, name: str, registry: CollectorRegistry | None) -> None:
         self.leadership_lost = asyncio.Event()
         """Set the moment leadership ends (cleared again on re-acquire): stop workers now."""
         self._leading_event = asyncio.Event()
-        self._started_tasks: set[asyncio.Task[None]] = set()
-        self._other_tasks: set[asyncio.Task[None]] = set()
+        self._status = LeaderElectionMetrics.of(registry).status.labels(name)
+        self._status.set(0)
 
     async def wait_for_leadership(self, timeout: float | None = None) -> None:
         """Return once this process leads; TimeoutError if ``timeout`` passes first."""
@@ -193,48 +195,6 @@ class _LeadershipBase:
         else:
             async with asyncio.timeout(timeout):
                 await self._leading_event.wait()
-
-    def _fire(
-        self,
-        hook: Callable[..., Awaitable[None] | None] | None,
-        *args: Any,
-        started: bool = False,
-    ) -> None:
-        """Call a hook without letting it stall the election; async hooks become owned tasks."""
-        if hook is None:
-            return
-        try:
-            result = hook(*args)
-        except Exception:
-            log.exception("leader election hook failed", hook=getattr(hook, "__name__", hook))
-            return
-        if inspect.isawaitable(result):
-            task = asyncio.ensure_future(result)
-            owner = self._started_tasks if started else self._other_tasks
-            owner.add(task)
-            task.add_done_callback(owner.discard)
-            task.add_done_callback(_log_hook_failure)
-
-    def _cancel_started_hooks(self) -> None:
-        """Like client-go cancelling OnStartedLeading's context: leader-only work must end."""
-        for task in list(self._started_tasks):
-            task.cancel()
-
-    async def _drain_hooks(self, grace: float) -> None:
-        """Give hooks still running (e.g. on_stopped_leading) a bounded time, then cancel."""
-        tasks = self._started_tasks | self._other_tasks
-        if not tasks:
-            return
-        _, pending = await asyncio.wait(tasks, timeout=grace)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=1.0)
-
-
-def _log_hook_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("leader election hook failed", error=repr(task.exception()))
 
 
 @dataclass
@@ -261,7 +221,7 @@ class _Observed:
 class LeaderElector(_LeadershipBase):
     """Campaigns for one Lease until cancelled; re-joins the election after losing it.
 
-    Use :meth:`wait_for_leadership` and :attr:`leadership_lost` (or the hooks) to start and
+    Use :meth:`wait_for_leadership` and :attr:`leadership_lost` to start and
     stop leader-only work, and put a :class:`LeaderGate` on the client so that work cannot
     write once leadership is in doubt. The elector's own Lease requests bypass the gate.
     """
@@ -270,25 +230,17 @@ class LeaderElector(_LeadershipBase):
         self,
         client: KubeClient,
         config: LeaderElectionConfig,
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         *,
-        on_started_leading: Hook | None = None,
-        on_stopped_leading: Hook | None = None,
-        on_new_leader: LeaderHook | None = None,
-        on_unreachable: Hook | None = None,
+        on_unreachable: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``on_unreachable`` runs when a Lease request gets no answer at all (it timed out,
         or the connection failed): the first sign that the path to the API server is dead,
         for followers (who poll) as for the leader (who renews)."""
-        super().__init__(
-            on_started_leading=on_started_leading,
-            on_stopped_leading=on_stopped_leading,
-            on_new_leader=on_new_leader,
-        )
+        super().__init__(config.lease_name, registry)
         self.client = client
         self.config = config
-        self.metrics = metrics
         self.on_unreachable = on_unreachable
         self._clock = clock
         self._observed: _Observed | None = None
@@ -296,7 +248,6 @@ class LeaderElector(_LeadershipBase):
         self._renewed_at: float | None = None
         self._reported_leader = ""
         self._log = log.bind(lease=config.lease_key, identity=config.identity)
-        self._set_metric(0)
 
     # -- state ------------------------------------------------------------------------------
 
@@ -334,7 +285,6 @@ class LeaderElector(_LeadershipBase):
 
     async def run(self) -> None:
         """Acquire, renew, and on loss start over; returns only by cancellation."""
-        self._set_metric(0)
         self._log.info("leader election started")
         try:
             while True:
@@ -349,8 +299,6 @@ class LeaderElector(_LeadershipBase):
         finally:
             if self._leading:  # a non-cancellation error escaped; never leave the gate open
                 self._lose("elector failed")
-            self._set_metric(0)
-            await self._drain_hooks(self.config.renew_deadline)
 
     async def _acquire(self) -> None:
         self._log.info("attempting to acquire lease")
@@ -503,7 +451,6 @@ class LeaderElector(_LeadershipBase):
             self._reported_leader = holder
             if holder != self.identity:
                 self._log.info("new leader observed", leader=holder)
-            self._fire(self.on_new_leader, holder)
 
     # -- transitions ------------------------------------------------------------------------
 
@@ -512,10 +459,9 @@ class LeaderElector(_LeadershipBase):
         self._leading = True
         self.leadership_lost.clear()
         self._leading_event.set()
-        self._set_metric(1)
+        self._status.set(1)
         obs = self._observed
         self._log.info("became leader", transitions=obs.transitions if obs else 0)
-        self._fire(self.on_started_leading, started=True)
 
     def _lose(self, why: str) -> None:
         """Close the gate first, then tell everyone; safe to call from a cancellation path."""
@@ -523,13 +469,11 @@ class LeaderElector(_LeadershipBase):
         self._renewed_at = None
         self._leading_event.clear()
         self.leadership_lost.set()
-        self._set_metric(0)
+        self._status.set(0)
         if why == "cancelled":
             self._log.info("stopped leading", reason=why)
         else:
             self._log.warning("stopped leading", reason=why)
-        self._cancel_started_hooks()
-        self._fire(self.on_stopped_leading)
 
     async def _release(self) -> None:
         """Hand the lease over at once: empty holder, 1s duration, transitions unchanged."""
@@ -564,10 +508,6 @@ class LeaderElector(_LeadershipBase):
         except (TimeoutError, ApiError, OSError) as exc:
             self._log.warning("could not release lease; successor waits for expiry", error=str(exc))
 
-    def _set_metric(self, value: int) -> None:
-        if self.metrics is not None:
-            self.metrics.leader_status.labels(self.config.lease_name).set(value)
-
 
 class NoElection(_LeadershipBase):
     """Always leader: for a single replica or local runs with leader election disabled."""
@@ -575,24 +515,14 @@ class NoElection(_LeadershipBase):
     def __init__(
         self,
         name: str = "no-election",
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         *,
-        on_started_leading: Hook | None = None,
-        on_stopped_leading: Hook | None = None,
-        on_new_leader: LeaderHook | None = None,
         identity: str | None = None,
     ) -> None:
-        super().__init__(
-            on_started_leading=on_started_leading,
-            on_stopped_leading=on_stopped_leading,
-            on_new_leader=on_new_leader,
-        )
+        super().__init__(name, registry)
         self.name = name
-        self.metrics = metrics
         self.identity = identity or default_identity()
         self._leading_event.set()
-        if metrics is not None:
-            metrics.leader_status.labels(name).set(0)
 
     @property
     def leader(self) -> str:
@@ -609,19 +539,12 @@ class NoElection(_LeadershipBase):
         return "leader election is disabled"
 
     async def run(self) -> None:
-        """Lead at once and until cancelled, firing the same hooks as the real elector."""
-        if self.metrics is not None:
-            self.metrics.leader_status.labels(self.name).set(1)
+        """Lead at once and until cancelled, with the same signals as the real elector."""
+        self._status.set(1)
         log.info("leader election disabled; leading", name=self.name, identity=self.identity)
-        self._fire(self.on_new_leader, self.identity)
-        self._fire(self.on_started_leading, started=True)
         try:
             await asyncio.Event().wait()
         finally:
+            self._leading_event.clear()  # the signals never say "leading" and "lost" at once
             self.leadership_lost.set()
-            self._cancel_started_hooks()
-            self._fire(self.on_stopped_leading)
-            if self.metrics is not None:
-                self.metrics.leader_status.labels(self.name).set(0)
-            with contextlib.suppress(Exception):
-                await self._drain_hooks(5.0)
+            self._status.set(0)

@@ -25,12 +25,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from contextlib import suppress
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Generic, TypeVar
 
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.ratelimit import RateLimiter, default_controller_rate_limiter
-
-if TYPE_CHECKING:
-    from linkerd_config.kube.metrics import Metrics
 
 T = TypeVar("T", bound=Hashable)
 
@@ -45,30 +45,66 @@ class QueueShutDown(Exception):
     """The queue is shut down and nothing is left waiting: the consumer should exit."""
 
 
-class _NoMetrics(Generic[T]):
-    """Metrics adapter that records nothing, so the queue never checks whether metrics exist."""
+class WorkqueueMetrics(ComponentMetrics):
+    """controller-runtime's workqueue families (pkg/metrics/workqueue.go), by queue name."""
 
-    def added(self, item: T) -> None: ...
-    def depth(self, waiting: int) -> None: ...
-    def got(self, item: T) -> None: ...
-    def done(self, item: T) -> None: ...
-    def retried(self) -> None: ...
-    def update_unfinished_work(self) -> None: ...
+    BUCKETS = tuple(1e-8 * 10**i for i in range(12))  # ExponentialBuckets(10e-9, 10, 12)
+    LABELS = ("name", "controller")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        labels, r = self.LABELS, registry
+        self.depth = Gauge("workqueue_depth", "Current depth of workqueue", labels, registry=r)
+        self.adds = Counter(
+            "workqueue_adds_total", "Total number of adds handled by workqueue", labels, registry=r
+        )
+        self.queue_duration = Histogram(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            labels,
+            buckets=self.BUCKETS,
+            registry=r,
+        )
+        self.work_duration = Histogram(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            labels,
+            buckets=self.BUCKETS,
+            registry=r,
+        )
+        self.unfinished_work = Gauge(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has been done that is in progress and hasn't been "
+            "observed by work_duration",
+            labels,
+            registry=r,
+        )
+        self.longest_running = Gauge(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running",
+            labels,
+            registry=r,
+        )
+        self.retries = Counter(
+            "workqueue_retries_total",
+            "Total number of retries handled by workqueue",
+            labels,
+            registry=r,
+        )
 
 
-class _PrometheusMetrics(_NoMetrics[T]):
-    """Feeds controller-runtime's workqueue families, labelled ``(name, name)``."""
+class _QueueRecorder(Generic[T]):
+    """One queue's series, labelled ``(name, name)``, and the timestamps they need."""
 
-    def __init__(self, metrics: Metrics, name: str, clock: Callable[[], float]) -> None:
-        metrics.register_queue(name)
+    def __init__(self, metrics: WorkqueueMetrics, name: str, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._depth = metrics.workqueue_depth.labels(name, name)
-        self._adds = metrics.workqueue_adds.labels(name, name)
-        self._queue_duration = metrics.workqueue_queue_duration.labels(name, name)
-        self._work_duration = metrics.workqueue_work_duration.labels(name, name)
-        self._retries = metrics.workqueue_retries.labels(name, name)
-        self._unfinished = metrics.workqueue_unfinished_work.labels(name, name)
-        self._longest = metrics.workqueue_longest_running.labels(name, name)
+        self._depth = metrics.depth.labels(name, name)
+        self._adds = metrics.adds.labels(name, name)
+        self._queue_duration = metrics.queue_duration.labels(name, name)
+        self._work_duration = metrics.work_duration.labels(name, name)
+        self._retries = metrics.retries.labels(name, name)
+        self._unfinished = metrics.unfinished_work.labels(name, name)
+        self._longest = metrics.longest_running.labels(name, name)
         # Keys: items added and not handed out since (the queue's dirty set); value: first add.
         self._added_at: dict[T, float] = {}
         # Keys: exactly the items in processing; value: when get handed each out.
@@ -111,16 +147,14 @@ class WorkQueue(Generic[T]):
         name: str,
         *,
         rate_limiter: RateLimiter[T] | None = None,
-        metrics: Metrics | None = None,
+        registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self._rate_limiter: RateLimiter[T] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter()
         )
-        self._metrics: _NoMetrics[T] = (
-            _PrometheusMetrics(metrics, name, clock) if metrics is not None else _NoMetrics()
-        )
+        self._metrics = _QueueRecorder[T](WorkqueueMetrics.of(registry), name, clock)
         self._shutting_down = False
         # Waiting items, oldest first: no duplicates, all in _dirty, none in _processing.
         self._queue: deque[T] = deque()

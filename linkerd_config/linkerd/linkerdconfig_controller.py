@@ -15,7 +15,6 @@ from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer, keep_fields
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     NAMESPACES,
@@ -72,7 +71,6 @@ class LinkerdConfigController:
         recorder: EventRecorder,
         *,
         config_namespace: str = "linkerd",
-        metrics: Metrics | None = None,
         options: RolloutOptions | None = None,
         workers: int = 2,
     ) -> None:
@@ -84,13 +82,12 @@ class LinkerdConfigController:
         self.configs = Informer(
             client,
             LINKERD_CONFIGS,
-            metrics=metrics,
             name="linkerdconfigs",
             not_served_hint="install the LinkerdConfig CRD: kubectl apply -k manifests/crd "
             "(or make install, or the Helm chart)",
         )
         self.configmaps = Informer(
-            client, CONFIGMAPS, namespace=config_namespace, metrics=metrics, name="configmaps"
+            client, CONFIGMAPS, namespace=config_namespace, name="configmaps"
         )
         self.pods = Informer(
             client,
@@ -98,15 +95,10 @@ class LinkerdConfigController:
             label_selector=rollout.CANDIDATE_LABEL_SELECTOR,
             field_selector=rollout.RUNNING_FIELD_SELECTOR,
             transform=rollout.pod_projection,
-            metrics=metrics,
             name="pods",
         )
-        self.namespaces = Informer(
-            client, NAMESPACES, metadata_only=True, metrics=metrics, name="namespaces"
-        )
-        self.replicasets = Informer(
-            client, REPLICASETS, metadata_only=True, metrics=metrics, name="replicasets"
-        )
+        self.namespaces = Informer(client, NAMESPACES, metadata_only=True, name="namespaces")
+        self.replicasets = Informer(client, REPLICASETS, metadata_only=True, name="replicasets")
         # Restartable owners, reduced to their restart record: which configuration their pod
         # template was last restarted for, and when. Counting and pacing read these caches.
         self.workloads = {
@@ -114,7 +106,6 @@ class LinkerdConfigController:
                 client,
                 resource,
                 transform=keep_fields(*rollout.WORKLOAD_FIELDS),
-                metrics=metrics,
                 name=resource.plural,
             )
             for kind, resource in WORKLOAD_RESOURCES.items()
@@ -123,7 +114,7 @@ class LinkerdConfigController:
             "linkerdconfig",
             self,
             options=ControllerOptions(workers=workers),
-            metrics=metrics,
+            registry=client.registry,
         )
         self.rollout = RolloutExecutor(
             self.writer,

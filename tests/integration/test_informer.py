@@ -18,12 +18,12 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient, load_access
 from linkerd_config.kube.informer import Informer, keep_fields
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, object_key
 from tests.support.waiting import eventually
 
@@ -175,13 +175,13 @@ async def bounded(limit: int, jobs: list[Callable[[], Awaitable[object]]]) -> No
     await asyncio.gather(*(one(j) for j in jobs))
 
 
-def metric(metrics: Metrics, name: str, **labels: str) -> float:
-    return metrics.registry.get_sample_value(name, labels) or 0.0
+def metric(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
 
 
 async def private_client(cp: LocalControlPlane) -> KubeClient:
     access = await load_access(str(cp.kubeconfig))
-    client = KubeClient(access, metrics=Metrics(), user_agent="informer-tests")
+    client = KubeClient(access, registry=CollectorRegistry(), user_agent="informer-tests")
     client.open()
     return client
 
@@ -310,7 +310,7 @@ async def test_resume_after_compaction_relists(private_control_plane: LocalContr
         assert inf.resource_version != stopped_at
         reasons = [e["reason"] for e in logs if e["event"] == "relist"]
         assert reasons and all(r.startswith("watch") for r in reasons), reasons
-        assert metric(client.metrics, "informer_relists_total", resource="gone") == 2
+        assert metric(client.metrics.registry, "informer_relists_total", resource="gone") == 2
         # The vanished objects were delivered as deletes of the last state we knew.
         gone = {object_key(o): rv_of(o) for o in tracker.deleted}
         assert gone == {f"{ns}/keep-{i:02d}": before[f"{ns}/keep-{i:02d}"] for i in range(10)}
@@ -386,10 +386,9 @@ async def test_informer_survives_apiserver_restart(
             server = await converged(client, ns, [(inf, tracker)])
         assert writes["ok"] > 100
         assert_no_ghosts(tracker, server)
-        assert client.metrics is not None
         watches = sum(
             s.value
-            for m in client.metrics.rest_requests.collect()
+            for m in client.metrics.requests.collect()
             for s in m.samples
             if s.name.endswith("_total") and s.labels["method"] == "WATCH"
         )
@@ -467,8 +466,7 @@ async def test_bookmarks_advance_resume_point_without_object_changes(kube: KubeC
     quiet = await make_namespace(kube, "quiet")
     noisy = await make_namespace(kube, "noisy")
     await kube.request("POST", CONFIGMAPS.path(quiet), body=configmap("only"))
-    metrics = Metrics()
-    inf = Informer(kube, CONFIGMAPS, namespace=quiet, metrics=metrics, name="bookmarks")
+    inf = Informer(kube, CONFIGMAPS, namespace=quiet, name="bookmarks")
     tracker = Tracker().attach(inf)
     async with running(inf):
         start_rv = int(inf.resource_version)
@@ -479,7 +477,10 @@ async def test_bookmarks_advance_resume_point_without_object_changes(kube: KubeC
             # this watch about it, since none of them match its namespace.
             await kube.request("POST", CONFIGMAPS.path(noisy), body=configmap(uuid.uuid4().hex))
             seen = metric(
-                metrics, "informer_watch_events_total", resource="bookmarks", type="BOOKMARK"
+                inf.metrics.registry,
+                "informer_watch_events_total",
+                resource="bookmarks",
+                type="BOOKMARK",
             )
             return seen > 0 and int(inf.resource_version) > start_rv
 

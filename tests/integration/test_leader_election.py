@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient, load_access
@@ -31,7 +32,6 @@ from linkerd_config.kube.leader import (
     LeaderGate,
     NotLeaderError,
 )
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, LEASES, NAMESPACES
 from tests.support.audit import audit_entries
 
@@ -236,17 +236,30 @@ async def test_exactly_one_of_two_electors_leads_and_the_follower_knows_who(
     ida, idb = f"inproc-a-{suffix()}", f"inproc-b-{suffix()}"
     seen: dict[str, list[str]] = {ida: [], idb: []}
     started: dict[str, int] = {ida: 0, idb: 0}
-    metrics = {ida: Metrics(), idb: Metrics()}
+    registries = {ida: CollectorRegistry(), idb: CollectorRegistry()}
     async with client_as(control_plane, ida) as ca, client_as(control_plane, idb) as cb:
         electors = []
         for ident, client in ((ida, ca), (idb, cb)):
-            el = LeaderElector(client, config(namespace, lease, ident), metrics[ident])
-            el.on_new_leader = seen[ident].append
-            el.on_started_leading = lambda ident=ident: started.__setitem__(
-                ident, started[ident] + 1
+            electors.append(
+                LeaderElector(client, config(namespace, lease, ident), registries[ident])
             )
-            electors.append(el)
         a, b = electors
+
+        async def leaders(el: LeaderElector) -> None:
+            """Each holder the elector reports, in order."""
+            while True:
+                if el.leader and el.leader not in seen[el.identity][-1:]:
+                    seen[el.identity].append(el.leader)
+                await asyncio.sleep(0.01)
+
+        async def terms(el: LeaderElector) -> None:
+            """Each term the elector starts, as a manager waiting on it sees them."""
+            while True:
+                await el.wait_for_leadership()
+                started[el.identity] += 1
+                await el.leadership_lost.wait()
+
+        observers = [asyncio.create_task(f(el)) for el in electors for f in (leaders, terms)]
         async with running(a, b):
             await eventually(lambda: a.is_leader or b.is_leader, 30, "a leader")
             leader, follower = (a, b) if a.is_leader else (b, a)
@@ -266,8 +279,10 @@ async def test_exactly_one_of_two_electors_leads_and_the_follower_knows_who(
             assert started == {leader.identity: 1, follower.identity: 0}
             assert LeaderGate(leader).allowed and not LeaderGate(follower).allowed
             gauge = "leader_election_master_status"
-            assert metrics[leader.identity].registry.get_sample_value(gauge, {"name": lease}) == 1
-            assert metrics[follower.identity].registry.get_sample_value(gauge, {"name": lease}) == 0
+            assert registries[leader.identity].get_sample_value(gauge, {"name": lease}) == 1
+            assert registries[follower.identity].get_sample_value(gauge, {"name": lease}) == 0
+        for task in observers:
+            task.cancel()
 
 
 # -- (b) SIGKILL of the leader -----------------------------------------------------------------

@@ -27,7 +27,6 @@ from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlP
 from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.informer import Informer
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
@@ -57,7 +56,7 @@ def cp() -> Iterator[LocalControlPlane]:
 @pytest.fixture
 async def kube(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
     access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, metrics=Metrics(), user_agent="injector-tests") as client:
+    async with KubeClient(access, user_agent="injector-tests") as client:
         yield client
 
 

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 import aiohttp
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient, load_access
@@ -20,7 +21,6 @@ from linkerd_config.kube.leader import (
     LeaderGate,
     NoElection,
 )
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.resource import CONFIGMAPS, LEASES
 from linkerd_config.kube.serving import serve
@@ -91,31 +91,29 @@ async def test_manager_reconciles_under_leadership_and_serves_metrics(
             },
         )
 
-    metrics = Metrics()
+    registry = CollectorRegistry()
     access = await load_access(str(control_plane.kubeconfig))
-    client = KubeClient(access, metrics=metrics)
+    client = KubeClient(access, registry=registry)
     client.open()
     elector = LeaderElector(
         client,
         LeaderElectionConfig(ns, "mgr-test", lease_duration=4, renew_deadline=3, retry_period=0.5),
-        metrics,
+        registry,
     )
     client.write_gate = LeaderGate(elector)
-    informer = Informer(
-        client, CONFIGMAPS, namespace=ns, label_selector=MIRRORED["labelSelector"], metrics=metrics
-    )
+    informer = Informer(client, CONFIGMAPS, namespace=ns, label_selector=MIRRORED["labelSelector"])
     controller = Controller(
         "mark-seen",
         MarkSeen(client, informer),
         options=ControllerOptions(workers=3),
-        metrics=metrics,
+        registry=registry,
     )
     informer.add_handler(
         on_add=lambda o: controller.enqueue(f"{ns}/{o['metadata']['name']}"),
         on_update=lambda _old, new: controller.enqueue(f"{ns}/{new['metadata']['name']}"),
     )
     manager = Manager(elector)
-    probes = Probes(metrics.registry)
+    probes = Probes(registry)
     probes.ready_checks["manager"] = manager.ready
     metrics_port, health_port = free_port(), free_port()
     manager.add_server(

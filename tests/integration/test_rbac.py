@@ -42,7 +42,6 @@ from linkerd_config.kube.client import (
     token_access,
 )
 from linkerd_config.kube.informer import Informer
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     DAEMONSETS,
@@ -401,7 +400,7 @@ class Denials:
 def refused_requests(app: App) -> float:
     """The controller's own metric: rest_client_requests_total{code="403"}, all methods."""
     total = 0.0
-    for family in app.metrics.registry.collect():
+    for family in app.registry.collect():
         for s in family.samples:
             if s.name == "rest_client_requests_total" and s.labels.get("code") == "403":
                 total += s.value
@@ -558,7 +557,7 @@ async def world(
     cp: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[World]:
     access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, metrics=Metrics(), user_agent="rbac-tests") as admin:
+    async with KubeClient(access, user_agent="rbac-tests") as admin:
         rbac = await render(cp, REPO / "manifests" / "rbac")
         await scenario.install_crd(admin)
         await scenario.install_linkerd_edge_19_12_1(admin)
@@ -748,7 +747,7 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
     async with controller(world, "rbac-successor") as run:
 
         async def reconciled_once() -> bool:
-            value = run.app.metrics.registry.get_sample_value(
+            value = run.app.registry.get_sample_value(
                 "controller_runtime_reconcile_total",
                 {"controller": "linkerdconfig", "result": "success"},
             )

@@ -43,7 +43,6 @@ from linkerd_config.devcluster.cluster import (
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, load_access
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import scenario
@@ -75,7 +74,7 @@ def cp() -> Iterator[LocalControlPlane]:
 async def linkerd(cp: LocalControlPlane) -> AsyncIterator[tuple[KubeClient, ProxyInjector]]:
     """Linkerd edge-19.12.1 installed, its real injector serving, the CRD present."""
     access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, metrics=Metrics(), user_agent="reliability-tests") as kube:
+    async with KubeClient(access, user_agent="reliability-tests") as kube:
         await scenario.install_crd(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
         async with scenario.linkerd_injector(cp) as injector:

@@ -149,7 +149,7 @@ async def test_applying_the_same_config_again_restarts_nothing(
     )
     await asyncio.sleep(3)
     assert uids(await scenario.running_pods(kube, scenario.EMOJIVOTO)) == pods
-    restarted = controller_app.metrics.registry.get_sample_value(
+    restarted = controller_app.registry.get_sample_value(
         "controller_runtime_reconcile_total", {"controller": "linkerdconfig", "result": "success"}
     )
     assert restarted is not None and restarted > 0

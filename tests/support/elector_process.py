@@ -40,20 +40,46 @@ async def main(args: argparse.Namespace) -> None:
         retry_period=args.retry_period,
     )
     async with KubeClient(access, user_agent=f"elector-process/{args.identity}") as client:
-        elector = LeaderElector(
-            client,
-            config,
-            on_started_leading=lambda: emit("leading"),
-            on_stopped_leading=lambda: emit("stopped_leading"),
-            on_new_leader=lambda who: emit("new_leader", leader=who),
-        )
+        elector = LeaderElector(client, config)
         client.write_gate = LeaderGate(elector)
         task = asyncio.create_task(elector.run())
+        reporter = asyncio.create_task(report(elector))
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
         emit("started", pid=os.getpid(), identity=args.identity)
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporter
         emit("exited", holder=elector.leader)
+
+
+async def report(elector: LeaderElector) -> None:
+    """Turn the elector's signals into lines: the same ones a manager waits on."""
+    seen = ""
+
+    async def leaders() -> None:
+        nonlocal seen
+        while True:
+            if elector.leader and elector.leader != seen:
+                seen = elector.leader
+                emit("new_leader", leader=seen)
+            await asyncio.sleep(0.02)
+
+    watcher = asyncio.create_task(leaders())
+    leading = False
+    try:
+        while True:
+            await elector.wait_for_leadership()
+            emit("leading")
+            leading = True
+            await elector.leadership_lost.wait()
+            emit("stopped_leading")
+            leading = False
+    finally:
+        watcher.cancel()
+        if leading and elector.leadership_lost.is_set():  # lost while we were being cancelled
+            emit("stopped_leading")
 
 
 def parse() -> argparse.Namespace:

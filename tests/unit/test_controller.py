@@ -7,10 +7,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result, TerminalError
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.ratelimit import ItemExponentialFailureRateLimiter
 
 
@@ -59,8 +59,8 @@ async def later() -> Result:
     return Result(requeue_after=0.02)
 
 
-def sample(metrics: Metrics, result: str) -> float:
-    value = metrics.registry.get_sample_value(
+def sample(registry: CollectorRegistry, result: str) -> float:
+    value = registry.get_sample_value(
         "controller_runtime_reconcile_total", {"controller": "test", "result": result}
     )
     return value or 0.0
@@ -77,18 +77,20 @@ async def run_until_finished(controller: Controller, reconciler: ScriptedReconci
             await task
 
 
-def make(metrics: Metrics, workers: int = 2) -> Callable[[ScriptedReconciler], Controller]:
+def make(
+    registry: CollectorRegistry, workers: int = 2
+) -> Callable[[ScriptedReconciler], Controller]:
     return lambda r: Controller(
         "test",
         r,
         options=ControllerOptions(workers=workers, reconcile_timeout=0.5),
-        metrics=metrics,
+        registry=registry,
         rate_limiter=ItemExponentialFailureRateLimiter(base=0.001, cap=0.01),
     )
 
 
 async def test_every_outcome_is_counted_and_errors_are_retried() -> None:
-    metrics = Metrics()
+    registry = CollectorRegistry()
     reconciler = ScriptedReconciler(
         {
             "a": [ok],
@@ -98,15 +100,15 @@ async def test_every_outcome_is_counted_and_errors_are_retried() -> None:
             "e": [later, ok],
         }
     )
-    controller = make(metrics)(reconciler)
+    controller = make(registry)(reconciler)
     await run_until_finished(controller, reconciler)
 
     assert reconciler.calls == {"a": 1, "b": 3, "c": 1, "d": 2, "e": 2}
-    assert sample(metrics, "success") == 4
-    assert sample(metrics, "error") == 3
-    assert sample(metrics, "requeue") == 1
-    assert sample(metrics, "requeue_after") == 1
-    errors = metrics.registry.get_sample_value(
+    assert sample(registry, "success") == 4
+    assert sample(registry, "error") == 3
+    assert sample(registry, "requeue") == 1
+    assert sample(registry, "requeue_after") == 1
+    errors = registry.get_sample_value(
         "controller_runtime_reconcile_errors_total", {"controller": "test"}
     )
     assert errors == 3
@@ -119,14 +121,14 @@ async def test_a_bug_counts_as_a_panic_an_api_answer_does_not() -> None:
     async def refused() -> Result:
         raise ApiError(422, "PATCH", "/x", {"reason": "Invalid"}, None)
 
-    metrics = Metrics()
+    registry = CollectorRegistry()
     reconciler = ScriptedReconciler({"bug": [boom, ok], "api": [refused, ok]})
-    await run_until_finished(make(metrics)(reconciler), reconciler)
-    panics = metrics.registry.get_sample_value(
+    await run_until_finished(make(registry)(reconciler), reconciler)
+    panics = registry.get_sample_value(
         "controller_runtime_reconcile_panics_total", {"controller": "test"}
     )
     assert panics == 1  # the RuntimeError; the API server's refusal is an expected error
-    assert sample(metrics, "error") == 2
+    assert sample(registry, "error") == 2
 
 
 async def test_a_hung_reconcile_times_out_and_is_retried_without_killing_the_worker() -> None:
@@ -134,9 +136,9 @@ async def test_a_hung_reconcile_times_out_and_is_retried_without_killing_the_wor
         await asyncio.sleep(3600)
         return Result()
 
-    metrics = Metrics()
+    registry = CollectorRegistry()
     reconciler = ScriptedReconciler({"slow": [hang, ok], "other": [ok]})
-    await run_until_finished(make(metrics, workers=1)(reconciler), reconciler)
+    await run_until_finished(make(registry, workers=1)(reconciler), reconciler)
     assert reconciler.calls == {"slow": 2, "other": 1}
 
 
@@ -146,7 +148,7 @@ async def test_one_key_never_runs_on_two_workers_at_once() -> None:
         return Result()
 
     reconciler = ScriptedReconciler({"k": [slow_ok] * 5})
-    controller = make(Metrics(), workers=4)(reconciler)
+    controller = make(CollectorRegistry(), workers=4)(reconciler)
     task = asyncio.create_task(controller.run())
     try:
         for _ in range(5):
@@ -170,7 +172,7 @@ async def test_cancelling_mid_reconcile_hands_the_key_back() -> None:
         return Result()
 
     reconciler = ScriptedReconciler({"k": [blocked]})
-    controller = make(Metrics(), workers=1)(reconciler)
+    controller = make(CollectorRegistry(), workers=1)(reconciler)
     task = asyncio.create_task(controller.run(initial_keys=lambda: ["k"]))
     await asyncio.wait_for(started.wait(), 5)
     task.cancel()
@@ -181,16 +183,13 @@ async def test_cancelling_mid_reconcile_hands_the_key_back() -> None:
 
 
 async def test_active_workers_and_max_concurrency_are_reported() -> None:
-    metrics = Metrics()
+    registry = CollectorRegistry()
     Controller(
-        "test", ScriptedReconciler({}), options=ControllerOptions(workers=3), metrics=metrics
+        "test", ScriptedReconciler({}), options=ControllerOptions(workers=3), registry=registry
     )
     labels = {"controller": "test"}
-    assert (
-        metrics.registry.get_sample_value("controller_runtime_max_concurrent_reconciles", labels)
-        == 3
-    )
-    assert metrics.registry.get_sample_value("controller_runtime_active_workers", labels) == 0
+    assert registry.get_sample_value("controller_runtime_max_concurrent_reconciles", labels) == 3
+    assert registry.get_sample_value("controller_runtime_active_workers", labels) == 0
     # Every result series exists before the first reconcile.
     for result in ("success", "error", "requeue", "requeue_after"):
-        assert sample(metrics, result) == 0.0
+        assert sample(registry, result) == 0.0

@@ -17,7 +17,6 @@ from linkerd_config.kube.events import (
     EventSpec,
     ObjectRef,
     SpamFilter,
-    TokenBucket,
 )
 from linkerd_config.kube.leader import NotLeaderError
 from tests.support.clock import FakeClock
@@ -161,13 +160,12 @@ def test_dropped_events_do_not_advance_counts() -> None:
     assert c.correlate(spec()).count == 3
 
 
-def test_token_bucket_refills_to_burst_only() -> None:
-    bucket = TokenBucket(burst=2, qps=1.0, now=0.0)
-    assert bucket.try_accept(0.0) and bucket.try_accept(0.0) and not bucket.try_accept(0.0)
-    assert bucket.try_accept(100.0) and bucket.try_accept(100.0)
-    assert not bucket.try_accept(100.0)  # 100s idle still buys only `burst` tokens
+def test_spam_filter_is_a_token_bucket_per_key() -> None:
     f = SpamFilter(burst=1, qps=0.5, max_entries=2)
     assert f.allow(("a",), 0.0) and not f.allow(("a",), 1.0) and f.allow(("a",), 2.0)
+    assert f.allow(("b",), 2.0)  # another object has its own budget
+    with pytest.raises(ValueError, match="burst"):
+        SpamFilter(burst=0)
 
 
 def test_event_names_are_unique_and_valid_even_within_one_clock_tick() -> None:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+from structlog.testing import capture_logs
 
 from linkerd_config.kube.client import ApiError, ClusterAccess, KubeClient
 from linkerd_config.kube.leader import (
@@ -22,7 +24,6 @@ from linkerd_config.kube.leader import (
     NotLeaderError,
     micro_time,
 )
-from linkerd_config.kube.metrics import Metrics
 from tests.support.clock import FakeClock
 
 NS, NAME = "ns", "lock"
@@ -151,7 +152,7 @@ def make(
     api: FakeLeaseApi,
     identity: str,
     clock: Callable[[], float] | None = None,
-    metrics: Metrics | None = None,
+    registry: CollectorRegistry | None = None,
     **timings: float,
 ) -> LeaderElector:
     cfg = LeaderElectionConfig(
@@ -163,7 +164,7 @@ def make(
         retry_period=timings.get("retry", 0.02),
     )
     kwargs: dict[str, Any] = {"clock": clock} if clock else {}
-    return LeaderElector(api, cfg, metrics, **kwargs)  # type: ignore[arg-type]
+    return LeaderElector(api, cfg, registry, **kwargs)  # type: ignore[arg-type]
 
 
 async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -172,6 +173,19 @@ async def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
             if cond():
                 return
             await asyncio.sleep(0.005)
+
+
+def status(registry: CollectorRegistry, name: str = NAME) -> float | None:
+    return registry.get_sample_value("leader_election_master_status", {"name": name})
+
+
+async def record_transitions(leadership: LeaderElector | NoElection, out: list[str]) -> None:
+    """What a manager sees: leadership gained, then lost, as the two signals say."""
+    while True:
+        await leadership.wait_for_leadership()
+        out.append("started")
+        await leadership.leadership_lost.wait()
+        out.append("stopped")
 
 
 async def stop(task: asyncio.Task[None]) -> None:
@@ -184,19 +198,12 @@ async def stop(task: asyncio.Task[None]) -> None:
 
 
 async def test_first_candidate_creates_the_lease_leads_and_releases_on_cancel() -> None:
-    api, metrics = FakeLeaseApi(), Metrics()
-    el = make(api, "me", metrics=metrics)
+    api, registry = FakeLeaseApi(), CollectorRegistry()
+    el = make(api, "me", registry=registry)
     calls: list[str] = []
-    el.on_started_leading = lambda: calls.append("started")
+    assert status(registry) == 0  # the series exists before the first scrape
 
-    async def stopped() -> None:
-        calls.append("stopped")
-
-    el.on_stopped_leading = stopped
-    el.on_new_leader = lambda who: calls.append(f"new:{who}")
-    gauge = metrics.leader_status.labels(NAME)
-    assert gauge._value.get() == 0  # the series exists before the first scrape
-
+    recorder = asyncio.create_task(record_transitions(el, calls))
     task = asyncio.create_task(el.run())
     await el.wait_for_leadership(timeout=5)
     spec = api.spec()
@@ -204,7 +211,7 @@ async def test_first_candidate_creates_the_lease_leads_and_releases_on_cancel() 
     assert spec["leaseDurationSeconds"] == 15
     assert spec["leaseTransitions"] == 0
     assert MICRO.match(spec["renewTime"]) and MICRO.match(spec["acquireTime"])
-    assert el.is_leader and LeaderGate(el).allowed and gauge._value.get() == 1
+    assert el.is_leader and LeaderGate(el).allowed and status(registry) == 1
     assert not el.leadership_lost.is_set()
 
     first_renew = spec["renewTime"]
@@ -216,8 +223,9 @@ async def test_first_candidate_creates_the_lease_leads_and_releases_on_cancel() 
     assert released["holderIdentity"] == ""
     assert released["leaseDurationSeconds"] == 1
     assert released["leaseTransitions"] == 0
-    assert el.leadership_lost.is_set() and not el.is_leader and gauge._value.get() == 0
-    assert calls == ["new:me", "started", "stopped"]
+    assert el.leadership_lost.is_set() and not el.is_leader and status(registry) == 0
+    await until(lambda: calls == ["started", "stopped"])
+    await stop(recorder)
     assert all(not fenced for _, _, fenced in api.calls), "the elector must bypass the gate"
 
 
@@ -225,11 +233,11 @@ async def test_follower_judges_expiry_on_its_own_clock_not_the_record_renew_time
     api, clock = FakeLeaseApi(), FakeClock()
     api.seed("other", duration=15, renew="2000-01-01T00:00:00.000000Z")  # "ancient" renewTime
     el = make(api, "me", clock)
-    seen: list[str] = []
-    el.on_new_leader = seen.append
 
-    assert not await el._attempt()  # first sight starts our clock, whatever renewTime says
-    assert el.leader == "other" and seen == ["other"]
+    with capture_logs() as logs:
+        assert not await el._attempt()  # first sight starts our clock, whatever renewTime says
+    assert el.leader == "other"
+    assert [e["leader"] for e in logs if e["event"] == "new leader observed"] == ["other"]
     clock.now += 14.9
     assert not await el._attempt()
     # The holder renews: the record changed, so the expiry clock restarts from now.
@@ -244,7 +252,7 @@ async def test_follower_judges_expiry_on_its_own_clock_not_the_record_renew_time
     assert spec["holderIdentity"] == "me"
     assert spec["leaseTransitions"] == 4  # holder changed: 3 -> 4
     assert spec["acquireTime"] != "2000-01-01T00:00:00.000000Z"
-    assert seen == ["other", "me"]
+    assert el.leader == "me"
 
 
 async def test_released_lease_is_taken_at_once() -> None:
@@ -332,40 +340,17 @@ async def test_not_leader_error_is_raised_before_any_io() -> None:
 
 
 async def test_no_election_always_leads() -> None:
-    metrics = Metrics()
+    registry = CollectorRegistry()
     events: list[str] = []
-
-    async def started() -> None:
-        events.append("started")
-
-    ne = NoElection("lock", metrics, on_started_leading=started)
-    ne.on_stopped_leading = lambda: events.append("stopped")
+    ne = NoElection("lock", registry)
+    recorder = asyncio.create_task(record_transitions(ne, events))
     gate = LeaderGate(ne)
     await ne.wait_for_leadership(timeout=0.1)
     assert ne.is_leader and gate.allowed
     gate.check("DELETE", "/x")
     task: asyncio.Task[None] = asyncio.create_task(ne.run())
-    await until(lambda: events == ["started"])
-    assert metrics.leader_status.labels("lock")._value.get() == 1
+    await until(lambda: events == ["started"] and status(registry, "lock") == 1)
     await stop(task)
-    assert events == ["started", "stopped"] and ne.leadership_lost.is_set()
-
-
-async def test_async_started_hook_is_cancelled_when_leadership_ends() -> None:
-    api = FakeLeaseApi()
-    el = make(api, "me")
-    cancelled = asyncio.Event()
-
-    async def work() -> None:
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    el.on_started_leading = work
-    task = asyncio.create_task(el.run())
-    await el.wait_for_leadership(timeout=5)
-    await asyncio.sleep(0.01)
-    await stop(task)
-    assert cancelled.is_set()
+    await until(lambda: events == ["started", "stopped"])
+    assert ne.leadership_lost.is_set() and status(registry, "lock") == 0
+    await stop(recorder)

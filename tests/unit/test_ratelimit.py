@@ -7,7 +7,9 @@ import pytest
 from linkerd_config.kube.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
+    JitteredBackoff,
     MaxOfRateLimiter,
+    TokenBucket,
     default_controller_rate_limiter,
 )
 from tests.support.clock import FakeClock
@@ -118,3 +120,42 @@ def test_default_controller_rate_limiter() -> None:
     limiter.forget("a")
     assert limiter.retries("a") == 0
     assert limiter.when("a") == pytest.approx(0.005)
+
+
+def test_token_bucket_allow_refills_to_burst_only() -> None:
+    bucket = TokenBucket(qps=1.0, burst=2, now=0.0)
+    assert bucket.allow(0.0) and bucket.allow(0.0) and not bucket.allow(0.0)
+    assert bucket.allow(100.0) and bucket.allow(100.0)
+    assert not bucket.allow(100.0)  # 100s idle still buys only `burst` tokens
+
+
+def test_token_bucket_reserve_queues_behind_earlier_reservations() -> None:
+    bucket = TokenBucket(qps=2.0, burst=1, now=0.0)
+    assert [bucket.reserve(0.0) for _ in range(3)] == [0.0, 0.5, 1.0]
+    assert not bucket.allow(1.0)  # still in debt: the reservations come first
+    assert bucket.allow(2.0)
+
+
+# -- the informer's reconnect backoff ------------------------------------------------------
+
+
+class FixedRandom:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.value
+
+
+def test_jittered_backoff_doubles_caps_resets_and_honours_retry_after() -> None:
+    b = JitteredBackoff(initial=0.8, maximum=30, jitter=0.25, rng=FixedRandom(0.5))  # type: ignore[arg-type]
+    assert [round(b.next(), 2) for _ in range(8)] == [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30, 30]
+    b.reset()
+    assert b.next() == pytest.approx(0.8)
+    assert b.next(retry_after=7) == 7
+    assert b.next(retry_after=10_000) == 300  # capped at max_retry_after
+    jittery = JitteredBackoff(initial=1, jitter=0.25)
+    samples = [JitteredBackoff(initial=1, jitter=0.25).next() for _ in range(200)]
+    assert all(0.75 <= s <= 1.25 for s in samples)
+    assert len(set(samples)) > 1
+    assert jittery.failures == 0

@@ -4,11 +4,11 @@ records what it is asked (or refuses), an event recorder that lists. No API serv
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 from typing import Any
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from tests.support.samples import SAMPLES, install_configmap, load, sample
@@ -50,7 +50,9 @@ def controller(
     *configs: Json, configmap: Json | None = None
 ) -> tuple[Any, FakeWriter, FakeRecorder]:
     recorder = FakeRecorder()
-    ctl = LinkerdConfigController(None, recorder, metrics=Metrics())  # type: ignore[arg-type]
+    # The controller's only use of a client before it runs: where its informers report metrics.
+    no_client = SimpleNamespace(registry=None)
+    ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
     writer = FakeWriter()
     ctl.writer = writer  # type: ignore[assignment]
     ctl.rollout.writer = writer  # type: ignore[assignment]

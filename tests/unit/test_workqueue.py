@@ -10,8 +10,8 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from prometheus_client import CollectorRegistry
 
-from linkerd_config.kube.metrics import Metrics
 from linkerd_config.kube.ratelimit import ItemExponentialFailureRateLimiter
 from linkerd_config.kube.workqueue import QueueEmpty, QueueShutDown, WorkQueue
 from tests.support.clock import FakeClock
@@ -343,50 +343,50 @@ async def test_shut_down_ends_a_drain_in_progress() -> None:
 # --- Metrics --------------------------------------------------------------------------------
 
 
-def sample(metrics: Metrics, family: str, name: str = "q") -> float:
-    value = metrics.registry.get_sample_value(family, {"name": name, "controller": name})
+def sample(registry: CollectorRegistry, family: str, name: str = "q") -> float:
+    value = registry.get_sample_value(family, {"name": name, "controller": name})
     assert value is not None, family
     return value
 
 
 async def test_metrics() -> None:
-    metrics = Metrics()
+    registry = CollectorRegistry()
     clock = FakeClock(100.0)
-    queue = WorkQueue[str]("q", metrics=metrics, clock=clock, rate_limiter=RecordingLimiter(0))
+    queue = WorkQueue[str]("q", registry=registry, clock=clock, rate_limiter=RecordingLimiter(0))
     # Registered up front: every series exists before the first add.
-    assert sample(metrics, "workqueue_adds_total") == 0
-    assert sample(metrics, "workqueue_depth") == 0
+    assert sample(registry, "workqueue_adds_total") == 0
+    assert sample(registry, "workqueue_depth") == 0
 
     queue.add("a")
     queue.add("a")  # deduplicated: not an add
     queue.add("b")
-    assert sample(metrics, "workqueue_adds_total") == 2
-    assert sample(metrics, "workqueue_depth") == 2
+    assert sample(registry, "workqueue_adds_total") == 2
+    assert sample(registry, "workqueue_depth") == 2
 
     clock.now += 2.0
     assert queue.get_nowait() == "a"
-    assert sample(metrics, "workqueue_depth") == 1
-    assert sample(metrics, "workqueue_queue_duration_seconds_count") == 1
-    assert sample(metrics, "workqueue_queue_duration_seconds_sum") == pytest.approx(2.0)
+    assert sample(registry, "workqueue_depth") == 1
+    assert sample(registry, "workqueue_queue_duration_seconds_count") == 1
+    assert sample(registry, "workqueue_queue_duration_seconds_sum") == pytest.approx(2.0)
 
     clock.now += 3.0
     assert queue.get_nowait() == "b"
     clock.now += 1.0
     queue.update_unfinished_work()
-    assert sample(metrics, "workqueue_unfinished_work_seconds") == pytest.approx(4.0 + 1.0)
-    assert sample(metrics, "workqueue_longest_running_processor_seconds") == pytest.approx(4.0)
+    assert sample(registry, "workqueue_unfinished_work_seconds") == pytest.approx(4.0 + 1.0)
+    assert sample(registry, "workqueue_longest_running_processor_seconds") == pytest.approx(4.0)
 
     queue.done("a")
     queue.add_rate_limited("b")  # in processing: counts as a retry, marks it dirty
     queue.done("b")
-    assert sample(metrics, "workqueue_retries_total") == 1
-    assert sample(metrics, "workqueue_work_duration_seconds_count") == 2
-    assert sample(metrics, "workqueue_work_duration_seconds_sum") == pytest.approx(4.0 + 1.0)
-    assert sample(metrics, "workqueue_depth") == 1  # "b" requeued by done
+    assert sample(registry, "workqueue_retries_total") == 1
+    assert sample(registry, "workqueue_work_duration_seconds_count") == 2
+    assert sample(registry, "workqueue_work_duration_seconds_sum") == pytest.approx(4.0 + 1.0)
+    assert sample(registry, "workqueue_depth") == 1  # "b" requeued by done
 
     queue.update_unfinished_work()
-    assert sample(metrics, "workqueue_unfinished_work_seconds") == 0
-    assert sample(metrics, "workqueue_longest_running_processor_seconds") == 0
+    assert sample(registry, "workqueue_unfinished_work_seconds") == 0
+    assert sample(registry, "workqueue_longest_running_processor_seconds") == 0
 
 
 # --- Property test --------------------------------------------------------------------------
@@ -405,13 +405,13 @@ class WorkQueueMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.metrics = Metrics()
+        self.registry = CollectorRegistry()
         self.clock = FakeClock(100.0)
         # base=0: rate-limited adds are immediate, so no event loop is needed, but the
         # limiter still counts retries.
         limiter = ItemExponentialFailureRateLimiter[str](base=0.0)
         self.queue = WorkQueue[str](
-            "prop", rate_limiter=limiter, metrics=self.metrics, clock=self.clock
+            "prop", rate_limiter=limiter, registry=self.registry, clock=self.clock
         )
         self.held: dict[int, str] = {}
         self.owed: set[str] = set()
@@ -476,7 +476,7 @@ class WorkQueueMachine(RuleBasedStateMachine):
     def each_unheld_owed_key_waits_exactly_once(self) -> None:
         assert len(self.queue) == len(self.owed - set(self.held.values()))
         assert len(self.queue) == len(self.order)
-        assert sample(self.metrics, "workqueue_depth", "prop") == len(self.queue)
+        assert sample(self.registry, "workqueue_depth", "prop") == len(self.queue)
 
     @invariant()
     def requeues_match(self) -> None:
@@ -498,7 +498,7 @@ class WorkQueueMachine(RuleBasedStateMachine):
         assert sorted(handed_out) == sorted(self.owed)
         assert len(handed_out) == len(set(handed_out))
         self.queue.update_unfinished_work()
-        assert sample(self.metrics, "workqueue_unfinished_work_seconds", "prop") == 0
+        assert sample(self.registry, "workqueue_unfinished_work_seconds", "prop") == 0
 
 
 WorkQueueMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=60)
