@@ -9,6 +9,7 @@ and the injector's MutatingWebhookConfiguration. Nothing here is written by hand
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,3 +67,19 @@ def render_install(tag: str, *args: str, progress: Progress = print) -> LinkerdI
         )
     objects = tuple(doc for doc in yaml.safe_load_all(done.stdout) if isinstance(doc, dict))
     return LinkerdInstall(tag, objects)
+
+
+def main() -> None:
+    """Print the ConfigMaps a release's ``linkerd install`` renders (the unit-test fixture)."""
+    tag = sys.argv[1] if len(sys.argv) > 1 else "edge-26.8.3"
+    rendered = render_install(tag, progress=lambda message: print(message, file=sys.stderr))
+    print(
+        f"# Rendered by Linkerd {tag}'s own CLI, `linkerd install --ignore-cluster`: the two\n"
+        "# ConfigMaps its proxy injector reads. Regenerate with\n"
+        f"# `python -m linkerd_config.devcluster.linkerd_install {tag}`."
+    )
+    print(yaml.safe_dump_all(rendered.configmaps, sort_keys=False), end="")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,68 +1,70 @@
-"""What a user may leave out of a LinkerdConfig, filled with Linkerd's own defaults.
+"""What a user may leave out of a LinkerdConfig, and what fills it.
 
-The mutating webhook applies these as a JSONPatch, and reconcile applies the very same
+Two owners: *where* the configuration goes (``global.linkerdNamespace``, ``global.configMap``)
+is the same for every Linkerd, so it is defaulted here; *what* the configuration says belongs
+to the format of the target version (``ConfigFormat.defaults``): the legacy format fills every
+field Linkerd's install wrote, the Helm-values format fills nothing (a field left out stays as
+the installation has it).
+
+The mutating webhook applies ``defaulted`` as a JSONPatch, and reconcile applies the very same
 function before rendering, so an object stored while the webhook was down still renders
 exactly as a defaulted one would. Defaulting is idempotent: a defaulted spec is a fixed point.
-
-Values are those of ``linkerd install`` in the version concerned (checked against the
-edge-19.12.1 install in tests/fixtures): images under gcr.io/linkerd-io, pull policy
-IfNotPresent (the original project wrote the pull policy into the image name and the proxy
-image into the init image; each value here sits in its own field).
+The webhook sees no cluster, so it takes the format from the version the spec states
+(``formats.stated_version``); a spec that states none gets the location defaults only, and
+reconcile, which knows the cluster's version, fills the rest.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.formats import (
+    ConfigFormat,
+    FormatError,
+    LegacyFormat,
+    format_for,
+    stated_version,
+)
 
-# Linkerd 2.6 / 2.7 era (edge-19.x and edge-20.x): the versions whose install writes the
-# legacy global/proxy keys. A later format adds its own table beside this one.
-LEGACY_DEFAULTS: Json = {
-    "global": {
-        "linkerdNamespace": "linkerd",
-        "cniEnabled": False,
-        "identityContext": {
-            "trustDomain": "cluster.local",
-            "issuanceLifeTime": "86400s",
-            "clockSkewAllowance": "20s",
-            "scheme": "linkerd.io/tls",
-        },
-        "omitWebhookSideEffects": False,
-        "clusterDomain": "cluster.local",
-        "configMap": "linkerd-config",
-    },
-    "proxy": {
-        "proxyImage": {"name": "gcr.io/linkerd-io/proxy", "pullPolicy": "IfNotPresent"},
-        "proxyInitImage": {"name": "gcr.io/linkerd-io/proxy-init", "pullPolicy": "IfNotPresent"},
-        "adminPort": 4191,
-        "controlPort": 4190,
-        "inboundPort": 4143,
-        "outboundPort": 4140,
-        "ignoreInboundPorts": [],
-        "ignoreOutboundPorts": [],
-        "logLevel": "warn,linkerd2_proxy=info",
-        "disableExternalProfiles": True,
-        "proxyUID": 2102,
-    },
+LOCATION_DEFAULTS: Json = {
+    "global": {"linkerdNamespace": "linkerd", "configMap": "linkerd-config"},
 }
 
 
-def defaulted(spec: Json) -> Json:
+def defaulted(spec: Json, fmt: ConfigFormat | None = None) -> Json:
     """A new spec with every missing field filled; present fields are never changed.
 
-    ``global.version`` defaults to ``proxy.proxyVersion``: in a Linkerd install the control
-    plane and the proxy share one version.
+    ``fmt`` is the format the spec will be written in; None picks it from the stated version
+    (none, or an unusable one: location defaults only). In the legacy format
+    ``global.version`` defaults to ``proxy.proxyVersion``: in a Linkerd install of that era
+    the control plane and the proxy share one version.
     """
     result = copy.deepcopy(spec)
-    _fill(result, LEGACY_DEFAULTS)
-    proxy_version = (result.get("proxy") or {}).get("proxyVersion")
-    if proxy_version and not result["global"].get("version"):
-        result["global"]["version"] = proxy_version
+    _fill(result, LOCATION_DEFAULTS)
+    if fmt is None:
+        fmt = _stated_format(spec)
+    if fmt is not None:
+        _fill(result, fmt.defaults())
+    if isinstance(fmt, LegacyFormat):
+        proxy_version = (result.get("proxy") or {}).get("proxyVersion")
+        if proxy_version and not result["global"].get("version"):
+            result["global"]["version"] = proxy_version
     return result
 
 
-def _fill(target: Json, defaults: Json) -> None:
+def _stated_format(spec: Json) -> ConfigFormat | None:
+    version = stated_version(spec)
+    if version is None:
+        return None
+    try:
+        return format_for(version)
+    except FormatError:
+        return None  # validation names the field; defaulting leaves it alone
+
+
+def _fill(target: Json, defaults: Any) -> None:
     for key, value in defaults.items():
         if key not in target or target[key] is None:
             target[key] = copy.deepcopy(value)

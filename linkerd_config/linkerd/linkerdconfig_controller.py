@@ -35,9 +35,9 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     READY,
 )
 from linkerd_config.linkerd.reconcile import (
-    ConfigError,
     Desired,
     apply_body,
+    companion_body,
     desired_config,
     drifted,
     from_preserved,
@@ -183,7 +183,7 @@ class LinkerdConfigController:
 
         try:
             target = target_of(config)
-        except (VersionError, FormatError, ConfigError) as exc:
+        except (VersionError, FormatError) as exc:
             return await self._invalid(config, conditions, generation, str(exc))
         if target.namespace != self.config_namespace:
             message = (
@@ -197,18 +197,27 @@ class LinkerdConfigController:
         if owner is not None and owner["metadata"]["name"] != key:
             return await self._conflict(config, conditions, generation, owner["metadata"]["name"])
 
-        cm_key = f"{target.namespace}/{target.name}"
-        configmap = self.configmaps.store.get(cm_key)
+        configmaps = self._configmaps_in(target.namespace)
+        configmap = configmaps.get(target.name)
+        current = {name: dict(cm.get("data") or {}) for name, cm in configmaps.items()}
+        if configmap is None:  # deleted: render onto what it held, kept in the preserved copy
+            part = from_preserved(configmaps.get(preserved_name(target)))
+            if part is not None:
+                current[target.name] = part.data
         try:
-            desired = desired_config(config, (configmap or {}).get("data"))
-        except (ConfigError, FormatError, VersionError) as exc:
+            desired = desired_config(config, current)
+        except (FormatError, VersionError) as exc:
             return await self._invalid(config, conditions, generation, str(exc))
 
         try:
             if configmap is not None:
                 await self._preserve(config, configmap, desired)
-            if drifted(configmap, desired):
+            stale = drifted(configmaps, desired)
+            if target.name in stale:
                 await self._write(config, configmap, desired)
+            for name in stale:
+                if name != target.name:
+                    await self._write_companion(config, configmaps.get(name), desired, name)
         except ApiError as exc:
             return await self._write_failed(config, conditions, generation, desired, exc)
         self.rollout.found(desired.config_hash)
@@ -262,7 +271,7 @@ class LinkerdConfigController:
     async def _preserve(self, config: Json, configmap: Json, desired: Desired) -> None:
         """Keep the companion copy of what we did not write up to date (rarely a write)."""
         target = desired.target
-        part = unmanaged_part(configmap, desired.data)
+        part = unmanaged_part(configmap, set(desired.data) - desired.preserve_keys)
         key = f"{target.namespace}/{preserved_name(target)}"
         if from_preserved(self.configmaps.store.get(key)) == part:
             return
@@ -270,6 +279,31 @@ class LinkerdConfigController:
             CONFIGMAPS, preserved_copy(target, part, config["metadata"]["name"])
         )
         log.info("unmanaged configmap content preserved", configmap=str(target))
+
+    def _configmaps_in(self, namespace: str) -> dict[str, Json]:
+        """The cached ConfigMaps of Linkerd's namespace, by name."""
+        prefix = f"{namespace}/"
+        return {
+            key[len(prefix) :]: cm
+            for key, cm in self.configmaps.store.items()
+            if key.startswith(prefix)
+        }
+
+    async def _write_companion(
+        self, config: Json, current: Json | None, desired: Desired, name: str
+    ) -> None:
+        """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours."""
+        owner = config["metadata"]["name"]
+        await self.writer.apply(CONFIGMAPS, companion_body(desired, name, owner))
+        target = f"{desired.target.namespace}/{name}"
+        keys = ", ".join(sorted(desired.companions[name]))
+        reason, message = (
+            ("ConfigMapCreated", f"created ConfigMap {target}")
+            if current is None
+            else ("ConfigMapUpdated", f"wrote {keys} of ConfigMap {target}")
+        )
+        log.info("configmap written", linkerdconfig=owner, configmap=target, reason=reason)
+        self.recorder.record(config, "Normal", reason, message)
 
     async def _restore(self, desired: Desired, owner_name: str) -> list[str]:
         """Recreate a deleted ConfigMap whole, under a field manager of its own: the apply

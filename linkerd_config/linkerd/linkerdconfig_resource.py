@@ -123,7 +123,7 @@ def spec_schema() -> dict[str, Any]:
         },
     )
     global_ = _obj(
-        "Control-plane settings (the ConfigMap's global key).",
+        "Control-plane settings (legacy: the ConfigMap's global key; values: top-level values).",
         {
             "linkerdNamespace": {
                 **_str(
@@ -135,7 +135,9 @@ def spec_schema() -> dict[str, Any]:
             },
             "cniEnabled": _bool("Whether the Linkerd CNI plugin is used."),
             "version": _str(
-                "Linkerd control-plane version, e.g. edge-19.12.3.", pattern=VERSION_PATTERN
+                "Linkerd version, e.g. edge-19.12.3 or edge-26.8.3; picks the config format. "
+                "Leave it out to follow the version the cluster's linkerd-config declares.",
+                pattern=VERSION_PATTERN,
             ),
             "identityContext": identity,
             "omitWebhookSideEffects": _bool("Declare webhooks without side effects."),
@@ -153,7 +155,7 @@ def spec_schema() -> dict[str, Any]:
         for b in ports[i + 1 :]
     )
     proxy = _obj(
-        "Data-plane proxy settings (the ConfigMap's proxy key).",
+        "Data-plane proxy settings (legacy: the ConfigMap's proxy key; values: proxy, proxyInit).",
         {
             "proxyImage": _image("proxy"),
             "proxyInitImage": _image("proxy-init"),
@@ -177,7 +179,9 @@ def spec_schema() -> dict[str, Any]:
             },
             "resource": _resources(),
         },
-        required=["proxyVersion", "proxyInitImageVersion"],
+        # proxyInitImageVersion is required by the legacy format only (validation says so):
+        # the values format has no such field from the unified proxy image on.
+        required=["proxyVersion"],
         **{
             "x-kubernetes-validations": [
                 {

@@ -4,10 +4,14 @@
   (creationTimestamp, then name): deterministic on every replica and across restarts. The
   others get ``Conflict=True`` and change nothing.
 * **Managed keys only**: the desired ConfigMap carries only the keys the format manages
-  (``global``/``proxy``), our labels and annotations. Written by server-side apply with our
-  field manager, it never removes or changes ``install`` or any other key.
-* **Trust anchor**: a spec without one keeps the anchor already in the cluster's ConfigMap;
-  with neither, nothing is written (Linkerd cannot run without a trust anchor).
+  (legacy ``global``/``proxy``; ``values``, rewritten in place with every value we do not
+  manage kept), our labels and annotations. Written by server-side apply with our field
+  manager, it never removes or changes ``install`` or any other key. The values format also
+  writes ``ca-bundle.crt`` of ``linkerd-identity-trust-roots`` (a companion ConfigMap).
+* **Trust anchor**: a spec without one keeps the anchor already in the cluster; in the legacy
+  format, with neither, nothing is written (Linkerd cannot run without a trust anchor).
+* **The configuration's identity** (its hash, recorded on every restarted workload) covers
+  only what the spec sets: a Helm setting we do not manage changing restarts nothing.
 * **Nothing we did not write is lost**: the rest of the ConfigMap (other keys such as
   ``install``, foreign labels and annotations such as ``linkerd.io/created-by``) is copied into
   a companion ConfigMap ``<name>-preserved`` whenever it changes; if the ConfigMap is deleted,
@@ -22,13 +26,13 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.formats import format_for
+from linkerd_config.linkerd.defaults import LOCATION_DEFAULTS, defaulted
+from linkerd_config.linkerd.formats import format_of
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -36,21 +40,14 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     OWNER_ANNOTATION,
     Target,
 )
-
-TRUST_ANCHOR_FIELD = "spec.global.identityContext.trustAnchorsPEM"
-
-
-class ConfigError(ValueError):
-    """The object cannot be turned into a config; each problem names its field."""
-
-    def __init__(self, problems: list[tuple[str, str]]) -> None:
-        self.problems = problems
-        super().__init__("; ".join(f"{f}: {m}" for f, m in problems))
+from linkerd_config.linkerd.rollout import DesiredProxy
 
 
 def target_of(config: Json) -> Target:
-    spec = defaulted(config.get("spec") or {})
-    return Target(spec["global"]["linkerdNamespace"], spec["global"]["configMap"])
+    """The ConfigMap a LinkerdConfig manages (the same in every format)."""
+    stated = (config.get("spec") or {}).get("global") or {}
+    location = {**LOCATION_DEFAULTS["global"], **{k: v for k, v in stated.items() if v}}
+    return Target(str(location["linkerdNamespace"]), str(location["configMap"]))
 
 
 def owner_among(configs: Iterable[Json], target: Target) -> Json | None:
@@ -73,38 +70,55 @@ class Desired:
     data: dict[str, str]
     config_hash: str
     trust_anchor_source: str  # "Spec" or "Cluster"
-    proxy_version: str
+    proxy: DesiredProxy
+    companions: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Other ConfigMaps in the target's namespace, by name: the keys we write there."""
+    preserve_keys: frozenset[str] = frozenset()
+    """Keys we rewrite in place (``values``): kept whole in the preserved copy as well."""
 
 
-def desired_config(config: Json, current_data: Mapping[str, str] | None) -> Desired:
-    """Render the managed keys for ``config``; raises ConfigError naming fields."""
-    spec = defaulted(config.get("spec") or {})
-    target = Target(spec["global"]["linkerdNamespace"], spec["global"]["configMap"])
-    fmt = format_for(spec["global"]["version"])
-    identity = spec["global"].setdefault("identityContext", {})
-    source = "Spec"
-    if not (identity.get("trustAnchorsPEM") or "").strip():
-        existing = fmt.trust_anchors(current_data or {})
-        if not existing:
-            raise ConfigError(
-                [(TRUST_ANCHOR_FIELD, f"not set, and ConfigMap {target} holds none to keep")]
-            )
-        identity["trustAnchorsPEM"] = existing
-        source = "Cluster"
-    data = fmt.render(spec)
-    digest = hashlib.sha256(orjson.dumps(data, option=orjson.OPT_SORT_KEYS)).hexdigest()[:16]
-    return Desired(target, data, digest, source, spec["proxy"]["proxyVersion"])
-
-
-def drifted(configmap: Json | None, desired: Desired) -> bool:
-    if configmap is None:
-        return True
-    data = configmap.get("data") or {}
-    annotations = configmap["metadata"].get("annotations") or {}
-    return (
-        any(data.get(k) != v for k, v in desired.data.items())
-        or annotations.get(HASH_ANNOTATION) != desired.config_hash
+def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> Desired:
+    """What the cluster should hold for ``config``, given the data of the ConfigMaps in the
+    target's namespace by name (the target's own may come from its preserved copy); raises
+    FormatError naming fields."""
+    target = target_of(config)
+    raw = config.get("spec") or {}
+    fmt = format_of(raw, current.get(target.name))
+    rendering = fmt.rendering(defaulted(raw, fmt), current)
+    identity = {"managed": rendering.managed, "companions": rendering.companions}
+    if not rendering.companions:
+        identity = dict(rendering.managed)  # the legacy format's hash, unchanged since v1
+    digest = hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    return Desired(
+        target,
+        rendering.data,
+        digest[:16],
+        rendering.trust_anchor_source,
+        rendering.proxy,
+        rendering.companions,
+        fmt.managed_keys - fmt.owned_keys,
     )
+
+
+def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
+    """The ConfigMaps (by name) whose managed keys or our hash differ from ``desired``."""
+    found = []
+    configmap = configmaps.get(desired.target.name)
+    if configmap is None:
+        found.append(desired.target.name)
+    else:
+        data = configmap.get("data") or {}
+        annotations = configmap["metadata"].get("annotations") or {}
+        if (
+            any(data.get(k) != v for k, v in desired.data.items())
+            or annotations.get(HASH_ANNOTATION) != desired.config_hash
+        ):
+            found.append(desired.target.name)
+    for name, keys in desired.companions.items():
+        data = (configmaps.get(name) or {}).get("data") or {}
+        if any(data.get(k) != v for k, v in keys.items()):
+            found.append(name)
+    return found
 
 
 def _configmap(
@@ -137,6 +151,16 @@ def apply_body(desired: Desired, owner_name: str) -> Json:
         {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
         {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash},
         desired.data,
+    )
+
+
+def companion_body(desired: Desired, name: str, owner_name: str) -> Json:
+    """The server-side apply body for a companion ConfigMap: our keys there, nothing else."""
+    return _configmap(
+        Target(desired.target.namespace, name),
+        {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        {OWNER_ANNOTATION: owner_name},
+        desired.companions[name],
     )
 
 

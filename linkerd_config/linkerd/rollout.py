@@ -5,9 +5,14 @@ Pure decisions over cached metadata; the controller executes them. The policy:
 * a candidate is a Running pod labelled ``config.linkerd.io/reconcile: auto`` outside any
   namespace labelled ``config.linkerd.io/admission-webhooks: disabled``;
 * it is stale when its proxy version (the injector's ``linkerd.io/proxy-version``
-  annotation, else the ``linkerd-proxy`` container's image tag) differs from the desired one;
-* a pod or namespace that pins ``config.linkerd.io/proxy-version`` is never stale:
+  annotation, else the ``linkerd-proxy`` container's image tag, in ``containers`` or, as a
+  native sidecar, ``initContainers``) differs from the desired one, or, where Linkerd stamps
+  pods with it, when its ``linkerd.io/trust-root-sha256`` differs from the trust bundle's;
+  what "desired" is belongs to the config format (:class:`DesiredProxy`);
+* a pod or namespace that pins ``config.linkerd.io/proxy-version`` is never stale by version:
   restarting it would give it the pinned version again, forever;
+* namespaces Linkerd's injector never injects (``kube-system``, ``cert-manager`` from 2.12)
+  hold no candidates;
 * the owner is restarted, not the pod (Deployment via its ReplicaSet, StatefulSet,
   DaemonSet: a pod-template annotation, as ``kubectl rollout restart``); a pod with no such
   owner is evicted, so PodDisruptionBudgets hold;
@@ -33,6 +38,7 @@ PIN_ANNOTATION = "config.linkerd.io/proxy-version"
 PROXY_VERSION_ANNOTATION = "linkerd.io/proxy-version"
 RESTARTED_FOR_ANNOTATION = "config.linkerd.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "config.linkerd.io/restarted-at"
+TRUST_ROOT_ANNOTATION = "linkerd.io/trust-root-sha256"
 PROXY_CONTAINER = "linkerd-proxy"
 
 CANDIDATE_LABEL_SELECTOR = f"{RECONCILE_LABEL}={RECONCILE_AUTO}"
@@ -41,15 +47,55 @@ RUNNING_FIELD_SELECTOR = "status.phase=Running"
 RESTARTABLE_KINDS = ("Deployment", "StatefulSet", "DaemonSet")
 
 
+@dataclass(frozen=True)
+class DesiredProxy:
+    """What an up-to-date meshed pod carries, as the cluster's Linkerd decides it.
+
+    The config format builds it from what it wrote (see ``formats``); this module only
+    compares pods against it.
+    """
+
+    version: str
+    """The proxy version the injector gives a pod that pins none."""
+    trust_root_sha256: str | None = None
+    """SHA-256 (hex) of the trust bundle the injector stamps on pods; None where Linkerd
+    does not stamp it (before edge-22.9.1 / stable-2.12.1)."""
+    excluded_namespaces: frozenset[str] = frozenset()
+    """Namespaces the injector's webhook never sees: their pods are never candidates."""
+
+    def stale_reason(self, pod: Json, namespace: Json | None) -> str | None:
+        """Why a candidate pod is outdated, or None (also for a pod that is no candidate)."""
+        if not is_candidate(pod, namespace) or pod["metadata"]["namespace"] in (
+            self.excluded_namespaces
+        ):
+            return None
+        return self.mismatch(pod, namespace)
+
+    def mismatch(self, pod: Json, namespace: Json | None) -> str | None:
+        """How an injected pod differs from what it should carry ("edge-1, not edge-2"), or None."""
+        if not is_pinned(pod, namespace):
+            running = proxy_version(pod)
+            if running != self.version:
+                return f"{running or 'an unknown proxy version'}, not {self.version}"
+        if self.trust_root_sha256 is not None:
+            annotations = pod["metadata"].get("annotations") or {}
+            if annotations.get(TRUST_ROOT_ANNOTATION) != self.trust_root_sha256:
+                return "a pod stamped with another trust root"
+        return None
+
+
 def pod_projection(pod: Json) -> Json:
     """The only parts of a pod the decision reads: ~2 KiB instead of ~28 KiB per pod."""
     meta = pod.get("metadata") or {}
     spec = pod.get("spec") or {}
-    proxy = [
-        {"name": c.get("name"), "image": c.get("image")}
-        for c in spec.get("containers") or []
-        if c.get("name") == PROXY_CONTAINER
-    ]
+    proxy = {
+        kind: [
+            {"name": c.get("name"), "image": c.get("image")}
+            for c in spec.get(kind) or []
+            if c.get("name") == PROXY_CONTAINER
+        ]
+        for kind in ("initContainers", "containers")
+    }
     return {
         "metadata": {
             k: meta[k]
@@ -65,7 +111,7 @@ def pod_projection(pod: Json) -> Json:
             )
             if k in meta
         },
-        "spec": {"containers": proxy},
+        "spec": {kind: found for kind, found in proxy.items() if found},
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
 
@@ -74,9 +120,12 @@ def proxy_version(pod: Json) -> str | None:
     annotations = pod["metadata"].get("annotations") or {}
     if annotations.get(PROXY_VERSION_ANNOTATION):
         return str(annotations[PROXY_VERSION_ANNOTATION])
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        if container.get("name") == PROXY_CONTAINER and ":" in str(container.get("image", "")):
-            return str(container["image"]).rsplit(":", 1)[1]
+    spec = pod.get("spec") or {}
+    # Linkerd's own order (pkg/k8s GetProxyVersion): a native sidecar first.
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        image = str(container.get("image", ""))
+        if container.get("name") == PROXY_CONTAINER and ":" in image.rsplit("/", 1)[-1]:
+            return image.rsplit(":", 1)[1]
     return None
 
 
@@ -96,12 +145,6 @@ def is_pinned(pod: Json, namespace: Json | None) -> bool:
     pod_annotations = pod["metadata"].get("annotations") or {}
     ns_annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
     return PIN_ANNOTATION in pod_annotations or PIN_ANNOTATION in ns_annotations
-
-
-def is_stale(pod: Json, namespace: Json | None, desired_version: str) -> bool:
-    if not is_candidate(pod, namespace) or is_pinned(pod, namespace):
-        return False
-    return proxy_version(pod) != desired_version
 
 
 @dataclass(frozen=True, order=True)
@@ -147,11 +190,13 @@ class RolloutPlan:
 def plan_rollout(
     pods: Iterable[Json],
     namespaces: Mapping[str, Json],
-    desired_version: str,
+    desired: DesiredProxy,
     replicaset: Callable[[str, str], Json | None],
 ) -> RolloutPlan:
     stale = [
-        p for p in pods if is_stale(p, namespaces.get(p["metadata"]["namespace"]), desired_version)
+        p
+        for p in pods
+        if desired.stale_reason(p, namespaces.get(p["metadata"]["namespace"])) is not None
     ]
     workloads = sorted({owning_workload(p, replicaset) for p in stale})
     return RolloutPlan(len(stale), tuple(workloads))
@@ -162,12 +207,14 @@ def candidate_pod(workload: Workload, source: Json) -> Json:
     a bare pod's own spec without what the injector and the scheduler added."""
     if workload.kind == "Pod":
         meta, spec = source["metadata"], dict(source["spec"])
-        spec["containers"] = [c for c in spec["containers"] if c["name"] != PROXY_CONTAINER]
+        for kind in ("initContainers", "containers"):
+            if kind in spec:
+                spec[kind] = [c for c in spec[kind] if c["name"] != PROXY_CONTAINER]
         spec.pop("nodeName", None)
         annotations = {
             k: v
             for k, v in (meta.get("annotations") or {}).items()
-            if k != PROXY_VERSION_ANNOTATION
+            if k not in (PROXY_VERSION_ANNOTATION, TRUST_ROOT_ANNOTATION)
         }
         template = {
             "metadata": {"labels": meta.get("labels") or {}, "annotations": annotations},

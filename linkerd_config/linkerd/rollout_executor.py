@@ -115,8 +115,8 @@ class RolloutExecutor:
         def replicaset(ns: str, name: str) -> Json | None:
             return self.replicasets.get(f"{ns}/{name}")
 
-        config_hash, version = desired.config_hash, desired.proxy_version
-        plan = rollout.plan_rollout(self.pods.list(), namespaces, version, replicaset)
+        config_hash, version = desired.config_hash, desired.proxy.version
+        plan = rollout.plan_rollout(self.pods.list(), namespaces, desired.proxy, replicaset)
         recorded = rollout.restart_times(self._workload_objects(), config_hash)
         evicted, evicted_at = self._evictions(config, config_hash)
         if not plan.workloads:
@@ -240,7 +240,6 @@ class RolloutExecutor:
     ) -> tuple[bool, str]:
         """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
         pod from a stale workload's template; if it cannot tell, fall back to waiting."""
-        version = desired.proxy_version
         for workload in workloads:
             pod = await self._candidate_pod(workload)
             if pod is None:
@@ -250,12 +249,14 @@ class RolloutExecutor:
             except ApiError as exc:
                 log.info("dry-run create refused; cannot confirm injector", error=str(exc))
                 break
-            injected = rollout.proxy_version(rollout.pod_projection(created))
-            if injected == version:
+            injected = rollout.pod_projection(created)
+            if rollout.proxy_version(injected) is None:
+                break  # not injected at all: the injector did not answer for this pod
+            namespace = self.namespaces.get(workload.namespace)
+            mismatch = desired.proxy.mismatch(injected, namespace)
+            if mismatch is None:
                 return True, ""
-            if injected is not None:
-                return False, f"the proxy injector still injects {injected}, not {version}"
-            break
+            return False, f"the proxy injector still injects {mismatch}"
         waited = self.monotonic() - self._written_at.get(desired.config_hash, self.monotonic())
         if waited >= self.options.injector_wait:
             return True, (

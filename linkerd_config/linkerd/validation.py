@@ -25,10 +25,11 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd.defaults import LEGACY_DEFAULTS, defaulted
+from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
     FormatError,
+    HelmValuesFormat,
     VersionError,
     format_for,
     parse_version,
@@ -185,6 +186,7 @@ def validate(
     checker.check(spec)
     if defaultable(spec):
         full = defaulted(dict(spec))
+        checker.ports(checker.section(full, "proxy", "spec"))
         if old is not None and defaultable(old_spec):
             checker.immutable(defaulted(dict(old_spec)), full)
         checker.ownership(obj, metadata, full, old is None, others)
@@ -261,7 +263,6 @@ class _Checker:
         self.names(global_)
         for key in ("issuanceLifeTime", "clockSkewAllowance"):
             self.duration(identity, key, "spec.global.identityContext")
-        self.ports(proxy)
         for key in _IGNORE_FIELDS:
             self.ignored_ports(proxy.get(key), f"spec.proxy.{key}")
         self.log_level(proxy.get("logLevel"))
@@ -319,11 +320,21 @@ class _Checker:
     # -- versions and names ----------------------------------------------------------------
 
     def versions(self, global_: Mapping[str, Any], proxy: Mapping[str, Any]) -> None:
+        """The proxy version is what a LinkerdConfig rolls out: always required. A separate
+        proxy-init image exists only in the legacy format's releases, so its version is
+        required unless the spec targets a release that reads the values format."""
+        stated = global_.get("version") or proxy.get("proxyVersion")
+        try:
+            modern = isinstance(stated, str) and HelmValuesFormat.supports(parse_version(stated))
+        except VersionError:
+            modern = False
+        required = ("proxyVersion",) if modern else ("proxyVersion", "proxyInitImageVersion")
         for key, example in (("proxyVersion", "edge-19.12.3"), ("proxyInitImageVersion", "v1.2.0")):
             field = f"spec.proxy.{key}"
             value = proxy.get(key)
             if value is None or value == "":
-                self.fail(field, f"is required, e.g. {example}")
+                if key in required:
+                    self.fail(field, f"is required, e.g. {example}")
             elif not isinstance(value, str):
                 self.fail(field, f"must be a string, e.g. {example}")
             elif not _IMAGE_TAG.fullmatch(value):
@@ -413,8 +424,8 @@ class _Checker:
             field = f"spec.proxy.{key}"
             value = proxy.get(key)
             if value is None:
-                value = LEGACY_DEFAULTS["proxy"][key]
-            elif isinstance(value, bool) or not isinstance(value, int):
+                continue  # defaulted by the format, or kept as the cluster has it
+            if isinstance(value, bool) or not isinstance(value, int):
                 self.fail(field, "must be an integer port 1-65535")
                 continue
             elif not 1 <= value <= _MAX_PORT:
@@ -550,8 +561,12 @@ class _Checker:
     # -- what the target Linkerd version can express ---------------------------------------
 
     def format(self, spec: Mapping[str, Any], full: Json) -> None:
-        """Render for the target version; report what it refuses, unless already reported."""
-        version = full["global"].get("version")
+        """Ask the target version's format what it refuses, unless already reported.
+
+        The target is ``global.version``, else the proxy version (the same thing in the
+        legacy format; in the values format, the best guess at admission: reconcile, which
+        sees the cluster's version, checks again)."""
+        version = full["global"].get("version") or _path(full, "proxy", "proxyVersion")
         if not isinstance(version, str) or not version:
             return
         try:
@@ -566,18 +581,20 @@ class _Checker:
             if pem is None or (isinstance(pem, str) and not pem.strip()):
                 identity["trustAnchorsPEM"] = _PLACEHOLDER_ANCHOR
         try:
-            format_for(version).render(full)
+            errors = format_for(version).check(full)
         except FormatError as error:
-            reported = {e.field for e in self.errors}
-            for path, problem in error.errors:
-                field, message = path, problem
-                if path == "spec.global.version" and implied:
-                    field = "spec.proxy.proxyVersion"
-                    message = f"(the Linkerd version when spec.global.version is not set) {problem}"
-                if not _within(field, reported):
-                    self.fail(field, message)
+            errors = error.errors
         except Exception as error:  # a format bug must not turn into an admission outage
-            self.fail("spec", f"cannot be rendered for Linkerd {version}: {error!r}")
+            self.fail("spec", f"cannot be checked for Linkerd {version}: {error!r}")
+            return
+        reported = {e.field for e in self.errors}
+        for path, problem in errors:
+            field, message = path, problem
+            if path == "spec.global.version" and implied:
+                field = "spec.proxy.proxyVersion"
+                message = f"(the Linkerd version when spec.global.version is not set) {problem}"
+            if not _within(field, reported):
+                self.fail(field, message)
 
 
 # -- helpers -------------------------------------------------------------------------------

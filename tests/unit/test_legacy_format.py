@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,7 @@ from linkerd_config.linkerd.formats import (
     format_for,
     parse_version,
 )
-from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.formats.legacy import FIELD_RELEASES, parse_go_duration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -186,7 +188,7 @@ def test_the_format_satisfies_the_protocol() -> None:
 # --- (c) edge-20.1.1 and later: port ranges ------------------------------------------------
 
 
-@pytest.mark.parametrize("version", ["edge-20.1.1", "edge-20.12.1", "stable-2.7.0", "stable-2.8.1"])
+@pytest.mark.parametrize("version", ["edge-20.1.1", "edge-20.10.1", "stable-2.7.0", "stable-2.8.1"])
 def test_from_edge_20_1_1_ignored_ports_are_port_ranges(
     sample: dict[str, Any], version: str
 ) -> None:
@@ -308,14 +310,36 @@ def test_the_spec_version_must_be_the_formats_version(sample: dict[str, Any]) ->
 
 
 @pytest.mark.parametrize(
-    "version", ["stable-2.5.0", "stable-2.9.0", "stable-3.0.0", "edge-19.11.3", "edge-21.1.1"]
+    "version",
+    ["stable-2.5.0", "stable-2.9.0", "stable-3.0.0", "edge-19.11.3", "edge-20.10.2", "edge-21.1.1"],
 )
 def test_versions_outside_the_legacy_range_are_refused(version: str) -> None:
     with pytest.raises(FormatError) as raised:
-        format_for(version)
+        LegacyFormat.for_version(version)
     [(path, message)] = raised.value.errors
     assert path == "spec.global.version"
     assert f"Linkerd {version} is not supported by the legacy config format" in message
+
+
+@pytest.mark.parametrize(
+    ("version", "covered"),
+    [
+        ("edge-20.10.2", "it covers edge-19.12.1 up to (not including) edge-20.10.2"),
+        ("stable-2.9.0", "it covers stable-2.6.0 up to (not including) stable-2.9.0"),
+    ],
+)
+def test_the_first_releases_that_read_helm_values_are_refused(version: str, covered: str) -> None:
+    """edge-20.10.2 (linkerd2 PR #5036) and stable-2.9.0 inject from the `values` key."""
+    with pytest.raises(FormatError) as raised:
+        LegacyFormat(parse_version(version))
+    assert raised.value.errors == [
+        (
+            "spec.global.version",
+            f"Linkerd {version} is not supported by the legacy config format: {covered}",
+        )
+    ]
+    assert LegacyFormat.supports(parse_version("edge-20.10.1"))
+    assert LegacyFormat.supports(parse_version("stable-2.8.1"))
 
 
 @pytest.mark.parametrize(
@@ -436,8 +460,11 @@ VERSIONS = [
     "edge-19.12.3",
     "edge-20.1.1",
     "edge-20.6.2",
+    "edge-20.7.3",
+    "edge-20.10.1",
     "stable-2.6.1",
     "stable-2.7.1",
+    "stable-2.8.1",
 ]
 
 
@@ -470,7 +497,19 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
     )
     quantity = st.one_of(TEXT, st.integers(min_value=0, max_value=10**6))
     amounts = st.fixed_dictionaries({}, optional={"cpu": quantity, "memory": quantity})
-    return {
+    legacy = LegacyFormat(parse_version(version))
+    has_scheme = legacy.has_field("IdentityContext", "scheme")
+    scheme = draw(TEXT if has_scheme else st.sampled_from(["", "linkerd.io/tls"]))
+    optional: dict[str, Any] = {}
+    for key, (message, field) in OPTIONAL.items():
+        if legacy.has_field(message, field) and draw(st.booleans()):
+            if key == "debugImage":
+                optional[key] = {"name": draw(TEXT), "pullPolicy": draw(TEXT)}
+            elif key == "endpointSliceEnabled":
+                optional[key] = draw(st.booleans())
+            else:
+                optional[key] = draw(TEXT)
+    spec = {
         "global": {
             "linkerdNamespace": draw(TEXT),
             "cniEnabled": draw(st.booleans()),
@@ -480,7 +519,7 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
                 "trustAnchorsPEM": draw(TEXT),
                 "issuanceLifeTime": draw(durations()),
                 "clockSkewAllowance": draw(durations()),
-                "scheme": draw(TEXT),
+                "scheme": scheme,
             },
             "omitWebhookSideEffects": draw(st.booleans()),
             "clusterDomain": draw(TEXT),
@@ -503,6 +542,9 @@ def specs(draw: st.DrawFn) -> dict[str, Any]:
             "resource": {"requests": draw(amounts), "limits": draw(amounts)},
         },
     }
+    for key, value in optional.items():
+        spec["global" if key == "endpointSliceEnabled" else "proxy"][key] = value
+    return spec
 
 
 def without_nulls(value: Any) -> Any:
@@ -532,3 +574,379 @@ def test_printed_json_parses_back_into_the_same_message(spec: dict[str, Any]) ->
         assert reread == message
         theirs = json_format.MessageToJson(message, always_print_fields_with_no_presence=True)
         assert without_nulls(parsed) == json.loads(theirs)
+
+
+# --- (g) every release gets exactly its own config.proto ---------------------------------------
+#
+# tests/fixtures/linkerd-legacy/ holds Linkerd's config.proto as each release in the range has
+# it (index.yaml maps release to copy) and, for one release per change, the `global`/`proxy`
+# that Go's jsonpb wrote in linkerd2's install golden file.
+
+LEGACY = FIXTURES / "linkerd-legacy"
+INDEX: dict[str, Any] = load("linkerd-legacy/index.yaml")
+GOLDENS = sorted(path.stem for path in (LEGACY / "install_default").glob("*.yaml"))
+
+# The spec keys of fields only some releases have: (config_pb2 message, field).
+OPTIONAL = {
+    "debugImage": ("ProxyWithPortRanges", "debug_image"),
+    "debugImageVersion": ("ProxyWithPortRanges", "debug_image_version"),
+    "destinationGetNetworks": ("ProxyWithPortRanges", "destination_get_networks"),
+    "logFormat": ("ProxyWithPortRanges", "log_format"),
+    "outboundConnectTimeout": ("ProxyWithPortRanges", "outbound_connect_timeout"),
+    "inboundConnectTimeout": ("ProxyWithPortRanges", "inbound_connect_timeout"),
+    "endpointSliceEnabled": ("Global", "endpoint_slice_enabled"),
+}
+OPTIONAL_VALUES: dict[str, Any] = {
+    "debugImage": {"name": "gcr.io/linkerd-io/debug", "pullPolicy": "IfNotPresent"},
+    "debugImageVersion": "stable-2.7.0",
+    "destinationGetNetworks": "10.0.0.0/8",
+    "logFormat": "json",
+    "outboundConnectTimeout": "1000ms",
+    "inboundConnectTimeout": "100ms",
+    "endpointSliceEnabled": True,
+}
+
+# What a .proto file of Linkerd's says, as far as the JSON goes: message (dotted when nested)
+# → its fields in declaration order as (name, number, type, json_name option or None).
+ProtoFields = dict[str, list[tuple[str, int, str, str | None]]]
+_PROTO_TOKENS = re.compile(
+    r"\bmessage\s+(?P<message>\w+)\s*\{"
+    r"|(?P<close>\})"
+    r"|(?:\brepeated\s+)?(?P<type>[\w.]+)\s+(?P<field>\w+)\s*=\s*(?P<number>\d+)\s*"
+    r"(?:\[(?P<options>[^\]]*)\])?\s*;"
+)
+_JSON_NAME_OPTION = re.compile(r'\bjson_name\s*=\s*"([^"]*)"')
+
+
+def read_proto(text: str) -> ProtoFields:
+    """A tiny reader for the plain proto3 Linkerd wrote: messages, nested messages, fields."""
+    text = re.sub(r"//[^\n]*", "", text)
+    messages: ProtoFields = {}
+    open_messages: list[str] = []
+    for token in _PROTO_TOKENS.finditer(text):
+        if token["message"]:
+            open_messages.append(token["message"])
+            messages[".".join(open_messages)] = []
+        elif token["close"]:
+            open_messages.pop()
+        elif open_messages:
+            option = _JSON_NAME_OPTION.search(token["options"] or "")
+            messages[".".join(open_messages)].append(
+                (token["field"], int(token["number"]), token["type"], option and option[1])
+            )
+    assert not open_messages, "unbalanced braces"
+    return messages
+
+
+def go_json_name(field: str) -> str:
+    """protoc's default JSON name, which Go's jsonpb prints: each ``_x`` becomes ``X``."""
+    return re.sub(r"_([a-z0-9]?)", lambda match: match[1].upper(), field)
+
+
+def linkerd_messages(release: str) -> ProtoFields:
+    return read_proto((LEGACY / INDEX["releases"][release] / "config.proto").read_text())
+
+
+def json_fields(messages: ProtoFields, message: str) -> list[str]:
+    return [json_name or go_json_name(name) for name, _, _, json_name in messages[message]]
+
+
+def test_the_proto_reader() -> None:
+    messages = read_proto(
+        """
+        message A { option deprecated = true; }
+        message B {
+          reserved 1;
+          string some_name = 2; // comment = 3;
+          repeated Port ports = 4 [deprecated=true];
+          int64 renamed = 5 [json_name = "other"];
+          message C { bool x_y_z = 1; }
+          google.protobuf.Duration d = 6;
+        }
+        """
+    )
+    assert messages == {
+        "A": [],
+        "B": [
+            ("some_name", 2, "string", None),
+            ("ports", 4, "Port", None),
+            ("renamed", 5, "int64", "other"),
+            ("d", 6, "google.protobuf.Duration", None),
+        ],
+        "B.C": [("x_y_z", 1, "bool", None)],
+    }
+    assert json_fields(messages, "B") == ["someName", "ports", "other", "d"]
+    assert go_json_name("omitWebhookSideEffects") == "omitWebhookSideEffects"
+    assert go_json_name("trust_anchors_pem") == "trustAnchorsPem"
+
+
+def test_the_index_covers_every_boundary_and_only_supported_releases() -> None:
+    releases = [parse_version(release) for release in INDEX["releases"]]
+    assert all(LegacyFormat.supports(release) for release in releases)
+    assert set(INDEX["releases"].values()) == set(INDEX["protos"])
+    assert set(INDEX["protos"]) == {path.parent.name for path in LEGACY.glob("*/config.proto")}
+    assert set(BOUNDARIES) <= set(INDEX["releases"])
+
+
+def test_the_proto_copies_are_linkerds_files_unchanged() -> None:
+    """Each copy hashes to the git blob id index.yaml records for it."""
+    for directory, blob in INDEX["protos"].items():
+        data = (LEGACY / directory / "config.proto").read_bytes()
+        assert hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() == blob, directory
+
+
+BOUNDARIES = [
+    "stable-2.6.1",
+    "edge-19.12.3",
+    "edge-20.1.1",
+    "stable-2.7.0",
+    "stable-2.8.0",
+    "stable-2.8.1",
+    "edge-20.7.1",
+    "edge-20.7.3",
+    "edge-20.7.5",
+    "edge-20.8.4",
+    "edge-20.10.1",
+]
+
+
+def release_spec(sample: dict[str, Any], release: str, *, optional: bool) -> dict[str, Any]:
+    """The sample for ``release``; with ``optional``, every optional field the release has."""
+    spec = with_version(sample, release)
+    spec["proxy"]["proxyVersion"] = release
+    legacy = LegacyFormat(parse_version(release))
+    for key, (message, field) in OPTIONAL.items():
+        if optional and legacy.has_field(message, field):
+            spec["global" if message == "Global" else "proxy"][key] = OPTIONAL_VALUES[key]
+    return spec
+
+
+def assert_shape(value: Any, message: str, messages: ProtoFields, where: str) -> None:
+    """``value`` (parsed JSON) has exactly ``message``'s fields in order, all the way down."""
+    assert list(value) == json_fields(messages, message), where
+    for (name, _, kind, _), (key, item) in zip(messages[message], value.items(), strict=True):
+        nested = kind.removeprefix("linkerd2.config.")
+        if nested not in messages or item is None:
+            continue
+        for index, element in enumerate(item if isinstance(item, list) else [item]):
+            assert_shape(element, nested, messages, f"{where}.{key}[{index}] ({name})")
+
+
+@pytest.mark.parametrize("optional", [False, True], ids=["defaults", "all-set"])
+@pytest.mark.parametrize("release", sorted(load("linkerd-legacy/index.yaml")["releases"]))
+def test_each_release_gets_exactly_its_config_proto(
+    sample: dict[str, Any], release: str, optional: bool
+) -> None:
+    """The keys of global, proxy, identityContext (and everything inside), in order."""
+    messages = linkerd_messages(release)
+    rendered = format_for(release).render(release_spec(sample, release, optional=optional))
+    global_ = json.loads(rendered["global"])
+    proxy = json.loads(rendered["proxy"])
+    assert list(global_) == json_fields(messages, "Global")
+    assert list(proxy) == json_fields(messages, "Proxy")
+    assert list(global_["identityContext"]) == json_fields(messages, "IdentityContext")
+    assert proxy["ignoreInboundPorts"]  # so that the element shape is checked too
+    assert_shape(global_, "Global", messages, "global")
+    assert_shape(proxy, "Proxy", messages, "proxy")
+
+
+def test_field_releases_agree_with_every_copy_of_config_proto() -> None:
+    names = {"ProxyWithPortRanges": "Proxy"}  # ours → Linkerd's message name
+    for release in INDEX["releases"]:
+        messages = linkerd_messages(release)
+        for (message, field), releases in FIELD_RELEASES.items():
+            linkerd = [name for name, *_ in messages[names.get(message, message)]]
+            assert releases.include(parse_version(release)) == (field in linkerd), (
+                release,
+                message,
+                field,
+            )
+
+
+def spec_from_config(data: dict[str, str], release: str) -> dict[str, Any]:
+    """The LinkerdConfig spec that describes a `global`/`proxy` pair Linkerd wrote."""
+    global_, proxy = json.loads(data["global"]), json.loads(data["proxy"])
+    identity = global_["identityContext"]
+    spec_identity = {
+        "trustDomain": identity["trustDomain"],
+        "trustAnchorsPEM": identity["trustAnchorsPem"],
+        "issuanceLifeTime": identity["issuanceLifetime"],
+        "clockSkewAllowance": identity["clockSkewAllowance"],
+    }
+    if "scheme" in identity:
+        spec_identity["scheme"] = identity["scheme"]
+    spec_global = {
+        "linkerdNamespace": global_["linkerdNamespace"],
+        "cniEnabled": global_["cniEnabled"],
+        "version": release,
+        "identityContext": spec_identity,
+        "omitWebhookSideEffects": global_["omitWebhookSideEffects"],
+        "clusterDomain": global_["clusterDomain"],
+    }
+    if "endpointSliceEnabled" in global_:
+        spec_global["endpointSliceEnabled"] = global_["endpointSliceEnabled"]
+
+    def image(value: dict[str, str]) -> dict[str, str]:
+        return {"name": value["imageName"], "pullPolicy": value["pullPolicy"]}
+
+    def ignored(entries: list[dict[str, Any]]) -> list[str]:
+        return [str(entry.get("port", entry.get("portRange"))) for entry in entries]
+
+    resource = proxy["resource"]
+    spec_proxy = {
+        "proxyImage": image(proxy["proxyImage"]),
+        "proxyInitImage": image(proxy["proxyInitImage"]),
+        "controlPort": proxy["controlPort"]["port"],
+        "ignoreInboundPorts": ignored(proxy["ignoreInboundPorts"]),
+        "ignoreOutboundPorts": ignored(proxy["ignoreOutboundPorts"]),
+        "inboundPort": proxy["inboundPort"]["port"],
+        "adminPort": proxy["adminPort"]["port"],
+        "outboundPort": proxy["outboundPort"]["port"],
+        "resource": {
+            kind: {
+                name: resource[f"{prefix}{name.capitalize()}"]
+                for name in ("cpu", "memory")
+                if resource[f"{prefix}{name.capitalize()}"]
+            }
+            for kind, prefix in (("requests", "request"), ("limits", "limit"))
+        },
+        "proxyUID": int(proxy["proxyUid"]),
+        "logLevel": proxy["logLevel"]["level"],
+        "disableExternalProfiles": proxy["disableExternalProfiles"],
+        "proxyVersion": proxy["proxyVersion"],
+        "proxyInitImageVersion": proxy["proxyInitImageVersion"],
+    }
+    for key in OPTIONAL:
+        if proxy.get(key) is not None:
+            spec_proxy[key] = image(proxy[key]) if key == "debugImage" else proxy[key]
+    return {"global": spec_global, "proxy": spec_proxy}
+
+
+@pytest.mark.parametrize("release", GOLDENS)
+def test_renders_linkerds_own_install_byte_for_byte(release: str) -> None:
+    """Go's jsonpb output from linkerd2's install golden file at each change in the range.
+
+    The golden holds the CLI's placeholder control-plane version, which the format refuses
+    (it writes its own release there); everything else is compared as is.
+    """
+    golden: dict[str, str] = load(f"linkerd-legacy/install_default/{release}.yaml")
+    rendered = format_for(release).render(spec_from_config(golden, release))
+    placeholder = '"version":"install-control-plane-version"'
+    assert placeholder in golden["global"]
+    assert rendered["global"] == golden["global"].replace(placeholder, f'"version":"{release}"')
+    assert rendered["proxy"] == golden["proxy"]
+
+
+def test_stable_2_7_writes_an_absent_debug_image_as_linkerd_does(sample: dict[str, Any]) -> None:
+    """The issue: Linkerd writes these from edge-20.1.3 / stable-2.7.0 on."""
+    for release in ("stable-2.7.0", "stable-2.8.0", "edge-20.1.3"):
+        proxy = format_for(release).render(release_spec(sample, release, optional=False))["proxy"]
+        assert proxy.endswith(f'"proxyVersion":"{release}","proxyInitImageVersion":"v1.2.0",'
+                              '"debugImage":null,"debugImageVersion":""}\n')  # fmt: skip
+
+
+def test_optional_fields_reach_the_config(sample: dict[str, Any]) -> None:
+    rendered = format_for("edge-20.7.5").render(release_spec(sample, "edge-20.7.5", optional=True))
+    assert rendered["proxy"].endswith(
+        '"debugImage":{"imageName":"gcr.io/linkerd-io/debug","pullPolicy":"IfNotPresent"},'
+        '"debugImageVersion":"stable-2.7.0","destinationGetNetworks":"10.0.0.0/8",'
+        '"logFormat":"json","outboundConnectTimeout":"1000ms","inboundConnectTimeout":"100ms"}\n'
+    )
+    assert rendered["global"].endswith(
+        '"clusterDomain":"cluster.local","endpointSliceEnabled":true}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("release", "key", "message"),
+    [
+        ("stable-2.6.1", "debugImage", "needs Linkerd stable-2.7.0 or later"),
+        ("edge-20.1.1", "debugImage", "needs Linkerd edge-20.1.3 or later"),
+        ("edge-19.12.3", "debugImageVersion", "needs Linkerd edge-20.1.3 or later"),
+        ("stable-2.8.0", "destinationGetNetworks", "needs Linkerd stable-2.8.1 or later"),
+        ("edge-20.6.2", "destinationGetNetworks", "needs Linkerd edge-20.6.3 or later"),
+        ("edge-20.6.4", "logFormat", "needs Linkerd edge-20.7.1 or later"),
+        ("stable-2.8.1", "logFormat", "needs Linkerd stable-2.9.0 or later"),
+        ("edge-20.7.4", "outboundConnectTimeout", "needs Linkerd edge-20.7.5 or later"),
+        ("edge-20.7.4", "inboundConnectTimeout", "needs Linkerd edge-20.7.5 or later"),
+        ("stable-2.8.1", "inboundConnectTimeout", "needs Linkerd stable-2.9.0 or later"),
+        ("edge-20.7.2", "endpointSliceEnabled",
+         "is only in Linkerd edge-20.7.3 up to (not including) edge-20.8.4"),
+        ("edge-20.8.4", "endpointSliceEnabled",
+         "is only in Linkerd edge-20.7.3 up to (not including) edge-20.8.4"),
+        ("stable-2.8.1", "endpointSliceEnabled",
+         "is only in Linkerd edge-20.7.3 up to (not including) edge-20.8.4, in no stable release"),
+    ],
+)  # fmt: skip
+def test_a_field_the_release_lacks_is_refused_naming_the_first_that_has_it(
+    sample: dict[str, Any], release: str, key: str, message: str
+) -> None:
+    spec = release_spec(sample, release, optional=False)
+    section = "global" if key == "endpointSliceEnabled" else "proxy"
+    spec[section][key] = OPTIONAL_VALUES[key]
+    with pytest.raises(FormatError) as raised:
+        format_for(release).render(spec)
+    assert raised.value.errors == [(f"spec.{section}.{key}", message)]
+
+
+@pytest.mark.parametrize("value", [False, "", {"name": "", "pullPolicy": ""}])
+def test_even_a_default_value_is_refused_where_the_release_lacks_the_field(
+    sample: dict[str, Any], value: Any
+) -> None:
+    spec = release_spec(sample, "edge-19.12.3", optional=False)
+    spec["global"]["endpointSliceEnabled"] = spec["proxy"]["logFormat"] = value
+    spec["proxy"]["debugImage"] = value
+    with pytest.raises(FormatError) as raised:
+        format_for("edge-19.12.3").render(spec)
+    assert [path for path, _ in raised.value.errors] == [
+        "spec.global.endpointSliceEnabled",
+        "spec.proxy.debugImage",
+        "spec.proxy.logFormat",
+    ]
+
+
+def test_null_is_absent(sample: dict[str, Any]) -> None:
+    spec = release_spec(sample, "stable-2.6.1", optional=False)
+    plain = format_for("stable-2.6.1").render(spec)
+    for key in OPTIONAL:
+        spec["global" if key == "endpointSliceEnabled" else "proxy"][key] = None
+    assert format_for("stable-2.6.1").render(spec) == plain
+
+
+@pytest.mark.parametrize("scheme", [None, "", "linkerd.io/tls"])
+def test_stable_2_6_has_no_scheme_and_takes_only_its_own(
+    sample: dict[str, Any], scheme: str | None
+) -> None:
+    spec = release_spec(sample, "stable-2.6.1", optional=False)
+    spec["global"]["identityContext"]["scheme"] = scheme
+    identity = json.loads(format_for("stable-2.6.1").render(spec)["global"])["identityContext"]
+    assert "scheme" not in identity
+    assert list(identity)[-1] == "clockSkewAllowance"
+
+
+def test_stable_2_6_refuses_another_scheme(sample: dict[str, Any]) -> None:
+    spec = release_spec(sample, "stable-2.6.1", optional=False)
+    spec["global"]["identityContext"]["scheme"] = "kubernetes.io/tls"
+    with pytest.raises(FormatError) as raised:
+        format_for("stable-2.6.1").render(spec)
+    assert raised.value.errors == [
+        (
+            "spec.global.identityContext.scheme",
+            "needs Linkerd stable-2.7.0 or later; stable-2.6.1 always uses linkerd.io/tls",
+        )
+    ]
+
+
+def test_the_messages_are_the_releases_own(sample: dict[str, Any]) -> None:
+    """messages() hands out messages without the fields the release lacks."""
+    old = LegacyFormat(parse_version("stable-2.6.1")).messages(
+        release_spec(sample, "stable-2.6.1", optional=False)
+    )
+    new = LegacyFormat(parse_version("edge-20.7.5")).messages(
+        release_spec(sample, "edge-20.7.5", optional=True)
+    )
+    identity = old["global"].DESCRIPTOR.fields_by_name["identity_context"].message_type
+    assert "scheme" not in identity.fields_by_name
+    assert "endpoint_slice_enabled" not in old["global"].DESCRIPTOR.fields_by_name
+    assert "endpoint_slice_enabled" in new["global"].DESCRIPTOR.fields_by_name
+    assert new["proxy"].log_format == "json"

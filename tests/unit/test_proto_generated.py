@@ -35,8 +35,10 @@ def test_checked_in_code_matches_a_fresh_generation(tmp_path: Path) -> None:
         )
 
 
-# Linkerd's messages (linkerd2 proto/config/config.proto, edge-19.12 / edge-20.1), in
-# declaration order: (field name, number, JSON name).
+# Linkerd's messages (linkerd2 proto/config/config.proto, stable-2.6.0 to edge-20.10.1), in
+# declaration order: (field name, number, JSON name). Each message holds every field any
+# release in that range has; which release has which is test_legacy_format.py's business
+# (against copies of each release's config.proto in tests/fixtures/linkerd-legacy/).
 PROXY_FIELDS = [
     ("proxy_image", 1, "proxyImage"),
     ("proxy_init_image", 2, "proxyInitImage"),
@@ -53,6 +55,15 @@ PROXY_FIELDS = [
     ("proxy_version", 13, "proxyVersion"),
     ("proxy_init_image_version", 14, "proxyInitImageVersion"),
 ]
+# From edge-20.1.3 / stable-2.7.0 on (ignored ports are ranges by then).
+LATER_PROXY_FIELDS = [
+    ("debug_image", 15, "debugImage"),
+    ("debug_image_version", 16, "debugImageVersion"),
+    ("destination_get_networks", 17, "destinationGetNetworks"),
+    ("log_format", 18, "logFormat"),
+    ("outbound_connect_timeout", 19, "outboundConnectTimeout"),
+    ("inbound_connect_timeout", 20, "inboundConnectTimeout"),
+]
 LINKERD = {
     "Global": [
         ("linkerd_namespace", 1, "linkerdNamespace"),
@@ -62,9 +73,10 @@ LINKERD = {
         ("auto_inject_context", 6, "autoInjectContext"),
         ("omitWebhookSideEffects", 7, "omitWebhookSideEffects"),
         ("cluster_domain", 8, "clusterDomain"),
+        ("endpoint_slice_enabled", 9, "endpointSliceEnabled"),
     ],
     "Proxy": PROXY_FIELDS,
-    "ProxyWithPortRanges": PROXY_FIELDS,
+    "ProxyWithPortRanges": PROXY_FIELDS + LATER_PROXY_FIELDS,
     "IdentityContext": [
         ("trust_domain", 1, "trustDomain"),
         ("trust_anchors_pem", 2, "trustAnchorsPem"),
@@ -106,8 +118,13 @@ def test_ignore_port_shapes_differ_only_in_element_type() -> None:
 
 
 def test_scalar_types_match_linkerds() -> None:
-    proxy = config_pb2.Proxy.DESCRIPTOR.fields_by_name
+    proxy = config_pb2.ProxyWithPortRanges.DESCRIPTOR.fields_by_name
     assert proxy["proxy_uid"].type == proxy["proxy_uid"].TYPE_INT64  # printed quoted
+    assert proxy["debug_image"].message_type.full_name == "linkerd.config.Image"
+    for name in [n for n, _, _ in LATER_PROXY_FIELDS if n != "debug_image"]:
+        assert proxy[name].type == proxy[name].TYPE_STRING, name
+    endpoint_slices = config_pb2.Global.DESCRIPTOR.fields_by_name["endpoint_slice_enabled"]
+    assert endpoint_slices.type == endpoint_slices.TYPE_BOOL
     assert config_pb2.Port.DESCRIPTOR.fields_by_name["port"].type == proxy["proxy_uid"].TYPE_UINT32
     identity = config_pb2.IdentityContext.DESCRIPTOR.fields_by_name
     for name in ("issuance_lifetime", "clock_skew_allowance"):

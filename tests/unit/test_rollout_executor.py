@@ -13,12 +13,13 @@ from linkerd_config.kube.store import Store
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.rollout import DesiredProxy
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
 from tests.support.clock import FakeClock
 
 NEW, OLD, HASH = "edge-19.12.3", "edge-19.12.1", "h1"
 CONFIG: Json = {"metadata": {"name": "cfg"}, "status": {}}
-DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, HASH, "Spec", NEW)
+DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, HASH, "Spec", DesiredProxy(NEW))
 
 
 class FakeWriter:

@@ -18,6 +18,7 @@ from linkerd_config.linkerd.reconcile import (
     restored,
     unmanaged_part,
 )
+from linkerd_config.linkerd.rollout import DesiredProxy
 
 Obj = dict[str, Any]
 
@@ -78,7 +79,9 @@ def test_what_we_did_not_write_round_trips_through_the_preserved_copy() -> None:
     assert copy_["metadata"]["name"] == "linkerd-config-preserved"
     assert from_preserved(copy_) == part
     assert from_preserved(None) is None
-    desired = Desired(target, {"global": "{g}", "proxy": "{p}"}, "h1", "Spec", "edge-19.12.3")
+    desired = Desired(
+        target, {"global": "{g}", "proxy": "{p}"}, "h1", "Spec", DesiredProxy("edge-19.12.3")
+    )
     back = restored(desired, part, "x")
     assert back["data"] == {**part.data, "global": "{g}", "proxy": "{p}"}  # whole, in one step
     assert back["metadata"]["annotations"] == {

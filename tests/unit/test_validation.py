@@ -289,7 +289,7 @@ def test_now_can_be_given() -> None:
          "not a Linkerd version"),
         (lambda s: s["global"].update(version=["edge-19.12.3"]), "spec.global.version",
          "must be a string"),
-        (lambda s: s["global"].update(version="edge-21.1.1"), "spec.global.version",
+        (lambda s: s["global"].update(version="stable-2.5.0"), "spec.global.version",
          "not supported"),
         (lambda s: s["global"].update(version="edge-19.12.2"), "spec.global.version", None),
     ],
@@ -317,11 +317,23 @@ def test_proxy_version_stands_in_for_a_missing_global_version() -> None:
 
     def unsupported(spec: Json) -> None:
         del spec["global"]["version"]
-        spec["proxy"]["proxyVersion"] = "stable-2.9.0"
+        spec["proxy"]["proxyVersion"] = "stable-2.5.0"
 
     errors = with_spec(unsupported)
     assert fields(errors) == ["spec.proxy.proxyVersion"]
     assert "not supported" in errors[0].message
+
+
+def test_a_values_format_version_is_checked_by_that_format() -> None:
+    # stable-2.9 reads the Helm values: everything the full legacy sample says has a place.
+    assert with_spec(lambda s: s["global"].update(version="stable-2.9.0")) == []
+    # From the unified proxy image on there is no proxy-init image to set.
+    errors = with_spec(lambda s: s["global"].update(version="edge-26.8.3"))
+    assert "spec.proxy.proxyInitImageVersion" in fields(errors)
+    assert "spec.global.omitWebhookSideEffects" in fields(errors)  # gone since edge-21.9.4
+    # As small as a LinkerdConfig gets for a modern Linkerd: accepted as it is.
+    small = {"metadata": {"name": "small"}, "spec": {"proxy": {"proxyVersion": "edge-26.8.3"}}}
+    assert validate(small) == []
 
 
 def test_a_development_proxy_build_is_fine_with_an_explicit_version() -> None:

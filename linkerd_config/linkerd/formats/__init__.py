@@ -1,12 +1,23 @@
 """Linkerd's config formats: one module per format, one protocol for reconcile.
 
-Reconcile calls ``format_for(spec.global.version)`` and then only the ``ConfigFormat``
-protocol: ``render(spec)`` for the data, ``managed_keys`` for what it owns in the ConfigMap,
-``trust_anchors(data)`` to reuse what the cluster already trusts. A new format (the Helm
-``values`` key of stable-2.9+) is a new module and one more branch in ``format_for``.
+* ``legacy``: the protobuf-JSON ``global``/``proxy`` keys (stable-2.6 .. 2.8, edge-19.x ..
+  edge-20.10.1);
+* ``helm_values``: the Helm ``values`` key and the trust-roots ConfigMap (stable-2.9 /
+  edge-20.10.2 on).
+
+Which one applies follows from the target Linkerd version: the spec's, or, when the spec
+leaves it to the cluster, the one the installed ConfigMap declares (:func:`format_of`).
+Everything else reconcile and validation need goes through the ``ConfigFormat`` protocol.
 """
 
-from linkerd_config.linkerd.formats.base import ConfigFormat, FieldError, FormatError
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from linkerd_config.linkerd.formats.base import ConfigFormat, FieldError, FormatError, Rendering
+from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat, installed_version
 from linkerd_config.linkerd.formats.legacy import LegacyFormat
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
@@ -18,18 +29,95 @@ __all__ = [
     "ConfigFormat",
     "FieldError",
     "FormatError",
+    "HelmValuesFormat",
     "LegacyFormat",
     "LinkerdVersion",
+    "Rendering",
     "VersionError",
+    "cluster_version",
     "format_for",
+    "format_of",
     "parse_version",
+    "stated_version",
 ]
+
+VERSION_FIELD = "spec.global.version"
 
 
 def format_for(version: str | LinkerdVersion) -> ConfigFormat:
-    """The format Linkerd ``version`` reads; FormatError on ``spec.global.version`` if none.
+    """The format Linkerd ``version`` reads; FormatError on ``spec.global.version`` if none."""
+    try:
+        parsed = version if isinstance(version, LinkerdVersion) else parse_version(version)
+    except VersionError as error:
+        raise FormatError([(VERSION_FIELD, str(error))]) from error
+    if HelmValuesFormat.supports(parsed):
+        return HelmValuesFormat(parsed)
+    return LegacyFormat(parsed)
 
-    Raises FormatError both for a malformed version string and for a release no format
-    here can write.
-    """
-    return LegacyFormat.for_version(version)
+
+def stated_version(spec: Mapping[str, Any]) -> str | None:
+    """The version a spec states: ``global.version``, else (legacy specs only, where Linkerd's
+    control plane and proxy share one version) ``proxy.proxyVersion``."""
+    global_ = spec.get("global") if isinstance(spec.get("global"), Mapping) else {}
+    version = global_.get("version") if isinstance(global_, Mapping) else None
+    if isinstance(version, str) and version:
+        return version
+    proxy = spec.get("proxy") if isinstance(spec.get("proxy"), Mapping) else {}
+    implied = proxy.get("proxyVersion") if isinstance(proxy, Mapping) else None
+    try:
+        if isinstance(implied, str) and not HelmValuesFormat.supports(parse_version(implied)):
+            return implied
+    except VersionError:
+        return None
+    return None
+
+
+def cluster_version(data: Mapping[str, str]) -> str | None:
+    """The Linkerd version an installed ``linkerd-config`` declares, in either format."""
+    declared = installed_version(data)
+    if declared is not None:
+        return declared
+    raw = data.get("global")
+    if raw:
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise FormatError([("data.global", f"not valid JSON: {error}")]) from error
+        if isinstance(parsed, dict) and isinstance(parsed.get("version"), str):
+            return str(parsed["version"])
+    return None
+
+
+def format_of(spec: Mapping[str, Any], data: Mapping[str, str] | None) -> ConfigFormat:
+    """The format to write ``spec`` in, given the installed ConfigMap's ``data`` (None if
+    there is none). Refuses a spec whose version reads another format than the cluster's."""
+    stated = stated_version(spec)
+    installed = cluster_version(data) if data else None
+    if stated is None and installed is None:
+        raise FormatError(
+            [(VERSION_FIELD, "is not set, and the cluster's linkerd-config declares no version")]
+        )
+    chosen = format_for(stated or str(installed))
+    if stated is not None and installed is not None:
+        try:
+            theirs = format_for(installed)
+        except FormatError:
+            return chosen  # the cluster's version is one we cannot write: the spec decides
+        if type(theirs) is not type(chosen):
+            raise FormatError(
+                [
+                    (
+                        VERSION_FIELD,
+                        f"{stated} reads {_describe(chosen)}, but the cluster runs Linkerd "
+                        f"{installed}, which reads {_describe(theirs)}: upgrade Linkerd first, "
+                        "then change spec.global.version (or leave it out to follow the cluster)",
+                    )
+                ]
+            )
+    return chosen
+
+
+def _describe(fmt: ConfigFormat) -> str:
+    if isinstance(fmt, HelmValuesFormat):
+        return "the Helm `values` key"
+    return "the legacy global/proxy keys"

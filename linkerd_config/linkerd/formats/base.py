@@ -10,11 +10,13 @@ side, picked by target version, without reconcile knowing which one it holds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
+from linkerd_config.linkerd.rollout import DesiredProxy
 
-__all__ = ["ConfigFormat", "FieldError", "FormatError"]
+__all__ = ["ConfigFormat", "FieldError", "FormatError", "Rendering"]
 
 
 class FieldError(NamedTuple):
@@ -48,8 +50,31 @@ class FormatError(ValueError):
         super().__init__("; ".join(str(error) for error in self.errors))
 
 
+@dataclass(frozen=True)
+class Rendering:
+    """What a spec becomes in the cluster, as one format decides it."""
+
+    data: dict[str, str]
+    """The ``linkerd-config`` keys to write (exactly the format's ``managed_keys``)."""
+    managed: Mapping[str, Any]
+    """What the spec sets, canonically: hashed into the configuration's identity, so a change
+    elsewhere in the ConfigMap (a Helm setting we do not manage) restarts nothing."""
+    proxy: DesiredProxy
+    """What an up-to-date meshed pod carries under this configuration."""
+    trust_anchor_source: str
+    """``Spec`` when the spec states the anchors, ``Cluster`` when the cluster's are kept."""
+    companions: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Other ConfigMaps in Linkerd's namespace, by name: the keys to write there."""
+
+
 class ConfigFormat(Protocol):
-    """One way of writing a LinkerdConfig into Linkerd's ``linkerd-config`` ConfigMap."""
+    """One way of writing a LinkerdConfig into Linkerd's ConfigMaps, for one Linkerd release.
+
+    A format owns its fields: their defaults, what it refuses (``check``, with field paths),
+    how a spec lands on the cluster's current data (``rendering``), how it reads that data
+    back (``trust_anchors``), and what an up-to-date pod carries (``Rendering.proxy``).
+    Adding a LinkerdConfig field touches the schema and the format(s) that render it.
+    """
 
     @property
     def version(self) -> LinkerdVersion:
@@ -58,15 +83,29 @@ class ConfigFormat(Protocol):
 
     @property
     def managed_keys(self) -> frozenset[str]:
-        """The ConfigMap data keys ``render`` owns; every other key is left alone."""
+        """The ``linkerd-config`` data keys ``rendering`` writes; every other key is left alone."""
         ...
 
-    def render(self, spec: Mapping[str, Any]) -> dict[str, str]:
-        """The ConfigMap data for a LinkerdConfig ``spec``: exactly ``managed_keys``.
+    @property
+    def owned_keys(self) -> frozenset[str]:
+        """Of ``managed_keys``, those whose whole content comes from the spec (the rest are
+        rewritten in place and so kept in the preserved copy too)."""
+        ...
 
-        Deterministic, so the result can be compared byte for byte with what the cluster
-        holds. Raises FormatError naming every field that cannot be written for ``version``.
-        """
+    def defaults(self) -> Mapping[str, Any]:
+        """What fills a field the spec leaves out (nested like the spec)."""
+        ...
+
+    def check(self, spec: Mapping[str, Any]) -> list[FieldError]:
+        """Everything about a (defaulted) spec this release cannot carry; empty if nothing."""
+        ...
+
+    def rendering(
+        self, spec: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]
+    ) -> Rendering:
+        """The defaulted ``spec`` on the cluster: ``current`` holds the data of the ConfigMaps
+        in Linkerd's namespace by name. Deterministic, and byte-identical to what is there when
+        nothing managed differs. Raises FormatError naming every field it cannot write."""
         ...
 
     def trust_anchors(self, data: Mapping[str, str]) -> str | None:

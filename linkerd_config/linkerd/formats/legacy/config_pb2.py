@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1blinkerd/config/config.proto\x12\x0elinkerd.config\x1a\x1egoogle/protobuf/duration.proto\"}\n\x03\x41ll\x12&\n\x06global\x18\x01 \x01(\x0b\x32\x16.linkerd.config.Global\x12$\n\x05proxy\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Proxy\x12(\n\x07install\x18\x03 \x01(\x0b\x32\x17.linkerd.config.Install\"\x99\x01\n\x11\x41llWithPortRanges\x12&\n\x06global\x18\x01 \x01(\x0b\x32\x16.linkerd.config.Global\x12\x32\n\x05proxy\x18\x02 \x01(\x0b\x32#.linkerd.config.ProxyWithPortRanges\x12(\n\x07install\x18\x03 \x01(\x0b\x32\x17.linkerd.config.Install\"\x99\x02\n\x06Global\x12\x19\n\x11linkerd_namespace\x18\x01 \x01(\t\x12\x13\n\x0b\x63ni_enabled\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x39\n\x10identity_context\x18\x04 \x01(\x0b\x32\x1f.linkerd.config.IdentityContext\x12\x42\n\x13\x61uto_inject_context\x18\x06 \x01(\x0b\x32!.linkerd.config.AutoInjectContextB\x02\x18\x01\x12\x1e\n\x16omitWebhookSideEffects\x18\x07 \x01(\x08\x12\x16\n\x0e\x63luster_domain\x18\x08 \x01(\tJ\x04\x08\x05\x10\x06R\x11installation_uuid\"\xd0\x04\n\x05Proxy\x12*\n\x0bproxy_image\x18\x01 \x01(\x0b\x32\x15.linkerd.config.Image\x12/\n\x10proxy_init_image\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Image\x12*\n\x0c\x63ontrol_port\x18\x03 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x32\n\x14ignore_inbound_ports\x18\x04 \x03(\x0b\x32\x14.linkerd.config.Port\x12\x33\n\x15ignore_outbound_ports\x18\x05 \x03(\x0b\x32\x14.linkerd.config.Port\x12*\n\x0cinbound_port\x18\x06 \x01(\x0b\x32\x14.linkerd.config.Port\x12(\n\nadmin_port\x18\x07 \x01(\x0b\x32\x14.linkerd.config.Port\x12+\n\routbound_port\x18\x08 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x36\n\x08resource\x18\t \x01(\x0b\x32$.linkerd.config.ResourceRequirements\x12\x11\n\tproxy_uid\x18\n \x01(\x03\x12+\n\tlog_level\x18\x0b \x01(\x0b\x32\x18.linkerd.config.LogLevel\x12!\n\x19\x64isable_external_profiles\x18\x0c \x01(\x08\x12\x15\n\rproxy_version\x18\r \x01(\t\x12 \n\x18proxy_init_image_version\x18\x0e \x01(\t\"\xe8\x04\n\x13ProxyWithPortRanges\x12*\n\x0bproxy_image\x18\x01 \x01(\x0b\x32\x15.linkerd.config.Image\x12/\n\x10proxy_init_image\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Image\x12*\n\x0c\x63ontrol_port\x18\x03 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x37\n\x14ignore_inbound_ports\x18\x04 \x03(\x0b\x32\x19.linkerd.config.PortRange\x12\x38\n\x15ignore_outbound_ports\x18\x05 \x03(\x0b\x32\x19.linkerd.config.PortRange\x12*\n\x0cinbound_port\x18\x06 \x01(\x0b\x32\x14.linkerd.config.Port\x12(\n\nadmin_port\x18\x07 \x01(\x0b\x32\x14.linkerd.config.Port\x12+\n\routbound_port\x18\x08 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x36\n\x08resource\x18\t \x01(\x0b\x32$.linkerd.config.ResourceRequirements\x12\x11\n\tproxy_uid\x18\n \x01(\x03\x12+\n\tlog_level\x18\x0b \x01(\x0b\x32\x18.linkerd.config.LogLevel\x12!\n\x19\x64isable_external_profiles\x18\x0c \x01(\x08\x12\x15\n\rproxy_version\x18\r \x01(\t\x12 \n\x18proxy_init_image_version\x18\x0e \x01(\t\"0\n\x05Image\x12\x12\n\nimage_name\x18\x01 \x01(\t\x12\x13\n\x0bpull_policy\x18\x02 \x01(\t\"\x14\n\x04Port\x12\x0c\n\x04port\x18\x01 \x01(\r\"\x1f\n\tPortRange\x12\x12\n\nport_range\x18\x01 \x01(\t\"l\n\x14ResourceRequirements\x12\x13\n\x0brequest_cpu\x18\x01 \x01(\t\x12\x16\n\x0erequest_memory\x18\x02 \x01(\t\x12\x11\n\tlimit_cpu\x18\x03 \x01(\t\x12\x14\n\x0climit_memory\x18\x04 \x01(\t\"\x17\n\x11\x41utoInjectContext:\x02\x18\x01\"\xc1\x01\n\x0fIdentityContext\x12\x14\n\x0ctrust_domain\x18\x01 \x01(\t\x12\x19\n\x11trust_anchors_pem\x18\x02 \x01(\t\x12\x34\n\x11issuance_lifetime\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x37\n\x14\x63lock_skew_allowance\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06scheme\x18\x05 \x01(\t\"\x19\n\x08LogLevel\x12\r\n\x05level\x18\x01 \x01(\t\"|\n\x07Install\x12\x13\n\x0b\x63li_version\x18\x02 \x01(\t\x12+\n\x05\x66lags\x18\x03 \x03(\x0b\x32\x1c.linkerd.config.Install.Flag\x1a#\n\x04\x46lag\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02R\x04uuidb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1blinkerd/config/config.proto\x12\x0elinkerd.config\x1a\x1egoogle/protobuf/duration.proto\"}\n\x03\x41ll\x12&\n\x06global\x18\x01 \x01(\x0b\x32\x16.linkerd.config.Global\x12$\n\x05proxy\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Proxy\x12(\n\x07install\x18\x03 \x01(\x0b\x32\x17.linkerd.config.Install\"\x99\x01\n\x11\x41llWithPortRanges\x12&\n\x06global\x18\x01 \x01(\x0b\x32\x16.linkerd.config.Global\x12\x32\n\x05proxy\x18\x02 \x01(\x0b\x32#.linkerd.config.ProxyWithPortRanges\x12(\n\x07install\x18\x03 \x01(\x0b\x32\x17.linkerd.config.Install\"\xb9\x02\n\x06Global\x12\x19\n\x11linkerd_namespace\x18\x01 \x01(\t\x12\x13\n\x0b\x63ni_enabled\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x39\n\x10identity_context\x18\x04 \x01(\x0b\x32\x1f.linkerd.config.IdentityContext\x12\x42\n\x13\x61uto_inject_context\x18\x06 \x01(\x0b\x32!.linkerd.config.AutoInjectContextB\x02\x18\x01\x12\x1e\n\x16omitWebhookSideEffects\x18\x07 \x01(\x08\x12\x16\n\x0e\x63luster_domain\x18\x08 \x01(\t\x12\x1e\n\x16\x65ndpoint_slice_enabled\x18\t \x01(\x08J\x04\x08\x05\x10\x06R\x11installation_uuid\"\xd0\x04\n\x05Proxy\x12*\n\x0bproxy_image\x18\x01 \x01(\x0b\x32\x15.linkerd.config.Image\x12/\n\x10proxy_init_image\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Image\x12*\n\x0c\x63ontrol_port\x18\x03 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x32\n\x14ignore_inbound_ports\x18\x04 \x03(\x0b\x32\x14.linkerd.config.Port\x12\x33\n\x15ignore_outbound_ports\x18\x05 \x03(\x0b\x32\x14.linkerd.config.Port\x12*\n\x0cinbound_port\x18\x06 \x01(\x0b\x32\x14.linkerd.config.Port\x12(\n\nadmin_port\x18\x07 \x01(\x0b\x32\x14.linkerd.config.Port\x12+\n\routbound_port\x18\x08 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x36\n\x08resource\x18\t \x01(\x0b\x32$.linkerd.config.ResourceRequirements\x12\x11\n\tproxy_uid\x18\n \x01(\x03\x12+\n\tlog_level\x18\x0b \x01(\x0b\x32\x18.linkerd.config.LogLevel\x12!\n\x19\x64isable_external_profiles\x18\x0c \x01(\x08\x12\x15\n\rproxy_version\x18\r \x01(\t\x12 \n\x18proxy_init_image_version\x18\x0e \x01(\t\"\xaa\x06\n\x13ProxyWithPortRanges\x12*\n\x0bproxy_image\x18\x01 \x01(\x0b\x32\x15.linkerd.config.Image\x12/\n\x10proxy_init_image\x18\x02 \x01(\x0b\x32\x15.linkerd.config.Image\x12*\n\x0c\x63ontrol_port\x18\x03 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x37\n\x14ignore_inbound_ports\x18\x04 \x03(\x0b\x32\x19.linkerd.config.PortRange\x12\x38\n\x15ignore_outbound_ports\x18\x05 \x03(\x0b\x32\x19.linkerd.config.PortRange\x12*\n\x0cinbound_port\x18\x06 \x01(\x0b\x32\x14.linkerd.config.Port\x12(\n\nadmin_port\x18\x07 \x01(\x0b\x32\x14.linkerd.config.Port\x12+\n\routbound_port\x18\x08 \x01(\x0b\x32\x14.linkerd.config.Port\x12\x36\n\x08resource\x18\t \x01(\x0b\x32$.linkerd.config.ResourceRequirements\x12\x11\n\tproxy_uid\x18\n \x01(\x03\x12+\n\tlog_level\x18\x0b \x01(\x0b\x32\x18.linkerd.config.LogLevel\x12!\n\x19\x64isable_external_profiles\x18\x0c \x01(\x08\x12\x15\n\rproxy_version\x18\r \x01(\t\x12 \n\x18proxy_init_image_version\x18\x0e \x01(\t\x12*\n\x0b\x64\x65\x62ug_image\x18\x0f \x01(\x0b\x32\x15.linkerd.config.Image\x12\x1b\n\x13\x64\x65\x62ug_image_version\x18\x10 \x01(\t\x12 \n\x18\x64\x65stination_get_networks\x18\x11 \x01(\t\x12\x12\n\nlog_format\x18\x12 \x01(\t\x12 \n\x18outbound_connect_timeout\x18\x13 \x01(\t\x12\x1f\n\x17inbound_connect_timeout\x18\x14 \x01(\t\"0\n\x05Image\x12\x12\n\nimage_name\x18\x01 \x01(\t\x12\x13\n\x0bpull_policy\x18\x02 \x01(\t\"\x14\n\x04Port\x12\x0c\n\x04port\x18\x01 \x01(\r\"\x1f\n\tPortRange\x12\x12\n\nport_range\x18\x01 \x01(\t\"l\n\x14ResourceRequirements\x12\x13\n\x0brequest_cpu\x18\x01 \x01(\t\x12\x16\n\x0erequest_memory\x18\x02 \x01(\t\x12\x11\n\tlimit_cpu\x18\x03 \x01(\t\x12\x14\n\x0climit_memory\x18\x04 \x01(\t\"\x17\n\x11\x41utoInjectContext:\x02\x18\x01\"\xc1\x01\n\x0fIdentityContext\x12\x14\n\x0ctrust_domain\x18\x01 \x01(\t\x12\x19\n\x11trust_anchors_pem\x18\x02 \x01(\t\x12\x34\n\x11issuance_lifetime\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x37\n\x14\x63lock_skew_allowance\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0e\n\x06scheme\x18\x05 \x01(\t\"\x19\n\x08LogLevel\x12\r\n\x05level\x18\x01 \x01(\t\"|\n\x07Install\x12\x13\n\x0b\x63li_version\x18\x02 \x01(\t\x12+\n\x05\x66lags\x18\x03 \x03(\x0b\x32\x1c.linkerd.config.Install.Flag\x1a#\n\x04\x46lag\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\tJ\x04\x08\x01\x10\x02R\x04uuidb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,27 +41,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ALLWITHPORTRANGES']._serialized_start=207
   _globals['_ALLWITHPORTRANGES']._serialized_end=360
   _globals['_GLOBAL']._serialized_start=363
-  _globals['_GLOBAL']._serialized_end=644
-  _globals['_PROXY']._serialized_start=647
-  _globals['_PROXY']._serialized_end=1239
-  _globals['_PROXYWITHPORTRANGES']._serialized_start=1242
-  _globals['_PROXYWITHPORTRANGES']._serialized_end=1858
-  _globals['_IMAGE']._serialized_start=1860
-  _globals['_IMAGE']._serialized_end=1908
-  _globals['_PORT']._serialized_start=1910
-  _globals['_PORT']._serialized_end=1930
-  _globals['_PORTRANGE']._serialized_start=1932
-  _globals['_PORTRANGE']._serialized_end=1963
-  _globals['_RESOURCEREQUIREMENTS']._serialized_start=1965
-  _globals['_RESOURCEREQUIREMENTS']._serialized_end=2073
-  _globals['_AUTOINJECTCONTEXT']._serialized_start=2075
-  _globals['_AUTOINJECTCONTEXT']._serialized_end=2098
-  _globals['_IDENTITYCONTEXT']._serialized_start=2101
-  _globals['_IDENTITYCONTEXT']._serialized_end=2294
-  _globals['_LOGLEVEL']._serialized_start=2296
-  _globals['_LOGLEVEL']._serialized_end=2321
-  _globals['_INSTALL']._serialized_start=2323
-  _globals['_INSTALL']._serialized_end=2447
-  _globals['_INSTALL_FLAG']._serialized_start=2400
-  _globals['_INSTALL_FLAG']._serialized_end=2435
+  _globals['_GLOBAL']._serialized_end=676
+  _globals['_PROXY']._serialized_start=679
+  _globals['_PROXY']._serialized_end=1271
+  _globals['_PROXYWITHPORTRANGES']._serialized_start=1274
+  _globals['_PROXYWITHPORTRANGES']._serialized_end=2084
+  _globals['_IMAGE']._serialized_start=2086
+  _globals['_IMAGE']._serialized_end=2134
+  _globals['_PORT']._serialized_start=2136
+  _globals['_PORT']._serialized_end=2156
+  _globals['_PORTRANGE']._serialized_start=2158
+  _globals['_PORTRANGE']._serialized_end=2189
+  _globals['_RESOURCEREQUIREMENTS']._serialized_start=2191
+  _globals['_RESOURCEREQUIREMENTS']._serialized_end=2299
+  _globals['_AUTOINJECTCONTEXT']._serialized_start=2301
+  _globals['_AUTOINJECTCONTEXT']._serialized_end=2324
+  _globals['_IDENTITYCONTEXT']._serialized_start=2327
+  _globals['_IDENTITYCONTEXT']._serialized_end=2520
+  _globals['_LOGLEVEL']._serialized_start=2522
+  _globals['_LOGLEVEL']._serialized_end=2547
+  _globals['_INSTALL']._serialized_start=2549
+  _globals['_INSTALL']._serialized_end=2673
+  _globals['_INSTALL_FLAG']._serialized_start=2626
+  _globals['_INSTALL_FLAG']._serialized_end=2661
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ class AllWithPortRanges(_message.Message):
     def __init__(self, proxy: _Optional[_Union[ProxyWithPortRanges, _Mapping]] = ..., install: _Optional[_Union[Install, _Mapping]] = ..., **kwargs) -> None: ...
 
 class Global(_message.Message):
-    __slots__ = ("linkerd_namespace", "cni_enabled", "version", "identity_context", "auto_inject_context", "omitWebhookSideEffects", "cluster_domain")
+    __slots__ = ("linkerd_namespace", "cni_enabled", "version", "identity_context", "auto_inject_context", "omitWebhookSideEffects", "cluster_domain", "endpoint_slice_enabled")
     LINKERD_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     CNI_ENABLED_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class Global(_message.Message):
     AUTO_INJECT_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     OMITWEBHOOKSIDEEFFECTS_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_SLICE_ENABLED_FIELD_NUMBER: _ClassVar[int]
     linkerd_namespace: str
     cni_enabled: bool
     version: str
@@ -45,7 +46,8 @@ class Global(_message.Message):
     auto_inject_context: AutoInjectContext
     omitWebhookSideEffects: bool
     cluster_domain: str
-    def __init__(self, linkerd_namespace: _Optional[str] = ..., cni_enabled: _Optional[bool] = ..., version: _Optional[str] = ..., identity_context: _Optional[_Union[IdentityContext, _Mapping]] = ..., auto_inject_context: _Optional[_Union[AutoInjectContext, _Mapping]] = ..., omitWebhookSideEffects: _Optional[bool] = ..., cluster_domain: _Optional[str] = ...) -> None: ...
+    endpoint_slice_enabled: bool
+    def __init__(self, linkerd_namespace: _Optional[str] = ..., cni_enabled: _Optional[bool] = ..., version: _Optional[str] = ..., identity_context: _Optional[_Union[IdentityContext, _Mapping]] = ..., auto_inject_context: _Optional[_Union[AutoInjectContext, _Mapping]] = ..., omitWebhookSideEffects: _Optional[bool] = ..., cluster_domain: _Optional[str] = ..., endpoint_slice_enabled: _Optional[bool] = ...) -> None: ...
 
 class Proxy(_message.Message):
     __slots__ = ("proxy_image", "proxy_init_image", "control_port", "ignore_inbound_ports", "ignore_outbound_ports", "inbound_port", "admin_port", "outbound_port", "resource", "proxy_uid", "log_level", "disable_external_profiles", "proxy_version", "proxy_init_image_version")
@@ -80,7 +82,7 @@ class Proxy(_message.Message):
     def __init__(self, proxy_image: _Optional[_Union[Image, _Mapping]] = ..., proxy_init_image: _Optional[_Union[Image, _Mapping]] = ..., control_port: _Optional[_Union[Port, _Mapping]] = ..., ignore_inbound_ports: _Optional[_Iterable[_Union[Port, _Mapping]]] = ..., ignore_outbound_ports: _Optional[_Iterable[_Union[Port, _Mapping]]] = ..., inbound_port: _Optional[_Union[Port, _Mapping]] = ..., admin_port: _Optional[_Union[Port, _Mapping]] = ..., outbound_port: _Optional[_Union[Port, _Mapping]] = ..., resource: _Optional[_Union[ResourceRequirements, _Mapping]] = ..., proxy_uid: _Optional[int] = ..., log_level: _Optional[_Union[LogLevel, _Mapping]] = ..., disable_external_profiles: _Optional[bool] = ..., proxy_version: _Optional[str] = ..., proxy_init_image_version: _Optional[str] = ...) -> None: ...
 
 class ProxyWithPortRanges(_message.Message):
-    __slots__ = ("proxy_image", "proxy_init_image", "control_port", "ignore_inbound_ports", "ignore_outbound_ports", "inbound_port", "admin_port", "outbound_port", "resource", "proxy_uid", "log_level", "disable_external_profiles", "proxy_version", "proxy_init_image_version")
+    __slots__ = ("proxy_image", "proxy_init_image", "control_port", "ignore_inbound_ports", "ignore_outbound_ports", "inbound_port", "admin_port", "outbound_port", "resource", "proxy_uid", "log_level", "disable_external_profiles", "proxy_version", "proxy_init_image_version", "debug_image", "debug_image_version", "destination_get_networks", "log_format", "outbound_connect_timeout", "inbound_connect_timeout")
     PROXY_IMAGE_FIELD_NUMBER: _ClassVar[int]
     PROXY_INIT_IMAGE_FIELD_NUMBER: _ClassVar[int]
     CONTROL_PORT_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +97,12 @@ class ProxyWithPortRanges(_message.Message):
     DISABLE_EXTERNAL_PROFILES_FIELD_NUMBER: _ClassVar[int]
     PROXY_VERSION_FIELD_NUMBER: _ClassVar[int]
     PROXY_INIT_IMAGE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    DEBUG_IMAGE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_GET_NETWORKS_FIELD_NUMBER: _ClassVar[int]
+    LOG_FORMAT_FIELD_NUMBER: _ClassVar[int]
+    OUTBOUND_CONNECT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    INBOUND_CONNECT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     proxy_image: Image
     proxy_init_image: Image
     control_port: Port
@@ -109,7 +117,13 @@ class ProxyWithPortRanges(_message.Message):
     disable_external_profiles: bool
     proxy_version: str
     proxy_init_image_version: str
-    def __init__(self, proxy_image: _Optional[_Union[Image, _Mapping]] = ..., proxy_init_image: _Optional[_Union[Image, _Mapping]] = ..., control_port: _Optional[_Union[Port, _Mapping]] = ..., ignore_inbound_ports: _Optional[_Iterable[_Union[PortRange, _Mapping]]] = ..., ignore_outbound_ports: _Optional[_Iterable[_Union[PortRange, _Mapping]]] = ..., inbound_port: _Optional[_Union[Port, _Mapping]] = ..., admin_port: _Optional[_Union[Port, _Mapping]] = ..., outbound_port: _Optional[_Union[Port, _Mapping]] = ..., resource: _Optional[_Union[ResourceRequirements, _Mapping]] = ..., proxy_uid: _Optional[int] = ..., log_level: _Optional[_Union[LogLevel, _Mapping]] = ..., disable_external_profiles: _Optional[bool] = ..., proxy_version: _Optional[str] = ..., proxy_init_image_version: _Optional[str] = ...) -> None: ...
+    debug_image: Image
+    debug_image_version: str
+    destination_get_networks: str
+    log_format: str
+    outbound_connect_timeout: str
+    inbound_connect_timeout: str
+    def __init__(self, proxy_image: _Optional[_Union[Image, _Mapping]] = ..., proxy_init_image: _Optional[_Union[Image, _Mapping]] = ..., control_port: _Optional[_Union[Port, _Mapping]] = ..., ignore_inbound_ports: _Optional[_Iterable[_Union[PortRange, _Mapping]]] = ..., ignore_outbound_ports: _Optional[_Iterable[_Union[PortRange, _Mapping]]] = ..., inbound_port: _Optional[_Union[Port, _Mapping]] = ..., admin_port: _Optional[_Union[Port, _Mapping]] = ..., outbound_port: _Optional[_Union[Port, _Mapping]] = ..., resource: _Optional[_Union[ResourceRequirements, _Mapping]] = ..., proxy_uid: _Optional[int] = ..., log_level: _Optional[_Union[LogLevel, _Mapping]] = ..., disable_external_profiles: _Optional[bool] = ..., proxy_version: _Optional[str] = ..., proxy_init_image_version: _Optional[str] = ..., debug_image: _Optional[_Union[Image, _Mapping]] = ..., debug_image_version: _Optional[str] = ..., destination_get_networks: _Optional[str] = ..., log_format: _Optional[str] = ..., outbound_connect_timeout: _Optional[str] = ..., inbound_connect_timeout: _Optional[str] = ...) -> None: ...
 
 class Image(_message.Message):
     __slots__ = ("image_name", "pull_policy")

@@ -1,19 +1,46 @@
 """Linkerd's legacy config format: protobuf messages as Go-jsonpb JSON under ``global``/``proxy``.
 
-Linkerd up to stable-2.8 / edge-20.x reads its control-plane and proxy defaults from the
-``global`` and ``proxy`` keys of the ``linkerd-config`` ConfigMap, each one JSON document of
-its ``linkerd2.config.Global`` / ``Proxy`` message as Go's jsonpb (EmitDefaults) prints it, plus
-a trailing newline. This module turns a LinkerdConfig ``spec`` into exactly those bytes, so
-that the controller's output is indistinguishable from ``linkerd install``'s and a drift check
-can compare strings.
+Linkerd from stable-2.6.0 / edge-19.12.1 up to (not including) stable-2.9.0 / edge-20.10.2
+reads its control-plane and proxy defaults from the ``global`` and ``proxy`` keys of the
+``linkerd-config`` ConfigMap, each one JSON document of its ``linkerd2.config.Global`` /
+``Proxy`` message as Go's jsonpb (EmitDefaults) prints it, plus a trailing newline. (From
+edge-20.10.2, linkerd2 PR #5036, the injector reads the Helm ``values`` key instead; stable-2.9.0
+is the first stable release with that.) This module turns a LinkerdConfig ``spec`` into exactly
+those bytes, so that the controller's output is indistinguishable from ``linkerd install``'s
+and a drift check can compare strings.
 
 The ``install`` key (what the CLI last ran with) is Linkerd's own record and is not managed.
 
-One shape change matters within the range: from edge-20.1.1 / stable-2.7.0 the ignored
-ports are ``[{"portRange":"1000-2000"}]``, before that ``[{"port":8888}]``. Linkerd's reader
-ignores unknown fields, so the wrong shape would not fail loudly: every ignored port would
-silently become port 0 / an empty range. Hence the version gate, and an error (never a
-silent drop) for a port range aimed at a release that cannot express it.
+Linkerd's ``config.proto`` changed inside the range, and EmitDefaults prints every field a
+release's message has, so the output has exactly the target release's fields, in its order:
+
+========================================  ==================================================
+releases                                  difference
+========================================  ==================================================
+stable-2.6.x                              ``identityContext`` has no ``scheme``
+edge-20.1.1+, stable-2.7.0+               ignored ports ``[{"portRange":"1000-2000"}]``,
+                                          before that ``[{"port":8888}]``
+edge-20.1.3+, stable-2.7.0+               ``proxy``: ``debugImage``, ``debugImageVersion``
+edge-20.6.3+, stable-2.8.1+               ``proxy``: ``destinationGetNetworks``
+edge-20.7.1+                              ``proxy``: ``logFormat``
+edge-20.7.3 to edge-20.8.3 only           ``global``: ``endpointSliceEnabled``
+edge-20.7.5+                              ``proxy``: ``outboundConnectTimeout``,
+                                          ``inboundConnectTimeout``
+========================================  ==================================================
+
+(stable-2.7.x and stable-2.8.0 share edge-20.1.3's message; no stable release has the last
+three rows within the range.) ``config_pb2`` holds every field any release has;
+``FIELD_RELEASES`` says which releases have the optional ones, and the messages a format
+builds are ``config_pb2``'s without the fields its release lacks. A spec field absent from
+the spec renders as the proto default (``null``, ``""``, ``false``), as Linkerd's own writer
+does.
+
+Nothing is dropped silently: Linkerd's reader ignores unknown fields, so a value written in the
+wrong place or shape would just vanish (every ignored port would become port 0 / an empty
+range). A spec value the target release cannot express is therefore an error naming the field
+and the first release that has it: a port range before edge-20.1.1, a debug image before
+stable-2.7.0. One allowance: stable-2.6 accepts ``scheme: linkerd.io/tls`` (what the defaults
+fill in, and the only issuer scheme stable-2.6 has) and omits it; any other scheme is refused.
 """
 
 from __future__ import annotations
@@ -23,32 +50,40 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cache
 from typing import Any, Final
 
+from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
-from linkerd_config.linkerd.formats.base import FieldError, FormatError
+from linkerd_config.linkerd.formats.base import FieldError, FormatError, Rendering
 from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.legacy import config_pb2
+from linkerd_config.linkerd.formats.legacy.install_defaults import LEGACY_DEFAULTS
 from linkerd_config.linkerd.formats.versions import LinkerdVersion, VersionError, parse_version
+from linkerd_config.linkerd.rollout import DesiredProxy
 
 __all__ = [
+    "FIELD_RELEASES",
     "FIRST_SUPPORTED",
     "FIRST_UNSUPPORTED",
     "MANAGED_KEYS",
     "PORT_RANGES_SINCE",
     "LegacyFormat",
+    "Releases",
     "parse_go_duration",
 ]
 
 MANAGED_KEYS: Final = frozenset({"global", "proxy"})
+TRUST_ANCHOR_FIELD: Final = "spec.global.identityContext.trustAnchorsPEM"
 
-# The oldest releases whose format we have seen: stable-2.6.0's install template (it lacks
-# only identityContext.scheme, which its reader ignores) and the edge-19.12.1 fixture.
+# The oldest releases whose format we have seen: stable-2.6.0's install template and the
+# edge-19.12.1 fixture.
 FIRST_SUPPORTED: Final = (parse_version("stable-2.6.0"), parse_version("edge-19.12.1"))
-# From these releases on, the Helm-values format applies (a separate format, not this one).
-FIRST_UNSUPPORTED: Final = (parse_version("stable-2.9.0"), parse_version("edge-21.1.1"))
+# From these releases on, Linkerd's injector reads the Helm ``values`` key, not global/proxy
+# (linkerd2 PR #5036, "Update Injection to use new linkerd-config.values"): a separate format.
+FIRST_UNSUPPORTED: Final = (parse_version("stable-2.9.0"), parse_version("edge-20.10.2"))
 # Ignored ports became `repeated PortRange` in these releases (linkerd2 PR "port ranges").
 PORT_RANGES_SINCE: Final = (parse_version("edge-20.1.1"), parse_version("stable-2.7.0"))
 
@@ -58,6 +93,19 @@ _PORT = re.compile(r"0|[1-9][0-9]*")
 _RANGE = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
 _RESOURCE_NAMES = ("cpu", "memory")
 
+# Spec keys of the optional Proxy fields (all strings but the debug image), by proto field.
+_PROXY_OPTIONAL: Final = {
+    "debugImage": "debug_image",
+    "debugImageVersion": "debug_image_version",
+    "destinationGetNetworks": "destination_get_networks",
+    "logFormat": "log_format",
+    "outboundConnectTimeout": "outbound_connect_timeout",
+    "inboundConnectTimeout": "inbound_connect_timeout",
+}
+
+# Every field of only some releases, by spec key (each in FIELD_RELEASES).
+_OPTIONAL_FIELDS: Final = {**_PROXY_OPTIONAL, "endpointSliceEnabled": "endpoint_slice_enabled"}
+
 _GLOBAL_KEYS = frozenset(
     {
         "linkerdNamespace",
@@ -66,6 +114,7 @@ _GLOBAL_KEYS = frozenset(
         "identityContext",
         "omitWebhookSideEffects",
         "clusterDomain",
+        "endpointSliceEnabled",
         "configMap",  # the ConfigMap's name: where reconcile writes, not part of the data
     }
 )
@@ -88,9 +137,65 @@ _PROXY_KEYS = frozenset(
         "proxyInitImageVersion",
         "proxyUID",
         "resource",
+        *_PROXY_OPTIONAL,
     }
 )
 _IMAGE_KEYS = frozenset({"name", "pullPolicy"})
+
+# The issuer scheme stable-2.6 always uses, though its IdentityContext cannot say so.
+_LINKERD_SCHEME = "linkerd.io/tls"
+
+
+@dataclass(frozen=True, slots=True)
+class Releases:
+    """The releases whose ``config.proto`` has a field.
+
+    Per channel: from the first release of that channel in ``since`` up to (not including) the
+    one in ``until``. A channel missing from ``since`` never has the field; one missing from
+    ``until`` keeps it to the end of the legacy range.
+    """
+
+    since: tuple[LinkerdVersion, ...]
+    until: tuple[LinkerdVersion, ...] = ()
+
+    def include(self, version: LinkerdVersion) -> bool:
+        first = _of_channel(self.since, version.channel)
+        end = _of_channel(self.until, version.channel)
+        return first is not None and version >= first and (end is None or version < end)
+
+    def requirement(self, version: LinkerdVersion) -> str:
+        """Why a release outside these cannot carry the field, naming the first that can."""
+        first = _of_channel(self.since, version.channel)
+        if first is None:
+            spans = " or ".join(self._span(other) for other in self.since)
+            return f"is only in Linkerd {spans}, in no {version.channel} release"
+        if _of_channel(self.until, version.channel) is None:
+            return f"needs Linkerd {first} or later"
+        return f"is only in Linkerd {self._span(first)}"
+
+    def _span(self, first: LinkerdVersion) -> str:
+        end = _of_channel(self.until, first.channel)
+        return f"{first} or later" if end is None else f"{first} up to (not including) {end}"
+
+
+def _releases(*since: str, until: tuple[str, ...] = ()) -> Releases:
+    return Releases(tuple(parse_version(v) for v in since), tuple(parse_version(v) for v in until))
+
+
+# The fields of config_pb2's messages that only some releases of the range have, by (message,
+# field); every other field is in every release that uses its message. Checked against copies
+# of Linkerd's config.proto for every release (tests/fixtures/linkerd-legacy/). Releases past
+# the range are named where they have the field, to say where to look.
+FIELD_RELEASES: Final[Mapping[tuple[str, str], Releases]] = {
+    ("IdentityContext", "scheme"): _releases("edge-19.10.5", "stable-2.7.0"),
+    ("ProxyWithPortRanges", "debug_image"): _releases("edge-20.1.3", "stable-2.7.0"),
+    ("ProxyWithPortRanges", "debug_image_version"): _releases("edge-20.1.3", "stable-2.7.0"),
+    ("ProxyWithPortRanges", "destination_get_networks"): _releases("edge-20.6.3", "stable-2.8.1"),
+    ("ProxyWithPortRanges", "log_format"): _releases("edge-20.7.1", "stable-2.9.0"),
+    ("ProxyWithPortRanges", "outbound_connect_timeout"): _releases("edge-20.7.5", "stable-2.9.0"),
+    ("ProxyWithPortRanges", "inbound_connect_timeout"): _releases("edge-20.7.5", "stable-2.9.0"),
+    ("Global", "endpoint_slice_enabled"): _releases("edge-20.7.3", until=("edge-20.8.4",)),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +228,53 @@ class LegacyFormat:
         return MANAGED_KEYS
 
     @property
+    def owned_keys(self) -> frozenset[str]:
+        """``global`` and ``proxy`` are written whole from the spec."""
+        return MANAGED_KEYS
+
+    def defaults(self) -> Mapping[str, Any]:
+        """What ``linkerd install`` of the era wrote for a field the spec leaves out."""
+        return LEGACY_DEFAULTS
+
+    def check(self, spec: Mapping[str, Any]) -> list[FieldError]:
+        """Everything ``render`` would refuse (a trust anchor is not needed to check)."""
+        try:
+            self.messages(spec)
+        except FormatError as error:
+            return list(error.errors)
+        return []
+
+    def rendering(
+        self, spec: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]
+    ) -> Rendering:
+        """``render`` of the spec, with the cluster's trust anchor when the spec has none
+        (Linkerd cannot run without one: with neither, FormatError on the anchor field)."""
+        stated = spec.get("global")
+        global_: Mapping[str, Any] = stated if isinstance(stated, Mapping) else {}
+        name = str(global_.get("configMap") or "linkerd-config")
+        where = f"{global_.get('linkerdNamespace') or 'linkerd'}/{name}"
+        identity = global_.get("identityContext")
+        identity = identity if isinstance(identity, Mapping) else {}
+        source = "Spec"
+        if not str(identity.get("trustAnchorsPEM") or "").strip():
+            kept = self.trust_anchors(current.get(name) or {})
+            if not kept:
+                raise FormatError(
+                    [(TRUST_ANCHOR_FIELD, f"not set, and ConfigMap {where} holds none to keep")]
+                )
+            spec = {
+                **spec,
+                "global": {**global_, "identityContext": {**identity, "trustAnchorsPEM": kept}},
+            }
+            source = "Cluster"
+        data = self.render(spec)
+        proxy = spec.get("proxy")
+        version = str((proxy if isinstance(proxy, Mapping) else {}).get("proxyVersion") or "")
+        return Rendering(
+            data=data, managed=data, proxy=DesiredProxy(version), trust_anchor_source=source
+        )
+
+    @property
     def port_ranges(self) -> bool:
         """Whether this release reads ignored ports as ranges (``portRange``)."""
         return self.version.at_least(*PORT_RANGES_SINCE)
@@ -141,7 +293,19 @@ class LegacyFormat:
         proxy = self._proxy(reader, reader.section(root, "proxy", "spec"))
         if reader.errors:
             raise FormatError(reader.errors)
-        return {"global": global_, "proxy": proxy}
+        return {"global": self._exact(global_), "proxy": self._exact(proxy)}
+
+    @property
+    def absent_fields(self) -> frozenset[tuple[str, str]]:
+        """The (message, field) pairs of ``config_pb2`` this release's config.proto lacks."""
+        return frozenset(
+            key for key, releases in FIELD_RELEASES.items() if not releases.include(self.version)
+        )
+
+    def has_field(self, message: str, field: str) -> bool:
+        """Whether this release's ``message`` (a ``config_pb2`` name) has ``field``."""
+        releases = FIELD_RELEASES.get((message, field))
+        return releases is None or releases.include(self.version)
 
     def trust_anchors(self, data: Mapping[str, str]) -> str | None:
         """The PEM in ``global``'s identityContext, or None when there is none to reuse.
@@ -196,12 +360,59 @@ class LegacyFormat:
                 trust_anchors_pem=reader.string(identity, "trustAnchorsPEM", identity_path),
                 issuance_lifetime=reader.duration(identity, "issuanceLifeTime", identity_path),
                 clock_skew_allowance=reader.duration(identity, "clockSkewAllowance", identity_path),
-                scheme=reader.string(identity, "scheme", identity_path),
+                scheme=self._scheme(reader, identity, identity_path),
             ),
             # auto_inject_context stays unset: Linkerd always writes it as null.
             omitWebhookSideEffects=reader.boolean(section, "omitWebhookSideEffects", path),
             cluster_domain=reader.string(section, "clusterDomain", path),
+            endpoint_slice_enabled=(
+                self._given(reader, section, "endpointSliceEnabled", path, "Global")
+                and reader.boolean(section, "endpointSliceEnabled", path)
+            ),
         )
+
+    def _scheme(self, reader: _Reader, identity: Mapping[str, Any], path: str) -> str:
+        """The issuer scheme; stable-2.6 has no field for it and takes only its own one."""
+        if self.has_field("IdentityContext", "scheme"):
+            return reader.string(identity, "scheme", path)
+        scheme = identity.get("scheme")
+        if scheme is not None and not isinstance(scheme, str):
+            reader.fail(f"{path}.scheme", "must be a string")
+        elif scheme not in (None, "", _LINKERD_SCHEME):
+            requirement = FIELD_RELEASES[("IdentityContext", "scheme")].requirement(self.version)
+            reader.fail(
+                f"{path}.scheme", f"{requirement}; {self.version} always uses {_LINKERD_SCHEME}"
+            )
+        return ""
+
+    def _given(
+        self, reader: _Reader, section: Mapping[str, Any], key: str, path: str, message: str
+    ) -> bool:
+        """Whether the spec gives ``key`` (a field of only some releases) and this release has it.
+
+        A value given for a release without the field is an error naming the first release
+        that has it; the caller then leaves the field at its default.
+        """
+        if section.get(key) is None:
+            return False
+        field = _OPTIONAL_FIELDS[key]
+        if self.has_field(message, field):
+            return True
+        reader.fail(f"{path}.{key}", FIELD_RELEASES[(message, field)].requirement(self.version))
+        return False
+
+    def _exact(self, message: Message) -> Message:
+        """``message`` as this release's message: the same values, only the release's fields.
+
+        The readers refuse every value a release cannot carry, so the absent fields are at
+        their defaults and converting loses nothing; a difference here is a bug.
+        """
+        exact: Message = _release_messages(self.absent_fields)[message.DESCRIPTOR.name]()
+        exact.ParseFromString(message.SerializeToString())
+        exact.DiscardUnknownFields()
+        if exact.SerializeToString() != message.SerializeToString():
+            raise AssertionError(f"{message.DESCRIPTOR.name} lost a value for {self.version}")
+        return exact
 
     def _proxy(
         self, reader: _Reader, section: Mapping[str, Any]
@@ -224,6 +435,10 @@ class LegacyFormat:
             "proxy_version": reader.string(section, "proxyVersion", path),
             "proxy_init_image_version": reader.string(section, "proxyInitImageVersion", path),
         }
+        for key, field in _PROXY_OPTIONAL.items():
+            if self._given(reader, section, key, path, "ProxyWithPortRanges"):
+                read = reader.image if key == "debugImage" else reader.string
+                fields[field] = read(section, key, path)
         if self.port_ranges:
             return config_pb2.ProxyWithPortRanges(
                 ignore_inbound_ports=[config_pb2.PortRange(port_range=p) for p in inbound],
@@ -271,6 +486,30 @@ class LegacyFormat:
             else:
                 reader.fail(where, 'is not a port ("8888") or a port range ("1000-2000")')
         return kept
+
+
+@cache
+def _release_messages(absent: frozenset[tuple[str, str]]) -> Mapping[str, type[Message]]:
+    """``config_pb2``'s messages without the ``absent`` (message, field) pairs, by name.
+
+    Built from ``config_pb2``'s own descriptor, so names, numbers, types and declaration
+    order stay as generated; only whole fields go. They live in a descriptor pool of their
+    own, since the default pool already holds the full messages under the same names.
+    """
+    file = descriptor_pb2.FileDescriptorProto.FromString(config_pb2.DESCRIPTOR.serialized_pb)
+    for message in file.message_type:
+        kept = [field for field in message.field if (message.name, field.name) not in absent]
+        del message.field[:]
+        message.field.extend(kept)
+    pool = descriptor_pool.DescriptorPool()
+    pool.AddSerializedFile(duration_pb2.DESCRIPTOR.serialized_pb)
+    pool.Add(file)
+    return {
+        message.name: message_factory.GetMessageClass(
+            pool.FindMessageTypeByName(f"{file.package}.{message.name}")
+        )
+        for message in file.message_type
+    }
 
 
 class _Reader:
@@ -446,6 +685,10 @@ def parse_go_duration(text: str) -> int:
 
 def _either(mapping: Mapping[str, Any], json_name: str, original_name: str) -> Any:
     return mapping[json_name] if json_name in mapping else mapping.get(original_name)
+
+
+def _of_channel(firsts: Sequence[LinkerdVersion], channel: str) -> LinkerdVersion | None:
+    return next((first for first in firsts if first.channel == channel), None)
 
 
 def _first_of_channel(firsts: Sequence[LinkerdVersion], version: LinkerdVersion) -> LinkerdVersion:
