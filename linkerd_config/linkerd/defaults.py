@@ -10,7 +10,7 @@ The mutating webhook applies ``defaulted`` as a JSONPatch, and reconcile applies
 function before rendering, so an object stored while the webhook was down still renders
 exactly as a defaulted one would. Defaulting is idempotent: a defaulted spec is a fixed point.
 The webhook sees no cluster, so it takes the format from the version the spec states
-(``formats.stated_version``); a spec that states none gets the location defaults only, and
+(``formats.stated_version``); a spec that states none gets the common defaults only, and
 reconcile, which knows the cluster's version, fills the rest.
 """
 
@@ -28,21 +28,25 @@ from linkerd_config.linkerd.formats import (
     stated_version,
 )
 
-LOCATION_DEFAULTS: Json = {
+COMMON_DEFAULTS: Json = {
     "global": {"linkerdNamespace": "linkerd", "configMap": "linkerd-config"},
+    # An empty section, so that a spec without one is refused naming the field it lacks
+    # (spec.proxy.proxyVersion), not the section.
+    "proxy": {},
 }
+"""Every format's: where the configuration goes, and the sections a spec has."""
 
 
 def defaulted(spec: Json, fmt: ConfigFormat | None = None) -> Json:
     """A new spec with every missing field filled; present fields are never changed.
 
     ``fmt`` is the format the spec will be written in; None picks it from the stated version
-    (none, or an unusable one: location defaults only). In the legacy format
+    (none, or an unusable one: the common defaults only). In the legacy format
     ``global.version`` defaults to ``proxy.proxyVersion``: in a Linkerd install of that era
     the control plane and the proxy share one version.
     """
     result = copy.deepcopy(spec)
-    _fill(result, LOCATION_DEFAULTS)
+    _fill(result, COMMON_DEFAULTS)
     if fmt is None:
         fmt = _stated_format(spec)
     if fmt is not None:

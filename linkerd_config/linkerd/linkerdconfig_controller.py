@@ -271,7 +271,11 @@ class LinkerdConfigController:
     async def _preserve(self, config: Json, configmap: Json, desired: Desired) -> None:
         """Keep the companion copy of what we did not write up to date (rarely a write)."""
         target = desired.target
-        part = unmanaged_part(configmap, set(desired.data) - desired.preserve_keys)
+        # A key we rewrite in place is kept as it will be once written, so our own write
+        # does not make the copy stale (one preserve per change, not two).
+        ours = {k: v for k, v in desired.data.items() if k in desired.preserve_keys}
+        after = {**configmap, "data": {**(configmap.get("data") or {}), **ours}}
+        part = unmanaged_part(after, set(desired.data) - desired.preserve_keys)
         key = f"{target.namespace}/{preserved_name(target)}"
         if from_preserved(self.configmaps.store.get(key)) == part:
             return

@@ -141,6 +141,10 @@ def spec_schema() -> dict[str, Any]:
             ),
             "identityContext": identity,
             "omitWebhookSideEffects": _bool("Declare webhooks without side effects."),
+            "endpointSliceEnabled": _bool(
+                "Use EndpointSlices (legacy format edge-20.7.3 to edge-20.8.3; values: "
+                "enableEndpointSlices)."
+            ),
             "clusterDomain": _str("Cluster DNS domain.", maxLength=253),
             "configMap": {
                 **_str("Name of the ConfigMap to manage.", maxLength=253, minLength=1),
@@ -178,6 +182,24 @@ def spec_schema() -> dict[str, Any]:
                 "description": "UID the proxy runs as.",
             },
             "resource": _resources(),
+            "debugImage": _image("debug container"),
+            "debugImageVersion": _str(
+                "Debug container version (Linkerd edge-20.1.3 / stable-2.7.0 on).", maxLength=128
+            ),
+            "destinationGetNetworks": _str(
+                "Networks the proxy resolves through the destination service, comma-separated "
+                "CIDRs (edge-20.6.3 / stable-2.8.1 on; values: clusterNetworks).",
+                maxLength=4096,
+            ),
+            "logFormat": _str("Proxy log format (edge-20.7.1 on).", enum=["plain", "json"]),
+            "outboundConnectTimeout": _str(
+                "Proxy outbound connect timeout, e.g. 1000ms (edge-20.7.5 on).",
+                pattern=DURATION_PATTERN,
+            ),
+            "inboundConnectTimeout": _str(
+                "Proxy inbound connect timeout, e.g. 100ms (edge-20.7.5 on).",
+                pattern=DURATION_PATTERN,
+            ),
         },
         # proxyInitImageVersion is required by the legacy format only (validation says so):
         # the values format has no such field from the unified proxy image on.

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd.defaults import LOCATION_DEFAULTS, defaulted
+from linkerd_config.linkerd.defaults import COMMON_DEFAULTS, defaulted
 from linkerd_config.linkerd.formats import format_of
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
@@ -46,7 +46,7 @@ from linkerd_config.linkerd.rollout import DesiredProxy
 def target_of(config: Json) -> Target:
     """The ConfigMap a LinkerdConfig manages (the same in every format)."""
     stated = (config.get("spec") or {}).get("global") or {}
-    location = {**LOCATION_DEFAULTS["global"], **{k: v for k, v in stated.items() if v}}
+    location = {**COMMON_DEFAULTS["global"], **{k: v for k, v in stated.items() if v}}
     return Target(str(location["linkerdNamespace"]), str(location["configMap"]))
 
 

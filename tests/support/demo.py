@@ -7,26 +7,35 @@ injected by it); runs the controller with its webhooks registered on the API ser
 invalid object refused, the edge-19.12.3 LinkerdConfig applied, the controller waiting until
 the injector really serves the new configuration (ConfigMap files reach it
 ``PROJECTION_DELAY`` seconds late, as the kubelet's do), the data plane rolled, the original
-README's check, a manual edit reverted; then stops everything. Every step says what it does,
-and kubectl shows the results.
+README's check, a manual edit reverted. Then the same story on a second control plane with
+today's Linkerd (edge-26.8.3, installed from its own ``linkerd install`` output): a small
+LinkerdConfig changes two Helm values, the rest of ``values`` kept, and the opted-in pods come
+back with the new native-sidecar proxy. Stops everything. Every step says what it does, and
+kubectl shows the results.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.resource import (
+    CONFIGMAPS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
@@ -234,6 +243,88 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                 await kube.request("DELETE", f"{_collection(config)}/{config['metadata']['name']}")
 
 
+MODERN_TAG = "edge-26.8.3"
+MODERN_CONFIG = {
+    "apiVersion": "config.linkerd.io/v1alpha1",
+    "kind": "LinkerdConfig",
+    "metadata": {"name": "linkerd"},
+    "spec": {"proxy": {"proxyVersion": "edge-26.8.4", "logLevel": "debug"}},
+}
+NATIVE_SIDECAR_COLUMNS = (
+    "custom-columns=POD:.metadata.name,"
+    "RECONCILE:.metadata.labels.config\\.linkerd\\.io/reconcile,"
+    'PROXY:.spec.initContainers[?(@.name=="linkerd-proxy")].image'
+)
+
+
+async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
+    """The same story with today's Linkerd: the Helm ``values`` key, a native sidecar."""
+    kubectl = Kubectl(cp.binary("kubectl"), cp.kubeconfig)
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="demo") as kube:
+        step(
+            f"Starting point: Linkerd {MODERN_TAG}'s own `linkerd install --ignore-cluster` "
+            "(linkerd-config with its Helm values, the trust roots) and its real proxy injector"
+        )
+        install = await asyncio.to_thread(render_install, MODERN_TAG)
+        await scenario.install_crd(kube)
+        await scenario.create(kube, NAMESPACES.path(), install.namespace)
+        for configmap in install.configmaps:
+            await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
+        installed = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
+        async with scenario.linkerd_injector(
+            cp,
+            MODERN_TAG,
+            projection_delay=PROJECTION_DELAY,
+            webhook_template=install.injector_webhook,
+        ) as injector:
+            await scenario.install_workloads(kube)
+            await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+            print(f"{DIM}# a native sidecar: the proxy is an init container{RESET}")
+            await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
+
+            step("Run the controller; apply a LinkerdConfig as small as a user would write")
+            settings = scenario.local_settings(cp.kubeconfig, "--identity", "demo-modern")
+            app = await build(settings, RolloutOptions(restart_interval=1.0))
+            async with running(app):
+                path = workdir / "modern.yaml"
+                path.write_text(yaml.safe_dump(MODERN_CONFIG, sort_keys=False))
+                print(path.read_text(), end="")
+                started = time.monotonic()
+                await kubectl("apply", "-f", str(path))
+                await kubectl(
+                    "wait", "linkerdconfig/linkerd", "--for=condition=Ready", "--timeout=180s"
+                )
+                print(f"Ready after {time.monotonic() - started:.1f}s")
+                await kubectl("get", "linkerdconfig")
+                await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+
+                step("Two Helm values changed; every other value and key kept")
+                cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+                values = yaml.safe_load(cm["data"]["values"])
+                print(json.dumps(changed(installed, values), indent=2))
+                kept = sum(values.get(key) == value for key, value in installed.items())
+                print(f"top-level values identical to the install: {kept} of {len(installed)}")
+                other_keys = sorted(k for k in cm["data"] if k != "values")
+                same = all(cm["data"][k] == install.configmaps[0]["data"][k] for k in other_keys)
+                print(f"other keys ({', '.join(other_keys)}) byte for byte: {same}")
+
+                step("Opted-in pods restarted onto the new proxy; vote-bot was not")
+                await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
+                print(timeline(cp, injector))
+                step("Stopping the controller and the control plane")
+
+
+def changed(before: object, after: object, path: str = "") -> dict[str, object]:
+    """Every value that differs, by dotted path: ``{path: [before, after]}``."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        found: dict[str, object] = {}
+        for key in sorted(set(before) | set(after)):
+            found.update(changed(before.get(key), after.get(key), f"{path}.{key}".lstrip(".")))
+        return found
+    return {} if before == after else {path: [before, after]}
+
+
 def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:
     """When the ConfigMap was written, the injector got it, and the restarts began."""
     agent = "linkerd-config/"
@@ -262,6 +353,12 @@ def main() -> int:
     ):
         print(f"API server {cp.server}; kubeconfig {cp.kubeconfig}")
         asyncio.run(demo(cp, Path(tmp)))
+    step(f"The same story on today's Linkerd ({MODERN_TAG}), on a fresh control plane")
+    with (
+        LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp,
+        tempfile.TemporaryDirectory(prefix="linkerd-config-demo-") as tmp,
+    ):
+        asyncio.run(demo_modern(cp, Path(tmp)))
     step(f"Done in {time.monotonic() - started:.0f}s; nothing left running")
     return 0
 

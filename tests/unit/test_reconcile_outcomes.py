@@ -4,8 +4,11 @@ records what it is asked (or refuses), an event recorder that lists. No API serv
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+import yaml
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
@@ -152,3 +155,83 @@ async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() 
     (created,) = writer.created
     assert set(created["data"]) == {"install", "global", "proxy"}  # whole, in one create
     assert created["metadata"]["annotations"]["linkerd.io/created-by"] == "linkerd/cli edge-19.12.1"
+
+
+# -- the Helm-values format: Linkerd edge-26.8.3's own install ------------------------------
+
+MODERN = Path(__file__).resolve().parents[1] / "fixtures" / "linkerd-config_edge-26.8.3.yaml"
+
+
+def modern_install() -> list[Json]:
+    return [d for d in yaml.safe_load_all(MODERN.read_text()) if d]
+
+
+def small(**proxy: Any) -> Json:
+    spec = {"proxy": {"proxyVersion": "edge-26.8.4", "logLevel": "debug", **proxy}}
+    meta = {"name": "modern", "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 1}
+    return {"apiVersion": "config.linkerd.io/v1alpha1", "kind": "LinkerdConfig",
+            "metadata": meta, "spec": spec}  # fmt: skip
+
+
+async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
+    config_cm, roots = modern_install()
+    ctl, writer, _ = controller(small(), configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    await ctl.reconcile("modern")
+    preserved, ours = writer.applied  # no trust anchor stated: the trust roots are not ours
+    assert set(preserved["data"]) == {"values", "linkerd-crds-chart-version"}
+    assert set(ours["data"]) == {"values"}
+    values = yaml.safe_load(ours["data"]["values"])
+    assert values["proxy"]["logLevel"] == "debug"
+    assert values["controllerReplicas"] == 1  # a value we do not manage, still there
+    status = writer.statuses[-1]
+    assert status["trustAnchorSource"] == "Cluster"
+    # Written and cached: the next reconcile writes nothing.
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(preserved)
+    ctl.configs.store.put({**small(), "status": status})
+    before = (len(writer.applied), len(writer.statuses))
+    await ctl.reconcile("modern")
+    assert (len(writer.applied), len(writer.statuses)) == before
+
+
+async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
+    config_cm, roots = modern_install()
+    anchor = (SAMPLES / "second_trust_anchor.pem").read_text()
+    spec_config = small()
+    spec_config["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": anchor}}
+    ctl, writer, recorder = controller(spec_config, configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    await ctl.reconcile("modern")
+    names = [o["metadata"]["name"] for o in writer.applied]
+    assert names == ["linkerd-config-preserved", "linkerd-config", "linkerd-identity-trust-roots"]
+    assert writer.applied[-1]["data"] == {"ca-bundle.crt": anchor.strip()}
+    assert recorder.events.count(("Normal", "ConfigMapUpdated")) == 2
+
+
+async def test_a_deleted_modern_configmap_comes_back_from_its_preserved_values() -> None:
+    config_cm, roots = modern_install()
+    ctl, writer, _ = controller(small(), configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    await ctl.reconcile("modern")
+    preserved = writer.applied[0]
+    ctl.configmaps.store.delete(CM_KEY)
+    ctl.configmaps.store.put(preserved)
+    await ctl.reconcile("modern")
+    (created,) = writer.created
+    assert set(created["data"]) == {"values", "linkerd-crds-chart-version"}
+    restored = yaml.safe_load(created["data"]["values"])
+    original = yaml.safe_load(config_cm["data"]["values"])
+    assert restored["proxy"]["logLevel"] == "debug"
+    assert restored["identityTrustAnchorsPEM"] == original["identityTrustAnchorsPEM"]
+
+
+async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None:
+    config_cm, _ = modern_install()
+    ctl, writer, _ = controller(config(), configmap=config_cm)  # edge-19.12.3's sample
+    await ctl.reconcile("edge-19.12.3")
+    assert writer.applied == []
+    (status,) = writer.statuses
+    assert conditions(status)["ConfigMapSynced"] == ("False", "InvalidConfig")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "ConfigMapSynced")
+    assert "upgrade Linkerd first" in message

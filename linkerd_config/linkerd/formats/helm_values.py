@@ -166,6 +166,14 @@ FIELDS: Final[tuple[_Field, ...]] = (
         convert=lambda disabled: not disabled,
     ),
     _Field(("proxy", "proxyUID"), ("proxy", "uid"), nested=True),
+    _Field(("global", "endpointSliceEnabled"), ("enableEndpointSlices",), nested=True),
+    _Field(("proxy", "debugImage", "name"), ("debugContainer", "image", "name")),
+    _Field(("proxy", "debugImage", "pullPolicy"), ("debugContainer", "image", "pullPolicy")),
+    _Field(("proxy", "debugImageVersion"), ("debugContainer", "image", "version")),
+    _Field(("proxy", "destinationGetNetworks"), ("clusterNetworks",), nested=True),
+    _Field(("proxy", "logFormat"), ("proxy", "logFormat"), nested=True),
+    _Field(("proxy", "outboundConnectTimeout"), ("proxy", "outboundConnectTimeout"), nested=True),
+    _Field(("proxy", "inboundConnectTimeout"), ("proxy", "inboundConnectTimeout"), nested=True),
     *(
         _Field(
             ("proxy", "resource", kind, name),
