@@ -235,3 +235,23 @@ async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None
     assert conditions(status)["ConfigMapSynced"] == ("False", "InvalidConfig")
     message = next(c["message"] for c in status["conditions"] if c["type"] == "ConfigMapSynced")
     assert "upgrade Linkerd first" in message
+
+
+async def test_a_helm_upgrade_re_rendering_values_is_reverted_for_what_we_manage() -> None:
+    config_cm, roots = modern_install()
+    ctl, writer, recorder = controller(small(), configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    await ctl.reconcile("modern")
+    preserved, ours = writer.applied
+    # `helm upgrade` writes the chart's values back (ours lost), and sets one of its own.
+    upgraded = yaml.safe_load(config_cm["data"]["values"])
+    upgraded["controllerReplicas"] = 3
+    helm = merged(config_cm, ours)
+    helm["data"] = {**helm["data"], "values": yaml.safe_dump(upgraded)}
+    ctl.configmaps.store.put(helm)
+    ctl.configmaps.store.put(preserved)
+    await ctl.reconcile("modern")
+    reverted = yaml.safe_load(writer.applied[-1]["data"]["values"])
+    assert reverted["proxy"]["logLevel"] == "debug"  # ours, back
+    assert reverted["controllerReplicas"] == 3  # theirs, kept
+    assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
