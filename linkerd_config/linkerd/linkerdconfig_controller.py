@@ -259,6 +259,8 @@ class LinkerdConfigController:
                 "configMap": str(target),
                 "configHash": desired.config_hash,
                 "trustAnchorSource": desired.trust_anchor_source,
+                "linkerdVersion": desired.linkerd_version,
+                "configFormat": desired.config_format,
                 "outdatedWorkloads": outcome.outdated,
                 "restartedWorkloads": outcome.restarted_total,
                 "evictedPods": outcome.evicted,

@@ -250,6 +250,13 @@ def status_schema() -> dict[str, Any]:
             "trustAnchorSource": _str(
                 "Where the trust anchor came from.", enum=["Spec", "Cluster"]
             ),
+            "linkerdVersion": _str(
+                "The Linkerd version the configuration was written for (the spec's, or the "
+                "cluster's when the spec leaves it out)."
+            ),
+            "configFormat": _str(
+                "The linkerd-config format that version reads.", enum=["legacy", "values"]
+            ),
             "outdatedWorkloads": {**count, "description": "Workloads still on another proxy."},
             "restartedWorkloads": {
                 **count,
@@ -287,14 +294,11 @@ def crd() -> dict[str, Any]:
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
                         {
-                            "name": "Control Plane Namespace",
-                            "type": "string",
-                            "jsonPath": ".spec.global.linkerdNamespace",
-                        },
-                        {
+                            # namespace/name, as reconcile resolved it: a spec may leave both
+                            # to the defaults.
                             "name": "ConfigMap",
                             "type": "string",
-                            "jsonPath": ".spec.global.configMap",
+                            "jsonPath": ".status.configMap",
                         },
                         {
                             "name": "Ready",
@@ -302,6 +306,31 @@ def crd() -> dict[str, Any]:
                             "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
                         },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+                        # -o wide: what an operator wants at a glance besides.
+                        {
+                            "name": "Linkerd",
+                            "type": "string",
+                            "jsonPath": ".status.linkerdVersion",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "Format",
+                            "type": "string",
+                            "jsonPath": ".status.configFormat",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "Proxy",
+                            "type": "string",
+                            "jsonPath": ".spec.proxy.proxyVersion",
+                            "priority": 1,
+                        },
+                        {
+                            "name": "Reason",
+                            "type": "string",
+                            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+                            "priority": 1,
+                        },
                     ],
                     "schema": {
                         "openAPIV3Schema": _obj(

@@ -75,6 +75,8 @@ class Desired:
     """Other ConfigMaps in the target's namespace, by name: the keys we write there."""
     preserve_keys: frozenset[str] = frozenset()
     """Keys we rewrite in place (``values``): kept whole in the preserved copy as well."""
+    linkerd_version: str = ""
+    config_format: str = ""
 
 
 def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> Desired:
@@ -97,6 +99,8 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
         rendering.proxy,
         rendering.companions,
         fmt.managed_keys - fmt.owned_keys,
+        str(fmt.version),
+        fmt.name,
     )
 
 

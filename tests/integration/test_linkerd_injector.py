@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import copy
 import hashlib
+import subprocess
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -281,6 +282,18 @@ async def test_values_and_trust_roots_drive_the_real_injector(
                 if key != "values":
                     assert cm["data"][key] == value  # other keys byte for byte
             assert restarts(cp) == sorted(OPTED_IN)  # once each
+            wide = await asyncio.to_thread(
+                subprocess.run,
+                [str(cp.binary("kubectl")), f"--kubeconfig={cp.kubeconfig}", "get",
+                 "linkerdconfig", "modern", "-o", "wide", "--no-headers"],
+                capture_output=True, text=True, check=True, timeout=30,
+            )  # fmt: skip
+            # NAME CONFIGMAP READY AGE LINKERD FORMAT PROXY REASON
+            columns = wide.stdout.split()
+            assert columns[:3] == ["modern", "linkerd/linkerd-config", "True"], wide.stdout
+            assert columns[4:] == [
+                "edge-26.8.3", "values", NEW_VERSION, "Ready"
+            ], wide.stdout  # fmt: skip
             for name in OPTED_IN:
                 for pod in await pods_of(kube, name):
                     container = proxy(pod)

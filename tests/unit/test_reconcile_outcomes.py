@@ -123,6 +123,8 @@ async def test_drift_is_applied_and_the_rest_preserved_then_nothing_more() -> No
     assert set(ours["data"]) == {"global", "proxy"}  # only what we manage is applied
     assert ("Normal", "ConfigMapUpdated") in recorder.events
     assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")  # no pods to roll
+    status = writer.statuses[-1]
+    assert (status["linkerdVersion"], status["configFormat"]) == ("edge-19.12.3", "legacy")
     assert result.requeue_after is None
     # The caches now show what was written: the next reconcile writes nothing at all.
     ctl.configmaps.store.put(merged(install_configmap(), ours))
@@ -186,6 +188,8 @@ async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
     assert values["controllerReplicas"] == 1  # a value we do not manage, still there
     status = writer.statuses[-1]
     assert status["trustAnchorSource"] == "Cluster"
+    # The spec left the version to the cluster: status (and `kubectl get -o wide`) says it.
+    assert (status["linkerdVersion"], status["configFormat"]) == ("edge-26.8.3", "values")
     # Written and cached: the next reconcile writes nothing.
     ctl.configmaps.store.put(merged(config_cm, ours))
     ctl.configmaps.store.put(preserved)

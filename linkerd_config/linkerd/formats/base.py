@@ -82,6 +82,11 @@ class ConfigFormat(Protocol):
         ...
 
     @property
+    def name(self) -> str:
+        """``legacy`` or ``values``: shown in status and ``kubectl get -o wide``."""
+        ...
+
+    @property
     def managed_keys(self) -> frozenset[str]:
         """The ``linkerd-config`` data keys ``rendering`` writes; every other key is left alone."""
         ...

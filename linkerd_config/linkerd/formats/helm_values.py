@@ -213,6 +213,10 @@ class HelmValuesFormat:
     def supports(version: LinkerdVersion) -> bool:
         return version.at_least(*FIRST_SUPPORTED)
 
+    @property
+    def name(self) -> str:
+        return "values"
+
     # -- what this release has -------------------------------------------------------------
 
     @property

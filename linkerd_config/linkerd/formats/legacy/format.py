@@ -224,6 +224,10 @@ class LegacyFormat:
             raise FormatError([("spec.global.version", str(error))]) from error
 
     @property
+    def name(self) -> str:
+        return "legacy"
+
+    @property
     def managed_keys(self) -> frozenset[str]:
         return MANAGED_KEYS
 
