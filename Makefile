@@ -68,7 +68,7 @@ dev-cluster-up: binaries ## start the local control plane in the background
 dev-cluster-down: $(STAMP) ## stop it and remove its files
 	$(PY) -m linkerd_config dev-cluster down
 
-dev-cluster-status: $(STAMP)
+dev-cluster-status: $(STAMP) ## print the local control plane's state (server, kubeconfig, pids)
 	$(PY) -m linkerd_config dev-cluster status
 
 # ---- for people with a real cluster (current kubeconfig) ----------------------------------

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 
 from linkerd_config import settings as settings_module
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Declarative Linkerd configuration: reconcile LinkerdConfig objects into "
         "the linkerd-config ConfigMap and roll the data plane.",
     )
+    parser.add_argument("--version", action="version", version=f"linkerd-config {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
@@ -86,8 +88,18 @@ def build_parser() -> argparse.ArgumentParser:
         "dev-cluster",
         help="a real local control plane (etcd, kube-apiserver, controller-manager, "
         "scheduler, kwok) on loopback",
+        description="A real local control plane on loopback, for your own kubectl and for "
+        "`linkerd-config run --kubeconfig`. Binaries are found or built on first use.",
+        epilog="actions:\n"
+        "  up      start it in the background (a supervisor process) and print the\n"
+        "          KUBECONFIG and PATH exports to use it\n"
+        "  status  print its state (server, kubeconfig, pids, which components are alive);\n"
+        "          exit 1 when none is running\n"
+        "  env     print only the exports, for eval \"$(linkerd-config dev-cluster env)\"\n"
+        "  down    stop it and remove every file up created",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    dev.add_argument("action", choices=["up", "down", "status", "env"])
+    dev.add_argument("action", choices=["up", "down", "status", "env"], help="see below")
     dev.add_argument(
         "--state-dir",
         default=os.environ.get("LINKERD_CONFIG_DEV_CLUSTER_DIR", str(service.default_state_dir())),
@@ -100,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(func=_dev_cluster)
     return parser
+
+
+def _version() -> str:
+    try:
+        return metadata.version("linkerd-config")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,26 +30,40 @@ def _bool(text: str) -> bool:
     raise ValueError("expected true or false")
 
 
+def _whole(text: str, what: str) -> int:
+    """An integer, or a ValueError that says what was expected (not Python's wording)."""
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be a whole number") from None
+
+
 def _address(text: str) -> tuple[str, int]:
-    """``host:port`` or ``:port`` (all interfaces); port 0 means disabled."""
+    """``host:port`` or ``:port`` (all interfaces); ``0`` or port 0 means disabled, as in
+    controller-runtime."""
+    if text.strip() == "0":
+        return "", 0
     host, sep, port = text.rpartition(":")
     if not sep:
-        raise ValueError("expected host:port or :port")
-    number = int(port)
+        raise ValueError("expected host:port, :port, or 0 to disable")
+    number = _whole(port, "the port")
     if not 0 <= number <= 65535:
-        raise ValueError("port must be 0-65535")
+        raise ValueError("the port must be 0-65535")
     return host or "0.0.0.0", number
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    value = _whole(text, "it")
     if value < 1:
         raise ValueError("must be at least 1")
     return value
 
 
 def _seconds(text: str) -> float:
-    value = float(text.removesuffix("s"))
+    try:
+        value = float(text.strip().removesuffix("s"))
+    except ValueError:
+        raise ValueError("expected a number of seconds, e.g. 15 or 15s") from None
     if not value > 0:
         raise ValueError("must be a positive number of seconds")
     return value
@@ -176,8 +190,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         opt: _Opt = f.metadata["opt"]
         default = f"default {opt.default}" if opt.default is not None else "no default"
+        # A switch may stand alone (``--leader-elect`` means true), as in controller-runtime.
+        switch = {"nargs": "?", "const": "true"} if opt.parse is _bool else {}
         parser.add_argument(
-            opt.flag, dest=f.name, default=None, help=f"{opt.help} (env {opt.env}; {default})"
+            opt.flag,
+            dest=f.name,
+            default=None,
+            help=f"{opt.help} (env {opt.env}; {default})",
+            **switch,  # type: ignore[arg-type]
         )
 
 
@@ -197,7 +217,8 @@ def from_namespace(args: argparse.Namespace, env: Mapping[str, str] | None = Non
         try:
             values[f.name] = opt.parse(raw)
         except ValueError as exc:
-            raise SettingsError(f"{opt.flag} (from {source}) = {raw!r}: {exc}") from exc
+            where = opt.flag if source == opt.flag else f"{opt.flag} (from {source})"
+            raise SettingsError(f"{where} = {raw!r}: {exc}") from exc
     return Settings(**values)
 
 

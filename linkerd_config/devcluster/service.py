@@ -34,9 +34,13 @@ def _state_file(state_dir: Path) -> Path:
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """The running supervisor's state; None if there is none we can read (a partial or foreign
+    file counts as none: ``down`` then only cleans up)."""
     try:
-        state: dict[str, Any] = json.loads(_state_file(state_dir).read_text())
+        state = json.loads(_state_file(state_dir).read_text())
     except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or not isinstance(state.get("supervisor_pid"), int):
         return None
     return state
 
@@ -105,7 +109,7 @@ def down(state_dir: Path, timeout: float = 60.0) -> bool:
     """Stop the supervisor and wait for it; False when nothing was running."""
     state = read_state(state_dir)
     if state is None or not _alive(state["supervisor_pid"]):
-        _state_file(state_dir).unlink(missing_ok=True)
+        _remove_files(state_dir)
         return False
     pid = int(state["supervisor_pid"])
     os.kill(pid, signal.SIGTERM)
@@ -115,8 +119,21 @@ def down(state_dir: Path, timeout: float = 60.0) -> bool:
     if _alive(pid):
         os.killpg(pid, signal.SIGKILL)
         raise DevClusterError(f"supervisor {pid} ignored SIGTERM for {timeout:.0f}s; killed it")
-    _state_file(state_dir).unlink(missing_ok=True)
+    _remove_files(state_dir)
     return True
+
+
+_OUR_FILES = ("state.json", "state.tmp", "kubeconfig", "supervisor.log")
+
+
+def _remove_files(state_dir: Path) -> None:
+    """What ``up`` created, and the folder if nothing else is in it: ``down`` leaves no trace."""
+    for name in _OUR_FILES:
+        (state_dir / name).unlink(missing_ok=True)
+    try:
+        state_dir.rmdir()
+    except OSError:
+        pass  # not empty (a user's file) or already gone: leave it
 
 
 def status(state_dir: Path) -> dict[str, Any] | None:

@@ -1,0 +1,94 @@
+"""The command line behaves as users of controller-runtime tools expect, and says what is
+wrong in words, not Python's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from linkerd_config.cli import build_parser, main
+from linkerd_config.devcluster import service
+from linkerd_config.settings import SettingsError, parse
+
+KUBECONFIG = ["--kubeconfig", "/dev/null"]
+
+
+def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("linkerd-config ") and out.strip() != "linkerd-config"
+
+
+def test_a_bare_switch_means_true_and_false_still_works() -> None:
+    assert parse([*KUBECONFIG, "--leader-elect"], env={}).leader_elect is True
+    assert parse([*KUBECONFIG, "--leader-elect", "false"], env={}).leader_elect is False
+    assert parse([*KUBECONFIG, "--enable-webhooks"], env={}).enable_webhooks is True
+
+
+def test_zero_disables_the_metrics_endpoint() -> None:
+    assert parse([*KUBECONFIG, "--metrics-bind-address", "0"], env={}).metrics_address[1] == 0
+    assert parse([*KUBECONFIG, "--metrics-bind-address", ":0"], env={}).metrics_address[1] == 0
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        (["--workers", "x"], {}, "--workers = 'x': it must be a whole number"),
+        ([], {"WORKERS": "x"}, "--workers (from $WORKERS) = 'x': it must be a whole number"),
+        (["--metrics-bind-address", ":http"], {}, "the port must be a whole number"),
+        (["--leader-elect-lease-duration", "soon"], {}, "expected a number of seconds"),
+    ],
+)
+def test_errors_are_words_not_python(argv: list[str], env: dict[str, str], expected: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        parse([*KUBECONFIG, *argv], env=env)
+    message = str(refused.value)
+    assert expected in message
+    assert "invalid literal" not in message and "could not convert" not in message
+    assert message.count("--workers") <= 1 and message.count("--metrics") <= 1
+
+
+def test_dev_cluster_help_says_what_each_action_does() -> None:
+    dev = build_parser()._subparsers._group_actions[0].choices["dev-cluster"]  # type: ignore[union-attr]
+    text = dev.format_help()
+    for action, words in (
+        ("up", "start it"),
+        ("status", "print its state"),
+        ("env", "print only the exports"),
+        ("down", "remove every file"),
+    ):
+        assert f"  {action}" in text and words in text, (action, text)
+
+
+def test_make_help_lists_every_dev_cluster_target() -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        ["make", "-s", "help"], cwd=root, capture_output=True, text=True, check=True, timeout=60
+    )
+    for target in ("dev-cluster-up", "dev-cluster-down", "dev-cluster-status"):
+        assert target in done.stdout, done.stdout
+
+
+def test_down_leaves_no_files_behind(tmp_path: Path) -> None:
+    state = tmp_path / "dev-cluster"
+    state.mkdir()
+    for name in ("state.json", "kubeconfig", "supervisor.log"):
+        (state / name).write_text('{"supervisor_pid": 999999999}' if name == "state.json" else "x")
+    assert service.down(state) is False  # nothing running: just the leftovers to clean
+    assert not state.exists()
+
+
+def test_the_module_entry_point_is_the_same_command() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "linkerd_config", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("linkerd-config "), done
