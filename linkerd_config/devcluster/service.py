@@ -130,10 +130,8 @@ def _remove_files(state_dir: Path) -> None:
     """What ``up`` created, and the folder if nothing else is in it: ``down`` leaves no trace."""
     for name in _OUR_FILES:
         (state_dir / name).unlink(missing_ok=True)
-    try:
+    with contextlib.suppress(OSError):  # not empty (a user's file) or already gone: leave it
         state_dir.rmdir()
-    except OSError:
-        pass  # not empty (a user's file) or already gone: leave it
 
 
 def status(state_dir: Path) -> dict[str, Any] | None:
