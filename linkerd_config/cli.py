@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         "          KUBECONFIG and PATH exports to use it\n"
         "  status  print its state (server, kubeconfig, pids, which components are alive);\n"
         "          exit 1 when none is running\n"
-        "  env     print only the exports, for eval \"$(linkerd-config dev-cluster env)\"\n"
+        '  env     print only the exports, for eval "$(linkerd-config dev-cluster env)"\n'
         "  down    stop it and remove every file up created",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
