@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.client import KubeClient, load_access
@@ -52,8 +52,18 @@ class App:
     watch_health: WatchHealth | None = None
 
 
-async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
+def new_registry() -> CollectorRegistry:
+    """The replica's registry: every component's families plus the process's CPU, memory and
+    file descriptors (what kubebuilder's dashboards chart), and no ``_created`` series
+    (controller-runtime has none; prometheus_client would add one per counter and histogram)."""
+    disable_created_metrics()
     registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    return registry
+
+
+async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
+    registry = new_registry()
     access = await load_access(settings.kubeconfig)
     identity = settings.identity or default_identity()
     client = KubeClient(access, registry=registry, user_agent=f"{COMPONENT}/{identity}")

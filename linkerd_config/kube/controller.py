@@ -84,6 +84,12 @@ class ReconcileMetrics(ComponentMetrics):
             ["controller"],
             registry=r,
         )
+        self.terminal_errors = Counter(
+            "controller_runtime_terminal_reconcile_errors_total",
+            "Total number of terminal reconciliation errors per controller",
+            ["controller"],
+            registry=r,
+        )
         self.panics = Counter(
             "controller_runtime_reconcile_panics_total",
             "Total number of reconciliation panics per controller",
@@ -115,6 +121,7 @@ class ReconcileMetrics(ComponentMetrics):
         for result in self.RESULTS:
             self.total.labels(controller, result)
         self.errors.labels(controller)
+        self.terminal_errors.labels(controller)
         self.panics.labels(controller)
         self.time.labels(controller)
         self.max_concurrent_reconciles.labels(controller).set(workers)
@@ -199,6 +206,7 @@ class Controller:
         except TerminalError as exc:
             m.total.labels(self.name, "error").inc()
             m.errors.labels(self.name).inc()
+            m.terminal_errors.labels(self.name).inc()
             log.error("reconcile failed permanently", controller=self.name, key=key, error=str(exc))
             self.queue.forget(key)
         except TimeoutError:

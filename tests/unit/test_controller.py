@@ -112,6 +112,10 @@ async def test_every_outcome_is_counted_and_errors_are_retried() -> None:
         "controller_runtime_reconcile_errors_total", {"controller": "test"}
     )
     assert errors == 3
+    terminal_errors = registry.get_sample_value(
+        "controller_runtime_terminal_reconcile_errors_total", {"controller": "test"}
+    )
+    assert terminal_errors == 1  # only "c"'s TerminalError
     # Success forgets the backoff; a terminal error is not retried.
     assert controller.queue.num_requeues("b") == 0
     assert controller.queue.num_requeues("c") == 0
