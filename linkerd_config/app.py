@@ -56,7 +56,7 @@ def new_registry() -> CollectorRegistry:
     """The replica's registry: every component's families plus the process's CPU, memory and
     file descriptors (what kubebuilder's dashboards chart), and no ``_created`` series
     (controller-runtime has none; prometheus_client would add one per counter and histogram)."""
-    disable_created_metrics()
+    disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus_client
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     return registry
