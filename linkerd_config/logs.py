@@ -27,12 +27,12 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.TimeStamper(fmt="iso", utc=True, key="ts"),
     ]
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), timestamp_key="ts")
     )
     structlog.configure(
         processors=[
@@ -49,6 +49,9 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
         processors=[
             structlog.stdlib.ProcessorFormatter.remove_processors_meta,
             structlog.processors.format_exc_info if use_json else _keep,
+            # The keys controller-runtime's (zap) JSON uses, which log pipelines expect:
+            # msg, ts, level, logger; structlog's own name for the message is "event".
+            structlog.processors.EventRenamer("msg") if use_json else _keep,
             renderer,
         ],
     )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -196,10 +197,20 @@ class Controller:
             self.queue.done(key)
 
     async def _process(self, key: str) -> None:
+        """One reconcile. Every log line inside carries ``controller``, ``key`` and a fresh
+        ``reconcileID`` (controller-runtime's names), and it ends with one info line saying
+        the outcome and how long it took."""
+        with structlog.contextvars.bound_contextvars(
+            controller=self.name, key=key, reconcileID=str(uuid.uuid4())
+        ):
+            await self._process_bound(key)
+
+    async def _process_bound(self, key: str) -> None:
         m = self.metrics
         self._active += 1
         m.active_workers.labels(self.name).set(self._active)
         started = time.monotonic()
+        outcome = "error"
         try:
             async with asyncio.timeout(self.options.reconcile_timeout):
                 result = await self.reconciler.reconcile(key)
@@ -207,17 +218,12 @@ class Controller:
             m.total.labels(self.name, "error").inc()
             m.errors.labels(self.name).inc()
             m.terminal_errors.labels(self.name).inc()
-            log.error("reconcile failed permanently", controller=self.name, key=key, error=str(exc))
+            log.error("reconcile failed permanently", error=str(exc))
             self.queue.forget(key)
         except TimeoutError:
             m.total.labels(self.name, "error").inc()
             m.errors.labels(self.name).inc()
-            log.warning(
-                "reconcile timed out; retrying",
-                controller=self.name,
-                key=key,
-                timeout=self.options.reconcile_timeout,
-            )
+            log.warning("reconcile timed out; retrying", timeout=self.options.reconcile_timeout)
             self.queue.add_rate_limited(key)
         except Exception as exc:
             m.total.labels(self.name, "error").inc()
@@ -227,8 +233,6 @@ class Controller:
                 m.panics.labels(self.name).inc()
             log.warning(
                 "reconcile failed; retrying",
-                controller=self.name,
-                key=key,
                 error=f"{type(exc).__name__}: {exc}",
                 retries=self.queue.num_requeues(key),
                 # An answer from the API server or a network error is expected: one line.
@@ -237,16 +241,19 @@ class Controller:
             self.queue.add_rate_limited(key)
         else:
             if result.requeue_after is not None:
-                m.total.labels(self.name, "requeue_after").inc()
+                outcome = "requeue_after"
                 self.queue.forget(key)
                 self.queue.add_after(key, result.requeue_after)
             elif result.requeue:
-                m.total.labels(self.name, "requeue").inc()
+                outcome = "requeue"
                 self.queue.add_rate_limited(key)
             else:
-                m.total.labels(self.name, "success").inc()
+                outcome = "success"
                 self.queue.forget(key)
+            m.total.labels(self.name, outcome).inc()
         finally:
             self._active -= 1
+            seconds = time.monotonic() - started
             m.active_workers.labels(self.name).set(self._active)
-            m.time.labels(self.name).observe(time.monotonic() - started)
+            m.time.labels(self.name).observe(seconds)
+            log.info("reconcile finished", result=outcome, seconds=round(seconds, 6))

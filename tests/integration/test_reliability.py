@@ -558,7 +558,7 @@ async def test_webhooks_wait_for_their_certificate_with_readiness_false(
         await asyncio.sleep(3)
         assert process.proc.poll() is None, process.lines  # still running, not crashed
         assert await http_status(ready_url) == 500  # not ready (as controller-runtime answers)
-        waiting = [r for r in process.records() if r.get("event") == WAITING_FOR_CERT]
+        waiting = [r for r in process.records() if r.get("msg") == WAITING_FOR_CERT]
         assert len(waiting) == 1, process.lines
         write_serving_pair(certs, ["localhost"], ["127.0.0.1"])  # cert-manager issues it
         await eventually(lambda: _is(http_status(ready_url), 200), timeout=30, what="ready")
@@ -588,13 +588,13 @@ async def test_a_missing_crd_is_one_line_then_waited_for(
         )
         await asyncio.sleep(6)  # several retries' worth
         records = process.records()
-        missing = [r for r in records if r.get("event", "").startswith("resource not served")]
+        missing = [r for r in records if r.get("msg", "").startswith("resource not served")]
         assert len(missing) == 1, process.lines
         assert (
             missing[0]["level"] == "error"
             and "kubectl apply -k manifests/crd" in missing[0]["todo"]
         )
-        assert not [r for r in records if r.get("event") == "list/watch request failed"]
+        assert not [r for r in records if r.get("msg") == "list/watch request failed"]
         assert await http_status(ready_url) == 500  # not ready (as controller-runtime answers)
         access = await load_access(str(cp.kubeconfig))
         async with KubeClient(access, user_agent="reliability-tests") as admin:
