@@ -31,9 +31,14 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 # Every dependency ships manylinux wheels for CPython 3.11 (cryptography, orjson, protobuf,
 # aiohttp, ...): no compiler is needed, and --only-binary makes sure none is attempted.
 # Bytecode is compiled now, because the root filesystem is read-only at run time.
+# Dependencies come from the lock file, every one pinned and hash-checked; the project's own
+# wheel is added without resolving anything.
+COPY requirements/runtime.lock /tmp/runtime.lock
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv "$VIRTUAL_ENV" \
-    && "$VIRTUAL_ENV/bin/pip" install --only-binary=:all: /wheels/*.whl \
+    && "$VIRTUAL_ENV/bin/pip" install --only-binary=:all: --require-hashes -r /tmp/runtime.lock \
+    && "$VIRTUAL_ENV/bin/pip" install --no-deps /wheels/*.whl \
+    && rm /tmp/runtime.lock \
     && "$VIRTUAL_ENV/bin/python" -m compileall -q "$VIRTUAL_ENV/lib" \
     && groupadd --system --gid 65532 nonroot \
     && useradd --system --uid 65532 --gid 65532 --no-create-home \

@@ -12,18 +12,26 @@ STAMP := $(VENV)/.installed
 LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
-.PHONY: help venv binaries test test-unit test-integration lint format demo bench generate \
+.PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
         controller kind-cluster cert-manager emojivoto
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# Dependencies from the lock file (pinned, hash-checked), then the project itself without
+# resolving anything: every machine gets the same versions. `make lock` refreshes the locks.
+$(STAMP): pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --quiet --require-hashes -r requirements/dev.lock
+	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+LOCK_ARGS := --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-find-links
+lock: $(STAMP) ## re-resolve requirements/*.lock from pyproject.toml's bounds
+	cd requirements && ../$(VENV)/bin/pip-compile $(LOCK_ARGS) --output-file runtime.lock ../pyproject.toml
+	cd requirements && ../$(VENV)/bin/pip-compile $(LOCK_ARGS) --extra dev --output-file dev.lock ../pyproject.toml
 
 venv: $(STAMP) ## create .venv with the package and its dev tools
 
