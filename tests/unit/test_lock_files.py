@@ -42,8 +42,7 @@ def test_every_declared_dependency_is_pinned_within_its_bounds(
         name = canonicalize_name(requirement.name)
         assert name in pinned, f"{lock} lacks {name}: run `make lock`"
         assert requirement.specifier.contains(pinned[name], prereleases=True), (
-            f"{lock} pins {name}=={pinned[name]}, outside {requirement.specifier}: "
-            "run `make lock`"
+            f"{lock} pins {name}=={pinned[name]}, outside {requirement.specifier}: run `make lock`"
         )
 
 
