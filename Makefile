@@ -12,6 +12,7 @@ STAMP := $(VENV)/.installed
 LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
+.PHONY: docker-build docker-push render deploy undeploy
 .PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
         controller kind-cluster cert-manager emojivoto
@@ -84,6 +85,8 @@ KUBECTL ?= kubectl
 KIND ?= kind
 DOCKER ?= docker
 IMG ?= linkerd-config:latest
+OVERLAY ?= default
+KIND_CLUSTER ?= linkerd-config
 CERT_MANAGER_VERSION ?= v1.16.2
 # $(call need,tool,what for): a clear message instead of an obscure failure.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2)); not found on PATH." >&2; exit 1; }
@@ -99,18 +102,49 @@ uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
 run: $(STAMP) ## run the controller locally against the current kubeconfig (ENABLE_WEBHOOKS=false honoured)
 	$(PY) -m linkerd_config run
 
-controller: ## build the image, load it into kind, deploy manifests/default
-	$(call need,$(DOCKER),to build the image; this machine has no Docker engine)
-	$(call need,$(KIND),to load the image into a kind cluster)
-	$(call need,$(KUBECTL),to deploy)
-	@$(DOCKER) info >/dev/null 2>&1 || { echo "make controller: the Docker engine is not running" >&2; exit 1; }
+docker-build: ## build the controller image IMG (default linkerd-config:latest)
+	$(call need,$(DOCKER),to build the image)
+	@$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: the Docker engine is not running" >&2; exit 1; }
 	$(DOCKER) build -t $(IMG) .
-	$(KIND) load docker-image $(IMG)
-	$(KUBECTL) apply -k manifests/default
 
-kind-cluster: ## create a kind cluster
+docker-push: ## push IMG to its registry
+	$(call need,$(DOCKER),to push the image)
+	$(DOCKER) push $(IMG)
+
+# IMG as kustomize's images entry (name, name:tag or name@sha256:digest; a registry port is
+# fine), in a throw-away overlay beside the others (kustomize refuses absolute bases).
+render: ## print manifests/$(OVERLAY) with the controller image set to IMG (kubectl's kustomize)
+	$(call need,$(KUBECTL),for its built-in kustomize)
+	@tmp=$$(mktemp -d manifests/.render.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	img='$(IMG)' && last="$${img##*/}" && \
+	case "$$img" in \
+	  *@*) entry="    newName: \"$${img%@*}\"\n    digest: \"$${img#*@}\"" ;; \
+	  *) case "$$last" in \
+	       *:*) entry="    newName: \"$${img%:*}\"\n    newTag: \"$${last##*:}\"" ;; \
+	       *) entry="    newName: \"$$img\"" ;; \
+	     esac ;; \
+	esac && \
+	printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../%s\nimages:\n  - name: linkerd-config\n%b\n' \
+	  '$(OVERLAY)' "$$entry" > "$$tmp/kustomization.yaml" && \
+	$(KUBECTL) kustomize "$$tmp"
+
+deploy: ## install manifests/$(OVERLAY) with image IMG into the current cluster (namespace linkerd created if absent)
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(KUBECTL) create namespace linkerd --dry-run=client -o yaml | $(KUBECTL) apply -f -
+	$(MAKE) --no-print-directory render | $(KUBECTL) apply -f -
+
+undeploy: ## remove what deploy installed (not the namespace, which Linkerd owns)
+	$(call need,$(KUBECTL),to talk to your cluster)
+	$(MAKE) --no-print-directory render | $(KUBECTL) delete --ignore-not-found -f -
+
+controller: docker-build ## build IMG, load it into the kind cluster KIND_CLUSTER, deploy
+	$(call need,$(KIND),to load the image into a kind cluster)
+	$(KIND) load docker-image $(IMG) --name $(KIND_CLUSTER)
+	$(MAKE) --no-print-directory deploy
+
+kind-cluster: ## create the kind cluster KIND_CLUSTER (default linkerd-config)
 	$(call need,$(KIND),to create a local cluster in Docker)
-	$(KIND) create cluster --name linkerd-config
+	$(KIND) create cluster --name $(KIND_CLUSTER)
 
 cert-manager: ## install cert-manager (webhook certificates in a real cluster)
 	$(call need,$(KUBECTL),to talk to your cluster)

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import re
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -518,3 +519,35 @@ async def test_pod_meets_the_restricted_pod_security_standard(
     finally:
         with contextlib.suppress(ApiError):
             await kube.request("DELETE", NAMESPACES.path(name=namespace))
+
+
+# -- make render / deploy: the image a user names ----------------------------------------------
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+@pytest.mark.parametrize(
+    "image",
+    ["registry.example:5000/team/linkerd-config:v0.2.0", "linkerd-config@sha256:" + "a" * 64],
+)
+async def test_make_render_sets_the_image_and_changes_nothing_else(
+    control_plane: LocalControlPlane, rendered: dict[str, str], overlay: str, image: str
+) -> None:
+    """What `make deploy IMG=...` applies: the overlay, with only the controller's image set
+    (kubebuilder's `make deploy IMG=`), without editing any checked-in file."""
+    root = MANIFESTS.parent
+    before = sorted(p.name for p in MANIFESTS.iterdir())
+    done = await asyncio.to_thread(
+        subprocess.run,
+        ["make", "-s", "render", f"IMG={image}", f"OVERLAY={overlay}",
+         f"KUBECTL={control_plane.binary('kubectl')}"],
+        cwd=root, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ours, plain = objects(done.stdout), objects(rendered[overlay])
+    deployment = one(ours, "Deployment", "linkerd-config")
+    assert [c["image"] for c in deployment["spec"]["template"]["spec"]["containers"]] == [image]
+    one(plain, "Deployment", "linkerd-config")["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ] = image
+    assert ours == plain
+    assert sorted(p.name for p in MANIFESTS.iterdir()) == before  # the temporary overlay is gone
