@@ -109,6 +109,7 @@ def _assemble(
             max_restarts_per_pass=settings.max_restarts_per_pass,
             restart_interval=settings.restart_interval,
             injector_wait=settings.injector_wait,
+            probe_namespace=settings.probe_namespace,
         ),
         workers=settings.workers,
     )

@@ -235,6 +235,17 @@ def candidate_pod(workload: Workload, source: Json) -> Json:
     }
 
 
+def moved_pod(pod: Json, namespace: str) -> Json:
+    """A candidate pod asked about in another namespace (the probe namespace): the same
+    template, under the probe namespace's default ServiceAccount (its own does not exist
+    there, and admission would refuse it). The injector's answer about the proxy and the
+    trust root does not depend on either."""
+    spec = {
+        k: v for k, v in pod["spec"].items() if k not in ("serviceAccountName", "serviceAccount")
+    }
+    return {**pod, "metadata": {**pod["metadata"], "namespace": namespace}, "spec": spec}
+
+
 WORKLOAD_FIELDS = ("spec.template.metadata.annotations",)
 """All a workload cache needs (besides name, namespace, uid, resourceVersion): the record."""
 

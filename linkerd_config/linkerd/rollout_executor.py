@@ -48,6 +48,9 @@ class RolloutOptions:
     injector_wait: float = 60.0
     """When the injector's version cannot be confirmed by dry-run, wait this long after
     writing the config before restarting (the original project's fixed sleep, as a fallback)."""
+    probe_namespace: str = ""
+    """Where the dry-run pods that ask the injector are created (a namespace annotated for
+    injection, where the controller may create pods); empty: each workload's own."""
 
 
 @dataclass(frozen=True)
@@ -244,8 +247,11 @@ class RolloutExecutor:
             pod = await self._candidate_pod(workload)
             if pod is None:
                 continue
+            where = self.options.probe_namespace or workload.namespace
+            if where != workload.namespace:
+                pod = rollout.moved_pod(pod, where)
             try:
-                created = await self.writer.dry_run_create(PODS, workload.namespace, pod)
+                created = await self.writer.dry_run_create(PODS, where, pod)
             except ApiError as exc:
                 log.info("dry-run create refused; cannot confirm injector", error=str(exc))
                 break

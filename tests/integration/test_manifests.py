@@ -159,10 +159,15 @@ def test_overlays_keep_every_object_in_its_own_namespace(rendered: dict[str, str
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
+            "Namespace",
         }
+        # Where the injector is asked (dry-run pod creates): its own namespace and Role.
+        probe = "linkerd-config-probe"
         for obj in objs:
             if obj["kind"] in cluster_scoped:
                 assert "namespace" not in obj["metadata"], obj["metadata"]
+            elif obj["metadata"]["name"] == probe:
+                assert obj["metadata"]["namespace"] == probe, obj["metadata"]
             elif obj["metadata"]["name"] != "linkerd-config-events":
                 assert obj["metadata"].get("namespace") == "linkerd", obj["metadata"]
 
@@ -177,6 +182,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
         ("ClusterRole", "linkerd-config"),
         ("Role", "linkerd-config"),
         ("Role", "linkerd-config-events"),
+        ("Role", "linkerd-config-probe"),
     }
     for role in roles:
         for rule in role["rules"]:
@@ -192,6 +198,13 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
     assert not any("events" in r["resources"] for r in cluster["rules"]), (
         "events are written only in namespace default (a Role there), never cluster-wide"
     )
+    assert not any("pods" in r["resources"] and "create" in r["verbs"] for r in cluster["rules"]), (
+        "pods are created (dry-run) only in the probe namespace, never cluster-wide"
+    )
+    probe = one(objs, "Role", "linkerd-config-probe", "linkerd-config-probe")
+    assert probe["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
+    namespace = one(objs, "Namespace", "linkerd-config-probe")
+    assert namespace["metadata"]["annotations"]["linkerd.io/inject"] == "enabled"
     for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "linkerd-config", "namespace": "linkerd"}
@@ -394,11 +407,14 @@ STAND_INS = (
 
 @pytest.fixture(scope="module")
 async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
-    """Namespace linkerd (Linkerd's, so not in our manifests) and the stand-in CRDs."""
-    with contextlib.suppress(ApiError):
-        await kube.request(
-            "POST", NAMESPACES.path(), body={"metadata": {"name": "linkerd"}}, fenced=False
-        )
+    """Namespace linkerd (Linkerd's, so not in our manifests), the probe namespace (in our
+    manifests, but a server-side dry run creates nothing, so the Role in it would find no
+    namespace; a real apply creates it first) and the stand-in CRDs."""
+    for name in ("linkerd", "linkerd-config-probe"):
+        with contextlib.suppress(ApiError):
+            await kube.request(
+                "POST", NAMESPACES.path(), body={"metadata": {"name": name}}, fenced=False
+            )
     await kube.request("GET", NAMESPACES.path(name="linkerd"))
     created: list[str] = []
     for crd in STAND_INS:

@@ -69,6 +69,8 @@ Obj = dict[str, Any]
 
 REPO = Path(__file__).resolve().parents[2]
 SA_NAMESPACE, SA_NAME = "linkerd", "linkerd-config"
+PROBE_NAMESPACE = "linkerd-config-probe"
+"""manifests/rbac/probe.yaml's: the one namespace where the controller may create pods."""
 SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
 SA_GROUPS = [
     "system:serviceaccounts",
@@ -104,6 +106,7 @@ WORKLOAD_RESOURCES: dict[str, ApiResource] = {
     "Pod": PODS,
 }
 RBAC_RESOURCES: dict[str, ApiResource] = {
+    "Namespace": NAMESPACES,  # the probe namespace, where the injector is asked
     "ServiceAccount": SERVICE_ACCOUNTS,
     "ClusterRole": ApiResource(
         "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
@@ -446,7 +449,12 @@ async def controller(
         "--identity",
         identity,
     )
-    app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=injector_wait))
+    app = await build(
+        settings,
+        RolloutOptions(
+            restart_interval=0.5, injector_wait=injector_wait, probe_namespace=PROBE_NAMESPACE
+        ),
+    )
     denials = Denials(app.client)
     async with running(app):
         yield Run(app, denials, identity)
@@ -1041,7 +1049,7 @@ async def injector_not_asked(world: World, perm: Permission) -> None:
     async with exposed(world, "Deployment") as (namespace, name):
         before = uids(await all_pods(world.admin, namespace))
         async with controller(world, identity(perm), injector_wait=600) as run:
-            await run.refused(perm, PODS.path(namespace))  # POST ...?dryRun=All
+            await run.refused(perm, PODS.path(PROBE_NAMESPACE))  # POST ...?dryRun=All
             await eventually(waiting_for_injector, timeout=10, what="status WaitingForInjector")
 
             async def not_restarted() -> bool:

@@ -30,11 +30,13 @@ class FakeWriter:
         self.evicted: list[str] = []
         self.conflicts: set[str] = set()
         self.deployments: dict[str, Json] = {}
+        self.asked: list[tuple[str, Json]] = []
 
     async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:
         return self.deployments.get(f"{namespace}/{name}")
 
-    async def dry_run_create(self, _resource: Any, _namespace: str, pod: Json) -> Json:
+    async def dry_run_create(self, _resource: Any, namespace: str, pod: Json) -> Json:
+        self.asked.append((namespace, pod))
         annotations = dict(pod["metadata"]["annotations"])
         if self.injects is not None:
             annotations[rollout.PROXY_VERSION_ANNOTATION] = self.injects
@@ -202,3 +204,16 @@ async def test_a_bare_pod_is_evicted_and_counted_from_status() -> None:
     outcome = await world.executor.roll(config, DESIRED)
     assert world.writer.evicted == ["ns/solo"]
     assert outcome.evicted == 5 and outcome.restarted_total == 5  # 4 by a previous leader
+
+
+async def test_the_injector_is_asked_in_the_probe_namespace_when_there_is_one() -> None:
+    own = World(1)
+    await own.roll()
+    assert [ns for ns, _ in own.writer.asked] == ["ns"]  # no probe namespace: the workload's
+    world = World(1, probe_namespace="probe")
+    world.writer.deployments["ns/app-00"]["spec"]["template"]["spec"]["serviceAccountName"] = "app"
+    outcome = await world.roll()
+    ((namespace, pod),) = world.writer.asked
+    assert namespace == pod["metadata"]["namespace"] == "probe"
+    assert "serviceAccountName" not in pod["spec"]  # "app" exists in ns, not in the probe
+    assert outcome.restarted_total == 1  # the answer counted as the workload's
