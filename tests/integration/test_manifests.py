@@ -567,3 +567,13 @@ async def test_make_render_sets_the_image_and_changes_nothing_else(
     ] = image
     assert ours == plain
     assert sorted(p.name for p in MANIFESTS.iterdir()) == before  # the temporary overlay is gone
+
+
+def test_one_scrape_path_per_overlay(rendered: dict[str, str]) -> None:
+    """A PodMonitor, or the prometheus.io annotations: never both (scraped twice)."""
+    for overlay in OVERLAYS:
+        objs = objects(rendered[overlay])
+        monitored = any(o["kind"] == "PodMonitor" for o in objs)
+        template = one(objs, "Deployment", "linkerd-config")["spec"]["template"]["metadata"]
+        annotated = "prometheus.io/scrape" in (template.get("annotations") or {})
+        assert monitored != annotated, (overlay, monitored, annotated)
