@@ -54,6 +54,9 @@ class _LeaderWork:
 class Manager:
     leadership: Leadership
     sync_timeout: float = 120.0
+    sync_report_interval: float = 10.0
+    """While caches have not synced (the API server unreachable, say), say so this often:
+    leader election starts only after them, and would otherwise be silent."""
     shutdown_grace: float = 25.0
     _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
@@ -113,7 +116,25 @@ class Manager:
 
     async def _wait_synced(self, stop: asyncio.Event) -> None:
         waits = [i.wait_synced(self.sync_timeout) for i in self._informers]
-        await _first(asyncio.gather(*waits), stop.wait(), self._any_task_failed())
+        log.info(
+            "leader election starts once the caches have synced",
+            informers=[i.name for i in self._informers],
+        )
+        await _first(
+            asyncio.gather(*waits), stop.wait(), self._any_task_failed(), self._report_unsynced()
+        )
+
+    async def _report_unsynced(self) -> None:
+        """Runs until cancelled (by ``_first``, when syncing ends one way or another)."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(self.sync_report_interval)
+            log.warning(
+                "leader election not started: caches not synced",
+                waiting=[i.name for i in self._informers if not i.has_synced],
+                seconds=round(time.monotonic() - started),
+                timeout=self.sync_timeout,
+            )
 
     async def _lead_while_elected(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -1,0 +1,41 @@
+"""Before the caches sync, leader election has not started: the manager says so, again and
+again, instead of staying silent (an unreachable API server looked like a hung process)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from structlog.testing import capture_logs
+
+from linkerd_config.kube.leader import NoElection
+from linkerd_config.manager import Manager
+
+
+class NeverSyncs:
+    """An informer whose API server never answers."""
+
+    name = "linkerdconfigs"
+    has_synced = False
+    healthy = False
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        await asyncio.Event().wait()
+
+
+async def test_waiting_for_caches_is_reported_until_stopped() -> None:
+    manager = Manager(NoElection(), sync_report_interval=0.05)
+    manager.add_informer(NeverSyncs())  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    with capture_logs() as logs:
+        task = asyncio.create_task(manager.run(stop))
+        await asyncio.sleep(0.3)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+    said = [e for e in logs if e["event"] == "leader election not started: caches not synced"]
+    assert len(said) >= 3
+    assert all(e["waiting"] == ["linkerdconfigs"] and e["log_level"] == "warning" for e in said)
+    assert any(e["event"] == "leader election starts once the caches have synced" for e in logs)
+    assert not manager.leading and not manager.synced.is_set()
