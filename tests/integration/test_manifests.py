@@ -29,8 +29,9 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
-BASES = ("crd", "rbac", "manager", "prometheus", "webhook")
-OVERLAYS = ("default", "no-webhooks")
+BASES = ("crd", "rbac", "manager", "webhook")
+COMPONENTS = ("cert-manager", "prometheus")
+OVERLAYS = ("default", "no-monitoring", "own-certs", "no-webhooks")
 KUBECTL_TIMEOUT = 60.0
 SA_USER = "system:serviceaccount:linkerd:linkerd-config"
 STAND_IN_LABEL = "linkerd-config.test/stand-in"
@@ -68,6 +69,19 @@ async def kubectl(
             f"kubectl {' '.join(args)} exited {proc.returncode}:\n{err.decode(errors='replace')}"
         )
     return out.decode()
+
+
+def component_objects(name: str) -> list[Obj]:
+    """What a kustomize component adds (components cannot be rendered on their own)."""
+    directory = MANIFESTS / "components" / name
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    assert kustomization["kind"] == "Component"
+    return [
+        doc
+        for resource in kustomization.get("resources", [])
+        for doc in yaml.safe_load_all((directory / resource).read_text())
+        if doc
+    ]
 
 
 def overlay_dirs() -> list[str]:
@@ -130,7 +144,15 @@ def test_default_is_every_base_and_no_webhooks_drops_the_webhook_parts(
     everything = objects(rendered["default"])
     bases = [o for d in BASES for o in objects(rendered[d])]
     ids = sorted((o["kind"], o["metadata"]["name"]) for o in everything)
-    assert ids == sorted((o["kind"], o["metadata"]["name"]) for o in bases)
+    added = {name: component_objects(name) for name in COMPONENTS}
+    want = bases + [o for objs in added.values() for o in objs]
+    assert ids == sorted((o["kind"], o["metadata"]["name"]) for o in want)
+    # Each narrower overlay is default without what its name says.
+    for overlay, without in (("no-monitoring", "prometheus"), ("own-certs", None)):
+        dropped = set(COMPONENTS) if without is None else {without}
+        expected = [o for o in want if all(o not in added[c] for c in dropped)]
+        got = sorted((o["kind"], o["metadata"]["name"]) for o in objects(rendered[overlay]))
+        assert got == sorted((o["kind"], o["metadata"]["name"]) for o in expected), overlay
     plain = objects(rendered["no-webhooks"])
     assert not kinds(plain) & {
         "MutatingWebhookConfiguration",
