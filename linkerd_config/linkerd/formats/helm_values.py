@@ -37,7 +37,7 @@ from typing import Any, Final
 import yaml
 
 from linkerd_config.linkerd.formats.base import FieldError, FormatError, Rendering
-from linkerd_config.linkerd.formats.versions import LinkerdVersion, parse_version
+from linkerd_config.linkerd.formats.versions import LinkerdVersion, firsts
 from linkerd_config.linkerd.rollout import DesiredProxy
 
 __all__ = [
@@ -55,20 +55,16 @@ TRUST_ROOTS_CONFIGMAP: Final = "linkerd-identity-trust-roots"
 TRUST_ROOTS_KEY: Final = "ca-bundle.crt"
 
 
-def _first(stable: str, edge: str) -> tuple[LinkerdVersion, LinkerdVersion]:
-    return parse_version(stable), parse_version(edge)
-
-
 # The injector reads `values` from edge-20.10.2 (linkerd2 #5036); stable-2.9.0 is the first
 # stable release with it.
-FIRST_SUPPORTED: Final = _first("stable-2.9.0", "edge-20.10.2")
-FLAT_SINCE: Final = _first("stable-2.10.0", "edge-21.2.2")
-TRUST_ROOTS_SINCE: Final = _first("stable-2.11.0", "edge-21.7.5")
-NO_SIDE_EFFECTS_FLAG_SINCE: Final = _first("stable-2.11.0", "edge-21.9.4")
-SYSTEM_NAMESPACES_EXCLUDED_SINCE: Final = _first("stable-2.12.0", "edge-22.2.1")
-TRUST_ROOT_ANNOTATION_SINCE: Final = _first("stable-2.12.1", "edge-22.9.1")
+FIRST_SUPPORTED: Final = firsts("stable-2.9.0", "edge-20.10.2")
+FLAT_SINCE: Final = firsts("stable-2.10.0", "edge-21.2.2")
+TRUST_ROOTS_SINCE: Final = firsts("stable-2.11.0", "edge-21.7.5")
+NO_SIDE_EFFECTS_FLAG_SINCE: Final = firsts("stable-2.11.0", "edge-21.9.4")
+SYSTEM_NAMESPACES_EXCLUDED_SINCE: Final = firsts("stable-2.12.0", "edge-22.2.1")
+TRUST_ROOT_ANNOTATION_SINCE: Final = firsts("stable-2.12.1", "edge-22.9.1")
 # The unified proxy image: no open-source stable release has it (the last is stable-2.14.10).
-UNIFIED_IMAGE_SINCE: Final = _first("stable-2.20.0", "edge-25.11.3")
+UNIFIED_IMAGE_SINCE: Final = firsts("stable-2.20.0", "edge-25.11.3")
 
 _SYSTEM_NAMESPACES: Final = frozenset({"kube-system", "cert-manager"})
 _NESTED: Final = "global"
@@ -198,7 +194,7 @@ class HelmValuesFormat:
 
     def __post_init__(self) -> None:
         if not self.supports(self.version):
-            first = _of_channel(FIRST_SUPPORTED, self.version)
+            first = self.version.first_in(FIRST_SUPPORTED)
             raise FormatError(
                 [
                     (
@@ -256,7 +252,7 @@ class HelmValuesFormat:
             if field is None:
                 errors.append(FieldError(where, f"has no place in Linkerd {self.version}'s values"))
             elif field.until is not None and self.version.at_least(*field.until):
-                first = _of_channel(field.until, self.version)
+                first = self.version.first_in(field.until)
                 errors.append(
                     FieldError(where, f"cannot be set from Linkerd {first} on: {field.gone}")
                 )
@@ -425,7 +421,3 @@ def _set(root: dict[str, Any], path: Sequence[str], value: Any) -> None:
             child = root[key] = {}
         root = child
     root[path[-1]] = value
-
-
-def _of_channel(firsts: Sequence[LinkerdVersion], version: LinkerdVersion) -> LinkerdVersion:
-    return next(first for first in firsts if first.channel == version.channel)

@@ -9,11 +9,12 @@ compare within a channel; a feature gate names its first release on each channel
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import total_ordering
 from typing import Literal
 
-__all__ = ["Channel", "LinkerdVersion", "VersionError", "parse_version"]
+__all__ = ["Channel", "LinkerdVersion", "VersionError", "first_of", "firsts", "parse_version"]
 
 Channel = Literal["edge", "stable"]
 
@@ -50,10 +51,24 @@ class LinkerdVersion:
         ``v.at_least(parse_version("edge-20.1.1"), parse_version("stable-2.7.0"))`` asks
         "does v have the feature that shipped in edge-20.1.1 and stable-2.7.0?".
         """
-        for first in firsts:
-            if first.channel == self.channel:
-                return self >= first
-        raise ValueError(f"no first release given for the {self.channel} channel")
+        return self >= self.first_in(firsts)
+
+    def first_in(self, firsts: Iterable[LinkerdVersion]) -> LinkerdVersion:
+        """The release of this one's channel among ``firsts`` (each names a gate's first)."""
+        found = first_of(firsts, self.channel)
+        if found is None:
+            raise ValueError(f"no first release given for the {self.channel} channel")
+        return found
+
+
+def first_of(releases: Iterable[LinkerdVersion], channel: str) -> LinkerdVersion | None:
+    """The release of ``channel`` among ``releases``, or None if that channel has none."""
+    return next((release for release in releases if release.channel == channel), None)
+
+
+def firsts(*names: str) -> tuple[LinkerdVersion, ...]:
+    """A gate's first releases, one per channel: ``firsts("stable-2.7.0", "edge-20.1.1")``."""
+    return tuple(parse_version(name) for name in names)
 
 
 def parse_version(text: str) -> LinkerdVersion:

@@ -61,7 +61,13 @@ from linkerd_config.linkerd.formats.base import FieldError, FormatError, Renderi
 from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.legacy import config_pb2
 from linkerd_config.linkerd.formats.legacy.install_defaults import LEGACY_DEFAULTS
-from linkerd_config.linkerd.formats.versions import LinkerdVersion, VersionError, parse_version
+from linkerd_config.linkerd.formats.versions import (
+    LinkerdVersion,
+    VersionError,
+    first_of,
+    firsts,
+    parse_version,
+)
 from linkerd_config.linkerd.rollout import DesiredProxy
 
 __all__ = [
@@ -80,12 +86,12 @@ TRUST_ANCHOR_FIELD: Final = "spec.global.identityContext.trustAnchorsPEM"
 
 # The oldest releases whose format we have seen: stable-2.6.0's install template and the
 # edge-19.12.1 fixture.
-FIRST_SUPPORTED: Final = (parse_version("stable-2.6.0"), parse_version("edge-19.12.1"))
+FIRST_SUPPORTED: Final = firsts("stable-2.6.0", "edge-19.12.1")
 # From these releases on, Linkerd's injector reads the Helm ``values`` key, not global/proxy
 # (linkerd2 PR #5036, "Update Injection to use new linkerd-config.values"): a separate format.
-FIRST_UNSUPPORTED: Final = (parse_version("stable-2.9.0"), parse_version("edge-20.10.2"))
+FIRST_UNSUPPORTED: Final = firsts("stable-2.9.0", "edge-20.10.2")
 # Ignored ports became `repeated PortRange` in these releases (linkerd2 PR "port ranges").
-PORT_RANGES_SINCE: Final = (parse_version("edge-20.1.1"), parse_version("stable-2.7.0"))
+PORT_RANGES_SINCE: Final = firsts("edge-20.1.1", "stable-2.7.0")
 
 _MAX_PORT = 65535
 _MAX_UID = 2**31 - 1  # Kubernetes' bound for runAsUser
@@ -159,27 +165,27 @@ class Releases:
     until: tuple[LinkerdVersion, ...] = ()
 
     def include(self, version: LinkerdVersion) -> bool:
-        first = _of_channel(self.since, version.channel)
-        end = _of_channel(self.until, version.channel)
+        first = first_of(self.since, version.channel)
+        end = first_of(self.until, version.channel)
         return first is not None and version >= first and (end is None or version < end)
 
     def requirement(self, version: LinkerdVersion) -> str:
         """Why a release outside these cannot carry the field, naming the first that can."""
-        first = _of_channel(self.since, version.channel)
+        first = first_of(self.since, version.channel)
         if first is None:
             spans = " or ".join(self._span(other) for other in self.since)
             return f"is only in Linkerd {spans}, in no {version.channel} release"
-        if _of_channel(self.until, version.channel) is None:
+        if first_of(self.until, version.channel) is None:
             return f"needs Linkerd {first} or later"
         return f"is only in Linkerd {self._span(first)}"
 
     def _span(self, first: LinkerdVersion) -> str:
-        end = _of_channel(self.until, first.channel)
+        end = first_of(self.until, first.channel)
         return f"{first} or later" if end is None else f"{first} up to (not including) {end}"
 
 
 def _releases(*since: str, until: tuple[str, ...] = ()) -> Releases:
-    return Releases(tuple(parse_version(v) for v in since), tuple(parse_version(v) for v in until))
+    return Releases(firsts(*since), firsts(*until))
 
 
 # The fields of config_pb2's messages that only some releases of the range have, by (message,
@@ -483,7 +489,7 @@ class LegacyFormat:
                 if low > high:
                     reader.fail(where, f"is not a port range: {low} is greater than {high}")
                 elif not self.port_ranges:
-                    first = _first_of_channel(PORT_RANGES_SINCE, self.version)
+                    first = self.version.first_in(PORT_RANGES_SINCE)
                     reader.fail(where, f"port ranges need Linkerd {first} or later")
                 else:
                     kept.append(f"{low}-{high}")
@@ -691,17 +697,9 @@ def _either(mapping: Mapping[str, Any], json_name: str, original_name: str) -> A
     return mapping[json_name] if json_name in mapping else mapping.get(original_name)
 
 
-def _of_channel(firsts: Sequence[LinkerdVersion], channel: str) -> LinkerdVersion | None:
-    return next((first for first in firsts if first.channel == channel), None)
-
-
-def _first_of_channel(firsts: Sequence[LinkerdVersion], version: LinkerdVersion) -> LinkerdVersion:
-    return next(first for first in firsts if first.channel == version.channel)
-
-
 def _unsupported(version: LinkerdVersion) -> str:
-    first = _first_of_channel(FIRST_SUPPORTED, version)
-    after = _first_of_channel(FIRST_UNSUPPORTED, version)
+    first = version.first_in(FIRST_SUPPORTED)
+    after = version.first_in(FIRST_UNSUPPORTED)
     return (
         f"Linkerd {version} is not supported by the legacy config format: "
         f"it covers {first} up to (not including) {after}"
