@@ -12,12 +12,11 @@ Everything else reconcile and validation need goes through the ``ConfigFormat`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from linkerd_config.linkerd.formats.base import ConfigFormat, FieldError, FormatError, Rendering
-from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat, installed_version
+from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat
 from linkerd_config.linkerd.formats.legacy import LegacyFormat
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
@@ -73,19 +72,9 @@ def stated_version(spec: Mapping[str, Any]) -> str | None:
 
 
 def cluster_version(data: Mapping[str, str]) -> str | None:
-    """The Linkerd version an installed ``linkerd-config`` declares, in either format."""
-    declared = installed_version(data)
-    if declared is not None:
-        return declared
-    raw = data.get("global")
-    if raw:
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise FormatError([("data.global", f"not valid JSON: {error}")]) from error
-        if isinstance(parsed, dict) and isinstance(parsed.get("version"), str):
-            return str(parsed["version"])
-    return None
+    """The Linkerd version an installed ``linkerd-config`` declares, in either format (each
+    format reads its own keys back)."""
+    return HelmValuesFormat.installed_version(data) or LegacyFormat.installed_version(data)
 
 
 def format_of(spec: Mapping[str, Any], data: Mapping[str, str] | None) -> ConfigFormat:

@@ -29,6 +29,7 @@ edge-22.2.1 / stable-2.12.0).
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -285,7 +286,7 @@ class HelmValuesFormat:
                     )
                 ]
             )
-        values = parse_values(text, f"data.{VALUES_KEY}")
+        values = _installed_values(text)
         updated = copy.deepcopy(values)
         managed: dict[str, Any] = {}
         for path, value in _leaves(spec):
@@ -336,28 +337,31 @@ class HelmValuesFormat:
         text = data.get(VALUES_KEY)
         if text is None:
             return None
-        values = parse_values(text, f"data.{VALUES_KEY}")
+        values = _installed_values(text)
         root = values.get(_NESTED) if self.nested else values
         pem = root.get("identityTrustAnchorsPEM") if isinstance(root, Mapping) else None
         return pem if isinstance(pem, str) and pem.strip() else None
 
-
-def installed_version(data: Mapping[str, str]) -> str | None:
-    """The ``linkerdVersion`` an installation's ``values`` declares (flat or 2.9-nested)."""
-    text = data.get(VALUES_KEY)
-    if text is None:
+    @staticmethod
+    def installed_version(data: Mapping[str, str]) -> str | None:
+        """The ``linkerdVersion`` an installation's ``values`` declares (flat or 2.9-nested)."""
+        text = data.get(VALUES_KEY)
+        if text is None:
+            return None
+        values = _installed_values(text)
+        for root in (values, values.get(_NESTED)):
+            if isinstance(root, Mapping) and isinstance(root.get("linkerdVersion"), str):
+                return str(root["linkerdVersion"])
         return None
-    values = parse_values(text, f"data.{VALUES_KEY}")
-    for root in (values, values.get(_NESTED)):
-        if isinstance(root, Mapping) and isinstance(root.get("linkerdVersion"), str):
-            return str(root["linkerdVersion"])
-    return None
+
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster (2 ms, not 23)
 
 
 def parse_values(text: str, where: str) -> dict[str, Any]:
     """The values document; FormatError naming ``where`` if it is not a YAML mapping."""
     try:
-        parsed = yaml.safe_load(text)
+        parsed = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as error:
         raise FormatError([(where, f"is not YAML: {error}")]) from error
     if parsed is None:
@@ -365,6 +369,14 @@ def parse_values(text: str, where: str) -> dict[str, Any]:
     if not isinstance(parsed, dict):
         raise FormatError([(where, "must be a YAML mapping of Helm values")])
     return parsed
+
+
+@functools.lru_cache(maxsize=8)
+def _installed_values(text: str) -> dict[str, Any]:
+    """``parse_values`` of the installed ``values``, once per distinct text: one reconcile
+    reads it for the format, the version and the rendering, and it rarely changes. Shared:
+    never mutate the result (rendering works on a deep copy)."""
+    return parse_values(text, f"data.{VALUES_KEY}")
 
 
 class _ValuesDumper(yaml.SafeDumper):

@@ -324,16 +324,10 @@ class LegacyFormat:
         Linkerd's own reader does. Raises FormatError if ``global`` is not the JSON of a
         Global message.
         """
-        raw = data.get("global")
-        if raw is None or not raw.strip():
+        parsed = _installed_global(data)
+        if parsed is None:
             return None
         path = "data.global"
-        try:
-            parsed = json.loads(raw)
-        except json.JSONDecodeError as error:
-            raise FormatError([(path, f"not valid JSON: {error}")]) from error
-        if not isinstance(parsed, dict):
-            raise FormatError([(path, "must be a JSON object")])
         identity = _either(parsed, "identityContext", "identity_context")
         if identity is None:
             return None
@@ -345,6 +339,13 @@ class LegacyFormat:
         if not isinstance(pem, str):
             raise FormatError([(f"{path}.identityContext.trustAnchorsPem", "must be a string")])
         return pem
+
+    @staticmethod
+    def installed_version(data: Mapping[str, str]) -> str | None:
+        """The version an installed ``global`` declares (None without one)."""
+        parsed = _installed_global(data)
+        version = parsed.get("version") if parsed is not None else None
+        return version if isinstance(version, str) and version else None
 
     def _global(self, reader: _Reader, section: Mapping[str, Any]) -> config_pb2.Global:
         path = "spec.global"
@@ -691,6 +692,21 @@ def parse_go_duration(text: str) -> int:
     if nanos > _MAX_NANOS:
         raise ValueError(f"{text!r} is out of range: durations end at about 292 years")
     return -nanos if negative else nanos
+
+
+def _installed_global(data: Mapping[str, str]) -> dict[str, Any] | None:
+    """An installed ConfigMap's ``global`` as JSON (None if it has none); FormatError naming
+    ``data.global`` if it is not a JSON object."""
+    raw = data.get("global")
+    if raw is None or not raw.strip():
+        return None
+    try:
+        parsed = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise FormatError([("data.global", f"not valid JSON: {error}")]) from error
+    if not isinstance(parsed, dict):
+        raise FormatError([("data.global", "must be a JSON object")])
+    return parsed
 
 
 def _either(mapping: Mapping[str, Any], json_name: str, original_name: str) -> Any:
