@@ -32,7 +32,7 @@ import orjson
 
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import COMMON_DEFAULTS, defaulted
-from linkerd_config.linkerd.formats import format_of
+from linkerd_config.linkerd.formats import Installed, format_of
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -85,8 +85,9 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
     FormatError naming fields."""
     target = target_of(config)
     raw = config.get("spec") or {}
+    installed = Installed(str(target), current.get(target.name) or {}, current)
     fmt = format_of(raw, current.get(target.name))
-    rendering = fmt.rendering(defaulted(raw, fmt), current)
+    rendering = fmt.rendering(defaulted(raw, fmt), installed)
     identity = {"managed": rendering.managed, "companions": rendering.companions}
     if not rendering.companions:
         identity = dict(rendering.managed)  # the legacy format's hash, unchanged since v1

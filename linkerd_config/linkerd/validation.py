@@ -29,10 +29,11 @@ from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
     FormatError,
-    HelmValuesFormat,
     VersionError,
     format_for,
     parse_version,
+    reads_values,
+    version_hint,
 )
 from linkerd_config.linkerd.formats.legacy import parse_go_duration
 from linkerd_config.linkerd.reconcile import owner_among, target_of
@@ -323,11 +324,7 @@ class _Checker:
         """The proxy version is what a LinkerdConfig rolls out: always required. A separate
         proxy-init image exists only in the legacy format's releases, so its version is
         required unless the spec targets a release that reads the values format."""
-        stated = global_.get("version") or proxy.get("proxyVersion")
-        try:
-            modern = isinstance(stated, str) and HelmValuesFormat.supports(parse_version(stated))
-        except VersionError:
-            modern = False
+        modern = reads_values(version_hint({"global": global_, "proxy": proxy}))
         required = ("proxyVersion",) if modern else ("proxyVersion", "proxyInitImageVersion")
         for key, example in (("proxyVersion", "edge-19.12.3"), ("proxyInitImageVersion", "v1.2.0")):
             field = f"spec.proxy.{key}"
@@ -566,7 +563,7 @@ class _Checker:
         The target is ``global.version``, else the proxy version (the same thing in the
         legacy format; in the values format, the best guess at admission: reconcile, which
         sees the cluster's version, checks again)."""
-        version = full["global"].get("version") or _path(full, "proxy", "proxyVersion")
+        version = version_hint(full)
         if not isinstance(version, str) or not version:
             return
         try:

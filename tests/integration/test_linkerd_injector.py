@@ -40,7 +40,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
-from tests.support.samples import SAMPLES, sample
+from tests.support.samples import SECOND_TRUST_ANCHOR, sample
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -139,9 +139,7 @@ async def test_edge_26_8_3_injects_a_native_sidecar_from_its_own_install(
     install = await asyncio.to_thread(render_install, "edge-26.8.3")
     values = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
     bundle = install.get("ConfigMap", "linkerd-identity-trust-roots")["data"]["ca-bundle.crt"]
-    await scenario.create(kube, NAMESPACES.path(), install.namespace)
-    for configmap in install.configmaps:
-        await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
+    await scenario.install_linkerd(kube, install)
     template = install.injector_webhook
     async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
         namespace = {
@@ -188,7 +186,7 @@ NS = "shop"
 OPTED_IN = ("web", "api")
 NOT_OPTED_IN = "batch"
 NEW_VERSION = "edge-26.8.4"
-ANCHOR = (SAMPLES / "second_trust_anchor.pem").read_text()
+ANCHOR = SECOND_TRUST_ANCHOR
 
 
 def linkerd_config(spec: Obj) -> Obj:
@@ -248,9 +246,7 @@ async def test_values_and_trust_roots_drive_the_real_injector(
     installed_cm = install.get("ConfigMap", "linkerd-config")
     installed = yaml.safe_load(installed_cm["data"]["values"])
     await scenario.install_crd(kube)
-    await scenario.create(kube, NAMESPACES.path(), install.namespace)
-    for configmap in install.configmaps:
-        await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
+    await scenario.install_linkerd(kube, install)
     template = install.injector_webhook
     async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
         meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}

@@ -35,7 +35,6 @@ from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
-    NAMESPACES,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
@@ -268,9 +267,7 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
         )
         install = await asyncio.to_thread(render_install, MODERN_TAG)
         await scenario.install_crd(kube)
-        await scenario.create(kube, NAMESPACES.path(), install.namespace)
-        for configmap in install.configmaps:
-            await scenario.create(kube, CONFIGMAPS.path("linkerd"), configmap)
+        await scenario.install_linkerd(kube, install)
         installed = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
         async with scenario.linkerd_injector(
             cp,

@@ -29,3 +29,15 @@ def why_invalid(path: Path) -> str:
 def install_configmap() -> dict[str, Any]:
     """The linkerd-config ConfigMap exactly as Linkerd edge-19.12.1's install wrote it."""
     return load(FIXTURES / "linkerd-config_edge-19.12.1.yaml")
+
+
+SECOND_TRUST_ANCHOR = (SAMPLES / "second_trust_anchor.pem").read_text()
+"""A valid CA other than the one Linkerd's installs hold: a trust-anchor rotation."""
+
+
+def modern_install() -> list[dict[str, Any]]:
+    """linkerd-config and linkerd-identity-trust-roots as Linkerd edge-26.8.3's own
+    `linkerd install --ignore-cluster` rendered them (regenerated with
+    `python -m linkerd_config.devcluster.linkerd_install edge-26.8.3`)."""
+    text = (FIXTURES / "linkerd-config_edge-26.8.3.yaml").read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
+from linkerd_config.devcluster.linkerd_install import LinkerdInstall
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
@@ -72,6 +73,14 @@ async def install_linkerd_edge_19_12_1(kube: KubeClient) -> dict[str, Any]:
     cm = install_configmap()
     await create(kube, CONFIGMAPS.path("linkerd"), cm)
     return cm
+
+
+async def install_linkerd(kube: KubeClient, install: LinkerdInstall) -> None:
+    """What a modern Linkerd's injector reads, as its own ``linkerd install`` rendered it:
+    namespace linkerd, linkerd-config (Helm values) and the trust roots."""
+    await create(kube, NAMESPACES.path(), install.namespace)
+    for configmap in install.configmaps:
+        await create(kube, CONFIGMAPS.path("linkerd"), configmap)
 
 
 def deployment(name: str, opted_in: bool, replicas: int = 2) -> dict[str, Any]:

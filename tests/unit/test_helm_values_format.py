@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from linkerd_config.linkerd.formats import FormatError, HelmValuesFormat, format_for, format_of
+from linkerd_config.linkerd.formats import (
+    FormatError,
+    HelmValuesFormat,
+    Installed,
+    format_for,
+    format_of,
+)
 from linkerd_config.linkerd.formats.helm_values import (
     TRUST_ROOTS_CONFIGMAP,
     TRUST_ROOTS_KEY,
@@ -21,15 +25,19 @@ from linkerd_config.linkerd.formats.helm_values import (
     parse_values,
 )
 from linkerd_config.linkerd.rollout import DesiredProxy, proxy_version
-from tests.support.samples import SAMPLES
+from tests.support.samples import SECOND_TRUST_ANCHOR, modern_install
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "linkerd-config_edge-26.8.3.yaml"
-ANCHOR = (SAMPLES / "second_trust_anchor.pem").read_text()
+ANCHOR = SECOND_TRUST_ANCHOR
 
 
 def installed() -> dict[str, dict[str, str]]:
-    docs = [d for d in yaml.safe_load_all(FIXTURE.read_text()) if d]
-    return {d["metadata"]["name"]: dict(d["data"]) for d in docs}
+    """The ConfigMaps of namespace linkerd, by name: their data."""
+    return {d["metadata"]["name"]: dict(d["data"]) for d in modern_install()}
+
+
+def on(current: dict[str, dict[str, str]]) -> Installed:
+    """What reconcile hands a format: linkerd/linkerd-config and its neighbours."""
+    return Installed("linkerd/linkerd-config", current.get("linkerd-config", {}), current)
 
 
 def small(**proxy: Any) -> dict[str, Any]:
@@ -52,7 +60,7 @@ def without(values: dict[str, Any], *paths: tuple[str, ...]) -> dict[str, Any]:
 
 def test_only_the_stated_fields_change_and_everything_else_is_kept() -> None:
     current = installed()
-    rendering = FMT.rendering(small(), current)
+    rendering = FMT.rendering(small(), on(current))
     before = parse_values(current["linkerd-config"][VALUES_KEY], "before")
     after = parse_values(rendering.data[VALUES_KEY], "after")
     assert after["proxy"]["image"]["version"] == "edge-26.8.4"
@@ -68,30 +76,34 @@ def test_only_the_stated_fields_change_and_everything_else_is_kept() -> None:
 def test_a_fresh_pod_is_what_the_injector_would_make() -> None:
     current = installed()
     bundle = current[TRUST_ROOTS_CONFIGMAP][TRUST_ROOTS_KEY]
-    assert FMT.rendering(small(), current).proxy == DesiredProxy(
+    assert FMT.rendering(small(), on(current)).proxy == DesiredProxy(
         "edge-26.8.4",
         hashlib.sha256(bundle.encode()).hexdigest(),
         frozenset({"kube-system", "cert-manager"}),
     )
     # No proxy.image.version stated or installed: linkerdVersion is what the injector uses.
-    assert FMT.rendering({"proxy": {"logLevel": "info"}}, current).proxy.version == "edge-26.8.3"
+    assert (
+        FMT.rendering({"proxy": {"logLevel": "info"}}, on(current)).proxy.version == "edge-26.8.3"
+    )
 
 
 def test_nothing_changes_when_nothing_managed_differs() -> None:
     current = installed()
-    first = FMT.rendering(small(), current).data
-    again = FMT.rendering(small(), {**current, "linkerd-config": first}).data
+    first = FMT.rendering(small(), on(current)).data
+    again = FMT.rendering(small(), on({**current, "linkerd-config": first})).data
     assert again == first
     # The installation's own bytes stand when the spec states what is already there (our
     # YAML printer would write them differently: no churn, no restart).
     same = {"proxy": {"logLevel": "warn,linkerd=info,hickory=error"}}
-    assert FMT.rendering(same, current).data[VALUES_KEY] == current["linkerd-config"][VALUES_KEY]
+    assert (
+        FMT.rendering(same, on(current)).data[VALUES_KEY] == current["linkerd-config"][VALUES_KEY]
+    )
 
 
 def test_a_stated_trust_anchor_goes_to_values_and_to_the_trust_roots() -> None:
     spec = small()
     spec["global"] = {"identityContext": {"trustAnchorsPEM": ANCHOR}}
-    rendering = FMT.rendering(spec, installed())
+    rendering = FMT.rendering(spec, on(installed()))
     values = parse_values(rendering.data[VALUES_KEY], "after")
     assert values["identityTrustAnchorsPEM"] == ANCHOR
     assert rendering.companions == {TRUST_ROOTS_CONFIGMAP: {TRUST_ROOTS_KEY: ANCHOR.strip()}}
@@ -111,7 +123,7 @@ def test_the_spec_maps_onto_values_paths() -> None:
             "resource": {"requests": {"cpu": "100m"}, "limits": {"memory": "250Mi"}},
         },
     }
-    values = parse_values(FMT.rendering(spec, installed()).data[VALUES_KEY], "after")
+    values = parse_values(FMT.rendering(spec, on(installed())).data[VALUES_KEY], "after")
     assert values["clusterDomain"] == "example.org"
     assert values["identityTrustDomain"] == "td"
     assert values["proxy"]["image"]["name"] == "registry.local/proxy"
@@ -127,7 +139,7 @@ def test_the_spec_maps_onto_values_paths() -> None:
 def test_fields_a_release_has_no_place_for_are_refused_by_name() -> None:
     spec = small(proxyInitImageVersion="v2.4.3", somethingElse=1)
     with pytest.raises(FormatError) as refused:
-        FMT.rendering(spec, installed())
+        FMT.rendering(spec, on(installed()))
     fields = {e.field: e.message for e in refused.value.errors}
     assert "unified proxy image" in fields["spec.proxy.proxyInitImageVersion"]
     assert "edge-25.11.3" in fields["spec.proxy.proxyInitImageVersion"]
@@ -142,7 +154,7 @@ def test_the_2_9_layout_nests_shared_values_under_global() -> None:
     text = dump_values(
         {"global": {"linkerdVersion": "stable-2.9.0", "proxy": {"logLevel": "warn"}}, "x": 1}
     )
-    rendering = fmt.rendering(small(), {"linkerd-config": {VALUES_KEY: text}})
+    rendering = fmt.rendering(small(), on({"linkerd-config": {VALUES_KEY: text}}))
     values = parse_values(rendering.data[VALUES_KEY], "after")
     assert values == {
         "global": {
@@ -158,7 +170,7 @@ def test_the_2_9_layout_nests_shared_values_under_global() -> None:
 
 def test_no_values_to_change_is_refused() -> None:
     with pytest.raises(FormatError, match="no `values` to update"):
-        FMT.rendering(small(), {"linkerd-config": {}})
+        FMT.rendering(small(), on({"linkerd-config": {}}))
 
 
 def test_the_format_follows_the_spec_or_the_cluster_and_refuses_a_mismatch() -> None:

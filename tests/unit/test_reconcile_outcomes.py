@@ -4,7 +4,6 @@ records what it is asked (or refuses), an event recorder that lists. No API serv
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,7 +13,14 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
-from tests.support.samples import SAMPLES, install_configmap, load, sample
+from tests.support.samples import (
+    SAMPLES,
+    SECOND_TRUST_ANCHOR,
+    install_configmap,
+    load,
+    modern_install,
+    sample,
+)
 
 CM_KEY = "linkerd/linkerd-config"
 
@@ -161,12 +167,6 @@ async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() 
 
 # -- the Helm-values format: Linkerd edge-26.8.3's own install ------------------------------
 
-MODERN = Path(__file__).resolve().parents[1] / "fixtures" / "linkerd-config_edge-26.8.3.yaml"
-
-
-def modern_install() -> list[Json]:
-    return [d for d in yaml.safe_load_all(MODERN.read_text()) if d]
-
 
 def small(**proxy: Any) -> Json:
     spec = {"proxy": {"proxyVersion": "edge-26.8.4", "logLevel": "debug", **proxy}}
@@ -201,7 +201,7 @@ async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
 
 async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
     config_cm, roots = modern_install()
-    anchor = (SAMPLES / "second_trust_anchor.pem").read_text()
+    anchor = SECOND_TRUST_ANCHOR
     spec_config = small()
     spec_config["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": anchor}}
     ctl, writer, recorder = controller(spec_config, configmap=config_cm)

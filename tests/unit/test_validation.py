@@ -28,7 +28,7 @@ from linkerd_config.linkerd.validation import (
     validate,
     warnings_for,
 )
-from tests.support.samples import INVALID, SAMPLES, load, sample, why_invalid
+from tests.support.samples import INVALID, SAMPLES, SECOND_TRUST_ANCHOR, load, sample, why_invalid
 
 Json = dict[str, Any]
 NOW = datetime.datetime.now(datetime.UTC)
@@ -134,7 +134,7 @@ def test_valid_samples_pass_as_is_and_defaulted(name: str) -> None:
 
 
 def test_a_bundle_of_two_anchors_is_accepted() -> None:
-    second = (SAMPLES / "second_trust_anchor.pem").read_text()
+    second = SECOND_TRUST_ANCHOR
     assert (
         anchor_errors(full()["spec"]["global"]["identityContext"]["trustAnchorsPEM"] + second) == []
     )

@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from linkerd_config.linkerd.formats.base import ConfigFormat, FieldError, FormatError, Rendering
+from linkerd_config.linkerd.formats.base import (
+    ConfigFormat,
+    FieldError,
+    FormatError,
+    Installed,
+    Rendering,
+)
 from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat
 from linkerd_config.linkerd.formats.legacy import LegacyFormat
 from linkerd_config.linkerd.formats.versions import (
@@ -29,6 +35,7 @@ __all__ = [
     "FieldError",
     "FormatError",
     "HelmValuesFormat",
+    "Installed",
     "LegacyFormat",
     "LinkerdVersion",
     "Rendering",
@@ -37,7 +44,9 @@ __all__ = [
     "format_for",
     "format_of",
     "parse_version",
+    "reads_values",
     "stated_version",
+    "version_hint",
 ]
 
 VERSION_FIELD = "spec.global.version"
@@ -54,21 +63,38 @@ def format_for(version: str | LinkerdVersion) -> ConfigFormat:
     return LegacyFormat(parsed)
 
 
+def version_hint(spec: Mapping[str, Any]) -> str | None:
+    """``global.version``, else ``proxy.proxyVersion``: the version a spec is about, as far
+    as the spec alone can say (admission checks against it; the cluster may know better)."""
+    for section, key in (("global", "version"), ("proxy", "proxyVersion")):
+        part = spec.get(section)
+        value = part.get(key) if isinstance(part, Mapping) else None
+        if value is not None and value != "":  # stated: the answer, even if unusable
+            return value if isinstance(value, str) else None
+    return None
+
+
+def reads_values(version: str | None) -> bool:
+    """Whether ``version`` names a release that reads the Helm values format."""
+    try:
+        return version is not None and HelmValuesFormat.supports(parse_version(version))
+    except VersionError:
+        return False
+
+
 def stated_version(spec: Mapping[str, Any]) -> str | None:
     """The version a spec states: ``global.version``, else (legacy specs only, where Linkerd's
-    control plane and proxy share one version) ``proxy.proxyVersion``."""
-    global_ = spec.get("global") if isinstance(spec.get("global"), Mapping) else {}
-    version = global_.get("version") if isinstance(global_, Mapping) else None
-    if isinstance(version, str) and version:
-        return version
-    proxy = spec.get("proxy") if isinstance(spec.get("proxy"), Mapping) else {}
-    implied = proxy.get("proxyVersion") if isinstance(proxy, Mapping) else None
+    control plane and proxy share one version) ``proxy.proxyVersion``. In the values format a
+    proxy version says nothing about the control plane's: the cluster's then decides."""
+    hint = version_hint(spec)
+    global_ = spec.get("global")
+    if isinstance(global_, Mapping) and global_.get("version") == hint:
+        return hint
     try:
-        if isinstance(implied, str) and not HelmValuesFormat.supports(parse_version(implied)):
-            return implied
+        parse_version(hint or "")
     except VersionError:
         return None
-    return None
+    return None if reads_values(hint) else hint
 
 
 def cluster_version(data: Mapping[str, str]) -> str | None:

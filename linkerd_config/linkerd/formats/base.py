@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
 from linkerd_config.linkerd.rollout import DesiredProxy
 
-__all__ = ["ConfigFormat", "FieldError", "FormatError", "Rendering"]
+__all__ = ["ConfigFormat", "FieldError", "FormatError", "Installed", "Rendering"]
 
 
 class FieldError(NamedTuple):
@@ -48,6 +48,19 @@ class FormatError(ValueError):
         if not self.errors:
             raise ValueError("FormatError needs at least one (field path, message) pair")
         super().__init__("; ".join(str(error) for error in self.errors))
+
+
+@dataclass(frozen=True)
+class Installed:
+    """What the cluster holds where a LinkerdConfig writes. Reconcile finds it (which
+    ConfigMap, in which namespace); a format only reads it."""
+
+    where: str
+    """``namespace/name`` of the managed ConfigMap, for messages."""
+    data: Mapping[str, str] = field(default_factory=dict)
+    """Its data (empty when there is no such ConfigMap, nor a preserved copy of it)."""
+    others: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The data of the other ConfigMaps in its namespace, by name (the trust roots)."""
 
 
 @dataclass(frozen=True)
@@ -105,12 +118,10 @@ class ConfigFormat(Protocol):
         """Everything about a (defaulted) spec this release cannot carry; empty if nothing."""
         ...
 
-    def rendering(
-        self, spec: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]
-    ) -> Rendering:
-        """The defaulted ``spec`` on the cluster: ``current`` holds the data of the ConfigMaps
-        in Linkerd's namespace by name. Deterministic, and byte-identical to what is there when
-        nothing managed differs. Raises FormatError naming every field it cannot write."""
+    def rendering(self, spec: Mapping[str, Any], installed: Installed) -> Rendering:
+        """The defaulted ``spec`` written onto what is ``installed``. Deterministic, and
+        byte-identical to what is there when nothing managed differs. Raises FormatError naming
+        every field it cannot write."""
         ...
 
     def trust_anchors(self, data: Mapping[str, str]) -> str | None:

@@ -37,7 +37,7 @@ from typing import Any, Final
 
 import yaml
 
-from linkerd_config.linkerd.formats.base import FieldError, FormatError, Rendering
+from linkerd_config.linkerd.formats.base import FieldError, FormatError, Installed, Rendering
 from linkerd_config.linkerd.formats.versions import LinkerdVersion, firsts
 from linkerd_config.linkerd.rollout import DesiredProxy
 
@@ -261,26 +261,18 @@ class HelmValuesFormat:
 
     # -- rendering -------------------------------------------------------------------------
 
-    def rendering(
-        self, spec: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]
-    ) -> Rendering:
-        """The spec set onto the current ``values`` (and trust roots), everything else kept.
-
-        ``current`` is the data of the ConfigMaps in Linkerd's namespace by name, with the
-        main one under ``"linkerd-config"`` (or the spec's ``global.configMap``).
-        """
+    def rendering(self, spec: Mapping[str, Any], installed: Installed) -> Rendering:
+        """The spec set onto the installed ``values`` (and trust roots), everything else kept."""
         errors = self.check(spec)
         if errors:
             raise FormatError(errors)
-        name = str(_get(spec, ("global", "configMap")) or "linkerd-config")
-        data = current.get(name) or {}
-        text = data.get(VALUES_KEY)
+        text = installed.data.get(VALUES_KEY)
         if text is None:
             raise FormatError(
                 [
                     (
                         "spec.global.configMap",
-                        f"ConfigMap {name} has no `values` to update: install Linkerd "
+                        f"ConfigMap {installed.where} has no `values` to update: install Linkerd "
                         f"{self.version} first (this format changes an installation, it does "
                         "not create one)",
                     )
@@ -301,7 +293,7 @@ class HelmValuesFormat:
 
         companions: dict[str, dict[str, str]] = {}
         anchors = _get(spec, ("global", "identityContext", "trustAnchorsPEM"))
-        bundle = (current.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
+        bundle = (installed.others.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
         if self.trust_roots_configmap and isinstance(anchors, str) and anchors.strip():
             bundle = anchors.strip()  # as Helm's `trim` writes it
             companions[TRUST_ROOTS_CONFIGMAP] = {TRUST_ROOTS_KEY: bundle}

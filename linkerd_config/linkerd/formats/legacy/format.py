@@ -57,7 +57,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, messa
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
-from linkerd_config.linkerd.formats.base import FieldError, FormatError, Rendering
+from linkerd_config.linkerd.formats.base import FieldError, FormatError, Installed, Rendering
 from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.legacy import config_pb2
 from linkerd_config.linkerd.formats.legacy.install_defaults import LEGACY_DEFAULTS
@@ -254,23 +254,24 @@ class LegacyFormat:
             return list(error.errors)
         return []
 
-    def rendering(
-        self, spec: Mapping[str, Any], current: Mapping[str, Mapping[str, str]]
-    ) -> Rendering:
+    def rendering(self, spec: Mapping[str, Any], installed: Installed) -> Rendering:
         """``render`` of the spec, with the cluster's trust anchor when the spec has none
         (Linkerd cannot run without one: with neither, FormatError on the anchor field)."""
         stated = spec.get("global")
         global_: Mapping[str, Any] = stated if isinstance(stated, Mapping) else {}
-        name = str(global_.get("configMap") or "linkerd-config")
-        where = f"{global_.get('linkerdNamespace') or 'linkerd'}/{name}"
         identity = global_.get("identityContext")
         identity = identity if isinstance(identity, Mapping) else {}
         source = "Spec"
         if not str(identity.get("trustAnchorsPEM") or "").strip():
-            kept = self.trust_anchors(current.get(name) or {})
+            kept = self.trust_anchors(installed.data)
             if not kept:
                 raise FormatError(
-                    [(TRUST_ANCHOR_FIELD, f"not set, and ConfigMap {where} holds none to keep")]
+                    [
+                        (
+                            TRUST_ANCHOR_FIELD,
+                            f"not set, and ConfigMap {installed.where} holds none to keep",
+                        )
+                    ]
                 )
             spec = {
                 **spec,
