@@ -175,11 +175,20 @@ def small(**proxy: Any) -> Json:
             "metadata": meta, "spec": spec}  # fmt: skip
 
 
-async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
+async def reconciled_modern(
+    config: Json | None = None,
+) -> tuple[Any, FakeWriter, FakeRecorder, Json]:
+    """Linkerd edge-26.8.3 installed, ``config`` (default: ``small()``) reconciled once; the
+    installed linkerd-config is returned too."""
     config_cm, roots = modern_install()
-    ctl, writer, _ = controller(small(), configmap=config_cm)
+    ctl, writer, recorder = controller(config or small(), configmap=config_cm)
     ctl.configmaps.store.put(roots)
-    await ctl.reconcile("modern")
+    await ctl.reconcile(str((config or small())["metadata"]["name"]))
+    return ctl, writer, recorder, config_cm
+
+
+async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
+    ctl, writer, _, config_cm = await reconciled_modern()
     preserved, ours = writer.applied  # no trust anchor stated: the trust roots are not ours
     assert set(preserved["data"]) == {"values", "linkerd-crds-chart-version"}
     assert set(ours["data"]) == {"values"}
@@ -200,13 +209,10 @@ async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
 
 
 async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
-    config_cm, roots = modern_install()
     anchor = SECOND_TRUST_ANCHOR
     spec_config = small()
     spec_config["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": anchor}}
-    ctl, writer, recorder = controller(spec_config, configmap=config_cm)
-    ctl.configmaps.store.put(roots)
-    await ctl.reconcile("modern")
+    _, writer, recorder, _ = await reconciled_modern(spec_config)
     names = [o["metadata"]["name"] for o in writer.applied]
     assert names == ["linkerd-config-preserved", "linkerd-config", "linkerd-identity-trust-roots"]
     assert writer.applied[-1]["data"] == {"ca-bundle.crt": anchor.strip()}
@@ -214,10 +220,7 @@ async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
 
 
 async def test_a_deleted_modern_configmap_comes_back_from_its_preserved_values() -> None:
-    config_cm, roots = modern_install()
-    ctl, writer, _ = controller(small(), configmap=config_cm)
-    ctl.configmaps.store.put(roots)
-    await ctl.reconcile("modern")
+    ctl, writer, _, config_cm = await reconciled_modern()
     preserved = writer.applied[0]
     ctl.configmaps.store.delete(CM_KEY)
     ctl.configmaps.store.put(preserved)
@@ -242,10 +245,7 @@ async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None
 
 
 async def test_a_helm_upgrade_re_rendering_values_is_reverted_for_what_we_manage() -> None:
-    config_cm, roots = modern_install()
-    ctl, writer, recorder = controller(small(), configmap=config_cm)
-    ctl.configmaps.store.put(roots)
-    await ctl.reconcile("modern")
+    ctl, writer, recorder, config_cm = await reconciled_modern()
     preserved, ours = writer.applied
     # `helm upgrade` writes the chart's values back (ours lost), and sets one of its own.
     upgraded = yaml.safe_load(config_cm["data"]["values"])
