@@ -66,9 +66,10 @@ bench: binaries ## benchmarks; results in bench/results/
 	PYTHONPATH=. $(PY) bench/informer_bench.py
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
 
-generate: $(STAMP) ## regenerate the CRD (and protobuf code) from their sources
+generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart) and protobuf code
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml
+	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml manifests/chart/files/
 	$(PY) proto/generate.py
 
 dev-cluster-up: binaries ## start the local control plane in the background

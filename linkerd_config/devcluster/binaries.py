@@ -123,6 +123,54 @@ def _kwok_module() -> _GoModule:
     )
 
 
+def _helm_module() -> _GoModule:
+    version = f"v{versions.HELM}"
+    return _GoModule(
+        name="helm",
+        go_mod=(
+            "module linkerd-config.local/helm-binary\n\n"
+            f"go {versions.GO_DIRECTIVE}\n\n"
+            f"require helm.sh/helm/v3 {version}\n"
+        ),
+        packages={"helm": "helm.sh/helm/v3/cmd/helm"},
+        # Helm's own release stamps the Kubernetes version `helm template` and `helm lint`
+        # assume without a cluster; ours is the version the local control plane runs.
+        ldflags=" ".join(
+            [f"-X helm.sh/helm/v3/internal/version.version={version}"]
+            + [
+                f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={value}"
+                for pkg in ("chartutil", "lint/rules")
+                for part, value in zip(
+                    ("Major", "Minor"), versions.KUBERNETES.split(".")[:2], strict=True
+                )
+            ]
+        ),
+    )
+
+
+def helm_bin_dir() -> Path:
+    """Apart from the control plane's folder, so a Helm bump rebuilds only Helm."""
+    return cache_root() / f"helm-v{versions.HELM}-k8s-v{versions.KUBERNETES}" / "bin"
+
+
+def ensure_helm(progress: Progress = print) -> Path:
+    """``helm`` at the pinned version: ``HELM`` if it names an executable, else our build."""
+    explicit = os.environ.get("HELM")
+    if explicit and os.access(explicit, os.X_OK):
+        return Path(explicit)
+    out = helm_bin_dir() / "helm"
+    with build_lock("helm"):
+        if not out.is_file():
+            go = go_toolchain("helm", "set HELM to a helm v3 binary")
+            module = _helm_module()
+            src = out.parent.parent / "src"
+            src.mkdir(parents=True, exist_ok=True)
+            (src / "go.mod").write_text(module.go_mod)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            go_build(go, src, "helm", module.packages["helm"], module.ldflags, out, progress)
+    return out
+
+
 def _modules() -> list[_GoModule]:
     return [_etcd_module(), _kwok_module(), _kubernetes_module()]
 

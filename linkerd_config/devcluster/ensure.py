@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from linkerd_config.devcluster import versions
-from linkerd_config.devcluster.binaries import ensure_binaries
+from linkerd_config.devcluster.binaries import ensure_binaries, ensure_helm
 from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
 
 
 def main() -> None:
     for name, path in ensure_binaries().items():
         print(f"{name}: {path}", flush=True)
+    print(f"helm: {ensure_helm()}", flush=True)
     for rel in versions.LINKERD_RELEASES.values():
         print(f"linkerd {rel.tag} controller: {ensure_linkerd(rel.tag)}", flush=True)
         if rel.builds_cli:

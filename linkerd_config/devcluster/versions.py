@@ -16,6 +16,9 @@ ETCD = "3.6.4"
 KWOK = "0.7.0"
 """The SIG's kubelet simulator: nodes on which scheduled pods become Running."""
 
+HELM = "3.22.0"
+"""``helm`` for the chart's lint, template and install tests (built from helm.sh/helm/v3)."""
+
 GO_DIRECTIVE = "1.24.0"
 """Copied from Kubernetes' go.mod with its godebug line, so runtime defaults match upstream."""
 

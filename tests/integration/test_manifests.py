@@ -276,13 +276,17 @@ def test_deployment_is_hardened_and_matches_the_settings(rendered: dict[str, str
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    # Installed beside Linkerd's control plane, it manages that namespace's ConfigMaps.
+    assert env["LINKERD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert "ENABLE_WEBHOOKS" not in env
 
     # The args and environment are what the controller's own settings parser accepts, and
     # the ports and paths are the ones it serves on by default.
     assert container["args"][0] == "run"
     plain_env = {n: e["value"] for n, e in env.items() if "value" in e}
-    plain_env.update(POD_NAME="linkerd-config-abc", POD_NAMESPACE="linkerd")
+    plain_env.update(
+        POD_NAME="linkerd-config-abc", POD_NAMESPACE="linkerd", LINKERD_NAMESPACE="linkerd"
+    )
     settings = parse(container["args"][1:], env=plain_env)
     assert settings.leader_elect is True
     assert settings.namespace == "linkerd"
