@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
-.PHONY: docker-build docker-push render deploy undeploy
+.PHONY: docker-build docker-push render deploy undeploy helm-deploy helm-undeploy
 .PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
         controller kind-cluster cert-manager emojivoto
@@ -137,6 +137,18 @@ deploy: ## install manifests/$(OVERLAY) with image IMG into the current cluster 
 undeploy: ## remove what deploy installed (not the namespace, which Linkerd owns)
 	$(call need,$(KUBECTL),to talk to your cluster)
 	$(MAKE) --no-print-directory render | $(KUBECTL) delete --ignore-not-found -f -
+
+# The chart (manifests/chart) with the pinned helm (built on first use, like the control plane).
+HELM = $(PY) -m linkerd_config.devcluster.helm_cli
+helm-deploy: $(STAMP) ## helm upgrade --install the chart with image IMG (name:tag) into namespace linkerd; HELM_ARGS for more
+	@img='$(IMG)' && last="$${img##*/}" && \
+	case "$$img" in *@*) echo "make $@: IMG must be name:tag for the chart (controllerImage, controllerImageVersion)" >&2; exit 1 ;; esac && \
+	case "$$last" in *:*) repo="$${img%:*}"; tag="$${last##*:}" ;; *) repo="$$img"; tag=latest ;; esac && \
+	$(HELM) upgrade --install linkerd-config manifests/chart --namespace linkerd --create-namespace \
+	  --set controllerImage="$$repo" --set controllerImageVersion="$$tag" $(HELM_ARGS)
+
+helm-undeploy: $(STAMP) ## helm uninstall the chart (the CRD and your LinkerdConfigs are kept)
+	$(HELM) uninstall linkerd-config --namespace linkerd
 
 controller: docker-build ## build IMG, load it into the kind cluster KIND_CLUSTER, deploy
 	$(call need,$(KIND),to load the image into a kind cluster)

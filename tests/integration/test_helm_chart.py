@@ -274,17 +274,16 @@ def get(cp: LocalControlPlane, path: str) -> Obj | None:
 def test_install_upgrade_uninstall(helm: list[str], own_control_plane: LocalControlPlane) -> None:
     cp = own_control_plane
     kube = ["--kubeconfig", str(cp.kubeconfig), "-n", "linkerd"]
+    # The README's path: `make helm-deploy IMG=...` (helm upgrade --install with the image).
     run(
         [
-            *helm,
-            "install",
-            "linkerd-config",
-            str(CHART),
-            *kube,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "150s",
+            "make",
+            "-C",
+            str(REPO),
+            "--no-print-directory",
+            "helm-deploy",
+            "IMG=registry.example:5000/team/linkerd-config:v1.2.3",
+            f"HELM_ARGS=--kubeconfig {cp.kubeconfig} --wait --timeout 150s",
         ]
     )
     status = json.loads(run([*helm, "status", "linkerd-config", *kube, "-o", "json"]))
@@ -292,6 +291,8 @@ def test_install_upgrade_uninstall(helm: list[str], own_control_plane: LocalCont
 
     dep = get(cp, "/apis/apps/v1/namespaces/linkerd/deployments/linkerd-config")
     assert dep is not None and dep["status"].get("availableReplicas") == 2, dep and dep["status"]
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example:5000/team/linkerd-config:v1.2.3"
     for path in (
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/linkerdconfigs.config.linkerd.io",
         "/apis/rbac.authorization.k8s.io/v1/clusterroles/linkerd-config",
@@ -313,6 +314,7 @@ def test_install_upgrade_uninstall(helm: list[str], own_control_plane: LocalCont
             "linkerd-config",
             str(CHART),
             *kube,
+            "--reuse-values",
             "--set",
             "controllerLogLevel=debug",
             "--wait",
@@ -328,6 +330,7 @@ def test_install_upgrade_uninstall(helm: list[str], own_control_plane: LocalCont
         e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]
     }
     assert env["LOG_LEVEL"] == "debug"
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"].endswith(":v1.2.3")
     hook = get(
         cp,
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/linkerd-config-mutating",
