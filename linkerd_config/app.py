@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +14,9 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
+from linkerd_config.kube.certs import self_signed_serving_pair
 from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.delegated_auth import DelegatedAuth
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.leader import (
     LeaderElectionConfig,
@@ -24,7 +26,12 @@ from linkerd_config.kube.leader import (
     default_identity,
 )
 from linkerd_config.kube.probes import Probes
-from linkerd_config.kube.serving import serve
+from linkerd_config.kube.serving import (
+    InMemoryCertificate,
+    ServingCertificate,
+    serve,
+    serve_tls,
+)
 from linkerd_config.kube.watch_health import WatchHealth
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
@@ -118,11 +125,8 @@ def _assemble(
     probes.ready_checks["informers-synced"] = manager.ready
     probes.live_checks["components"] = manager.alive
     app = App(settings, client, registry, manager, controller, recorder)
-    host, port = settings.metrics_address
-    if port:
-        manager.add_server(
-            "metrics", lambda: serve(probes.metrics_app(), host, port, name="metrics")
-        )
+    if settings.metrics_address[1]:
+        manager.add_server("metrics", _metrics_server(settings, client, probes))
     hhost, hport = settings.health_address
     if hport:
         manager.add_server(
@@ -151,6 +155,25 @@ def _assemble(
         manager.add_informer(informer)
     manager.add_controller(controller.controller, controller.config_names)
     return app
+
+
+def _metrics_server(
+    settings: Settings, client: KubeClient, probes: Probes
+) -> Callable[[], Awaitable[None]]:
+    """Plain HTTP, or (``--metrics-secure``) HTTPS for callers the API server authenticates
+    and RBAC allows, as kubebuilder v4 serves it."""
+    host, port = settings.metrics_address
+    if not settings.metrics_secure:
+        return lambda: serve(probes.metrics_app(), host, port, name="metrics")
+    certificate: ServingCertificate
+    if settings.metrics_cert_dir:
+        cert_dir = Path(settings.metrics_cert_dir)
+        certificate = ReloadingCertificate(cert_dir / "tls.crt", cert_dir / "tls.key")
+    else:
+        pair = self_signed_serving_pair()
+        certificate = InMemoryCertificate(pair.cert_pem, pair.key_pem)
+    auth = DelegatedAuth(client)
+    return lambda: serve_tls(probes.metrics_app(auth), host, port, certificate, name="metrics")
 
 
 def _admission(
@@ -194,6 +217,7 @@ async def run(settings: Settings) -> int:
         cluster=app.client.access.source,
         webhooks=settings.enable_webhooks,
         leader_elect=settings.leader_elect,
+        metrics_secure=settings.metrics_secure,
     )
     try:
         await app.manager.run(stop)

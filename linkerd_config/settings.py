@@ -109,7 +109,19 @@ class Settings:
     )  # fmt: skip
     metrics_address: tuple[str, int] = _opt(
         "--metrics-bind-address", "METRICS_BIND_ADDRESS", ":8080", _address,
-        "where /metrics is served (port 0 disables it)",
+        "where /metrics is served (port 0 disables it); with --metrics-secure, kubebuilder "
+        "projects use :8443 (pass --metrics-bind-address=:8443)",
+    )  # fmt: skip
+    metrics_secure: bool = _opt(
+        "--metrics-secure", "METRICS_SECURE", "false", _bool,
+        "serve /metrics over HTTPS, only to callers whose bearer token passes a TokenReview "
+        "(else 401) and whom RBAC allows `get` on the non-resource URL /metrics (else 403); "
+        "the controller then needs `create` on tokenreviews and subjectaccessreviews",
+    )  # fmt: skip
+    metrics_cert_dir: str = _opt(
+        "--metrics-cert-dir", "METRICS_CERT_DIR", "", str,
+        "with --metrics-secure: folder with tls.crt and tls.key, reloaded on change; empty: "
+        "a self-signed certificate made in memory at start (scrapers skip verification)",
     )  # fmt: skip
     health_address: tuple[str, int] = _opt(
         "--health-probe-bind-address", "HEALTH_PROBE_BIND_ADDRESS", ":8081", _address,
@@ -183,6 +195,11 @@ class Settings:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
+        if self.metrics_cert_dir and not self.metrics_secure:
+            raise SettingsError(
+                f"--metrics-cert-dir = {self.metrics_cert_dir!r} is used only with "
+                "--metrics-secure; set both, or neither (plain HTTP)"
+            )
         if self.leader_elect and not (
             self.retry_period < self.renew_deadline < self.lease_duration
         ):

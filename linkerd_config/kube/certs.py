@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,6 +127,17 @@ def signing_key() -> KeyPair:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     return KeyPair(public, _key_pem(key))
+
+
+def self_signed_serving_pair(
+    host: str = "localhost", validity: datetime.timedelta | None = None
+) -> KeyPair:
+    """A serving pair for ``host`` from a throwaway CA of its own, chain included (leaf, then
+    CA), as client-go's GenerateSelfSignedCertKey makes for a server given no certificate.
+    Valid a year by default: it lives as long as the process that made it."""
+    ca = TinyCA(f"{host}-ca@{int(time.time())}", validity or datetime.timedelta(days=365))
+    pair = ca.serving([host], [])
+    return KeyPair(pair.cert_pem + ca.cert_pem, pair.key_pem)
 
 
 def write_serving_pair(

@@ -33,7 +33,7 @@ from kubernetes_asyncio.config import ConfigException, load_incluster_config, lo
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from linkerd_config.kube.metrics import ComponentMetrics
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, Json
 
 APPLICATION_JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -354,6 +354,44 @@ class KubeClient:
                 return decoded
         finally:
             self._observe(method, code, started)
+
+    async def review_token(self, token: str, *, timeout: float | None = None) -> Json:
+        """Who the API server says ``token`` belongs to: a TokenReview's ``status``
+        (``authenticated``, ``user``, ``error``), for the API server's own audiences.
+
+        A review stores nothing, so it is not a write and is never fenced: every replica,
+        follower or leader, answers its own callers. The token travels only in the body."""
+        review = await self.request(
+            "POST",
+            TOKEN_REVIEWS.path(),
+            body={
+                "apiVersion": TOKEN_REVIEWS.api_version,
+                "kind": TOKEN_REVIEWS.kind,
+                "spec": {"token": token},
+            },
+            timeout=timeout,
+            fenced=False,
+        )
+        status: Json = review.get("status") or {}
+        return status
+
+    async def review_access(self, spec: Json, *, timeout: float | None = None) -> Json:
+        """Whether the authorizer allows ``spec`` (a SubjectAccessReview's spec: user, groups,
+        uid, extra, and resource or non-resource attributes): the review's ``status``
+        (``allowed``, ``denied``, ``reason``). Not fenced, like ``review_token``."""
+        review = await self.request(
+            "POST",
+            SUBJECT_ACCESS_REVIEWS.path(),
+            body={
+                "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version,
+                "kind": SUBJECT_ACCESS_REVIEWS.kind,
+                "spec": spec,
+            },
+            timeout=timeout,
+            fenced=False,
+        )
+        status: Json = review.get("status") or {}
+        return status
 
     @contextlib.asynccontextmanager
     async def stream(

@@ -65,6 +65,12 @@ REPLICASETS = ApiResource("apps", "v1", "replicasets", "ReplicaSet")
 STATEFULSETS = ApiResource("apps", "v1", "statefulsets", "StatefulSet")
 DAEMONSETS = ApiResource("apps", "v1", "daemonsets", "DaemonSet")
 LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
+TOKEN_REVIEWS = ApiResource(
+    "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
+)
+SUBJECT_ACCESS_REVIEWS = ApiResource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
+)
 CRDS = ApiResource(
     "apiextensions.k8s.io",
     "v1",

@@ -1,10 +1,15 @@
-"""Run an aiohttp application until cancelled, and always clean it up."""
+"""Run an aiohttp application until cancelled, and always clean it up; over TLS with a
+certificate that may change (files rotated by cert-manager) or not (made in memory)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
 
 import structlog
 from aiohttp import web
@@ -36,3 +41,77 @@ async def serve(
     finally:
         await asyncio.shield(runner.cleanup())
         log.info("stopped serving", server=name)
+
+
+class ServingCertificate(Protocol):
+    """What ``serve_tls`` needs; ``admission.ReloadingCertificate`` is one."""
+
+    context: ssl.SSLContext
+    available: asyncio.Event
+    """Set once there is a pair to serve with."""
+
+    async def watch(self, interval: float = 2.0) -> None:
+        """Follow changes until cancelled."""
+        ...
+
+
+def server_context() -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
+class InMemoryCertificate:
+    """A pair that never changes (say one made at start), loaded without writing the key to
+    a file system where the platform allows it (a Linux memfd), else through a private
+    temporary folder that is removed at once."""
+
+    def __init__(self, cert_pem: bytes, key_pem: bytes) -> None:
+        self.context = server_context()
+        _load_pem(self.context, cert_pem + key_pem)
+        self.available = asyncio.Event()
+        self.available.set()
+
+    async def watch(self, interval: float = 2.0) -> None:
+        await asyncio.Event().wait()
+
+
+def _load_pem(context: ssl.SSLContext, pem: bytes) -> None:
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None:
+        fd = memfd_create("tls-pair", os.MFD_CLOEXEC)
+        try:
+            with os.fdopen(os.dup(fd), "wb") as out:
+                out.write(pem)
+            context.load_cert_chain(f"/proc/self/fd/{fd}")
+            return
+        except FileNotFoundError:  # no /proc: fall back to a file
+            pass
+        finally:
+            os.close(fd)
+    with tempfile.TemporaryDirectory(prefix="tls-") as folder:  # mode 0700
+        path = Path(folder) / "tls.pem"
+        path.touch(mode=0o600)
+        path.write_bytes(pem)
+        context.load_cert_chain(path)
+
+
+async def serve_tls(
+    app: web.Application,
+    host: str,
+    port: int,
+    certificate: ServingCertificate,
+    *,
+    name: str,
+    reload_interval: float = 2.0,
+    on_bound: Callable[[int], None] | None = None,
+) -> None:
+    """``serve`` over TLS once ``certificate`` has a pair (until then nothing listens), while
+    following its changes: new handshakes use the newest pair."""
+    async with asyncio.TaskGroup() as group:
+        group.create_task(certificate.watch(reload_interval), name=f"{name}-cert-reload")
+        await certificate.available.wait()
+        group.create_task(
+            serve(app, host, port, name=name, ssl_context=certificate.context, on_bound=on_bound),
+            name=f"{name}-serve",
+        )

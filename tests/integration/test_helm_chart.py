@@ -53,6 +53,11 @@ OVERLAY_VALUES: dict[str, list[str]] = {
         "webhook.injectCaFrom=linkerd/linkerd-config-serving-cert",
     ],
     "no-webhooks": ["webhook.enabled=false"],
+    "secure-metrics": [
+        "webhook.certManager.enabled=true",
+        "podMonitor.enabled=true",
+        "metrics.secure=true",
+    ],
 }
 SAME_IMAGE = ["controllerImageVersion=latest"]
 

@@ -30,8 +30,8 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 BASES = ("crd", "rbac", "manager", "webhook")
-COMPONENTS = ("cert-manager", "prometheus")
-OVERLAYS = ("default", "no-monitoring", "own-certs", "no-webhooks")
+COMPONENTS = ("cert-manager", "prometheus", "secure-metrics")
+OVERLAYS = ("default", "no-monitoring", "own-certs", "no-webhooks", "secure-metrics")
 KUBECTL_TIMEOUT = 60.0
 SA_USER = "system:serviceaccount:linkerd:linkerd-config"
 STAND_IN_LABEL = "linkerd-config.test/stand-in"
@@ -144,12 +144,17 @@ def test_default_is_every_base_and_no_webhooks_drops_the_webhook_parts(
     everything = objects(rendered["default"])
     bases = [o for d in BASES for o in objects(rendered[d])]
     ids = sorted((o["kind"], o["metadata"]["name"]) for o in everything)
+    in_default = ("cert-manager", "prometheus")
     added = {name: component_objects(name) for name in COMPONENTS}
-    want = bases + [o for objs in added.values() for o in objs]
+    want = bases + [o for c in in_default for o in added[c]]
     assert ids == sorted((o["kind"], o["metadata"]["name"]) for o in want)
+    secure = sorted((o["kind"], o["metadata"]["name"]) for o in objects(rendered["secure-metrics"]))
+    assert secure == sorted(
+        (o["kind"], o["metadata"]["name"]) for o in want + added["secure-metrics"]
+    )
     # Each narrower overlay is default without what its name says.
     for overlay, without in (("no-monitoring", "prometheus"), ("own-certs", None)):
-        dropped = set(COMPONENTS) if without is None else {without}
+        dropped = set(in_default) if without is None else {without}
         expected = [o for o in want if all(o not in added[c] for c in dropped)]
         got = sorted((o["kind"], o["metadata"]["name"]) for o in objects(rendered[overlay]))
         assert got == sorted((o["kind"], o["metadata"]["name"]) for o in expected), overlay
@@ -603,3 +608,34 @@ def test_one_scrape_path_per_overlay(rendered: dict[str, str]) -> None:
         template = one(objs, "Deployment", "linkerd-config")["spec"]["template"]["metadata"]
         annotated = "prometheus.io/scrape" in (template.get("annotations") or {})
         assert monitored != annotated, (overlay, monitored, annotated)
+
+
+def test_secure_metrics_overlay_serves_https_where_everything_points(
+    rendered: dict[str, str],
+) -> None:
+    """components/secure-metrics: the flags the controller parses, its port, the Service and
+    the PodMonitor agree; the scraper's token comes from a ServiceAccount RBAC lets read."""
+    objs = objects(rendered["secure-metrics"])
+    dep = one(objs, "Deployment", "linkerd-config", "linkerd")
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    settings = parse(container["args"][1:], env={"POD_NAME": "x", "POD_NAMESPACE": "linkerd"})
+    assert settings.metrics_secure is True
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert settings.metrics_address[1] == ports["metrics"] == 8443
+    (svc_port,) = one(objs, "Service", "linkerd-config-metrics")["spec"]["ports"]
+    assert (svc_port["port"], svc_port["targetPort"]) == (8443, "metrics")
+    (endpoint,) = one(objs, "PodMonitor", "linkerd-config")["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["scheme"]) == ("metrics", "https")
+    secret = one(objs, "Secret", endpoint["bearerTokenSecret"]["name"], "linkerd")
+    assert secret["type"] == "kubernetes.io/service-account-token"
+    scraper = secret["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = one(objs, "ClusterRoleBinding", "linkerd-config-metrics-reader")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": scraper, "namespace": "linkerd"}
+    ]
+    reader = one(objs, "ClusterRole", binding["roleRef"]["name"])
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    auth = one(objs, "ClusterRoleBinding", "linkerd-config-metrics-auth")
+    assert auth["subjects"] == [
+        {"kind": "ServiceAccount", "name": "linkerd-config", "namespace": "linkerd"}
+    ]

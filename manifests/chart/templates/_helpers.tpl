@@ -41,3 +41,7 @@ tls.key: {{ $cert.Key | b64enc }}
 ca.crt: {{ $ca.Cert | b64enc }}
 {{- end -}}
 {{- end }}
+
+{{- define "linkerd-config.metricsPort" -}}
+{{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}
+{{- end }}

@@ -1,0 +1,203 @@
+"""Delegated authentication and authorization: the API server decides who a caller is and
+what it may do, as kube-apiserver's delegating authenticator/authorizer (and so
+controller-runtime's secure metrics filter) does.
+
+* authentication: the caller's bearer token goes into a TokenReview; the API server answers
+  with the user (name, uid, groups, extra) or "not authenticated";
+* authorization: that user, the HTTP verb and the path go into a SubjectAccessReview with
+  non-resource attributes, so plain RBAC decides (``nonResourceURLs: ["/metrics"]``,
+  ``verbs: ["get"]``).
+
+Answers are cached, bounded, for the delegating defaults (tokens 1 min either way; access
+5 min when allowed, 30 s when denied), so a scraper every 15 s costs an API call about once
+a minute, not two per scrape. Tokens are cached under a keyed hash, never as themselves.
+A review that cannot be made (API server unreachable, timed out, refused the review itself)
+is :class:`ReviewError`: neither an allow nor a deny, and never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from linkerd_config.kube.resource import Json
+
+AUTHENTICATED_GROUP = "system:authenticated"
+UNAUTHENTICATED_GROUP = "system:unauthenticated"
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class Reviews(Protocol):
+    """The two API calls (``KubeClient`` has them); each returns the review's ``status``."""
+
+    async def review_token(self, token: str, *, timeout: float | None = None) -> Json: ...
+
+    async def review_access(self, spec: Json, *, timeout: float | None = None) -> Json: ...
+
+
+class ReviewError(Exception):
+    """A review could not be made or answered; the request must fail, not pass."""
+
+
+@dataclass(frozen=True)
+class UserInfo:
+    """Who a token belongs to, as the TokenReview said (hashable: it keys the access cache)."""
+
+    name: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    @staticmethod
+    def from_review(user: Json) -> UserInfo:
+        groups = [str(g) for g in user.get("groups") or []]
+        # As the API server's authenticated-group adder: every authenticated user is in
+        # system:authenticated, so RBAC bindings to that group hold here too.
+        if AUTHENTICATED_GROUP not in groups and UNAUTHENTICATED_GROUP not in groups:
+            groups.append(AUTHENTICATED_GROUP)
+        extra = user.get("extra") or {}
+        return UserInfo(
+            name=str(user.get("username", "")),
+            uid=str(user.get("uid", "")),
+            groups=tuple(groups),
+            extra=tuple(
+                sorted((str(k), tuple(str(v) for v in vs or ())) for k, vs in extra.items())
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    allowed: bool
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class _Authentication:
+    user: UserInfo | None  # None: the API server said the token is not valid
+
+
+class TTLCache(Generic[K, V]):
+    """At most ``max_entries`` answers, each until its own deadline; least recently used
+    goes first when full. Not thread-safe (one event loop)."""
+
+    def __init__(self, max_entries: int, clock: Callable[[], float]) -> None:
+        self.max_entries = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[K, tuple[float, V]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: K) -> V | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        deadline, value = found
+        if self._clock() >= deadline:
+            del self._entries[key]
+            return None
+        self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V, ttl: float) -> None:
+        if ttl <= 0:
+            return
+        self._entries[key] = (self._clock() + ttl, value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+
+@dataclass(frozen=True)
+class CacheTTLs:
+    """controller-runtime's (and the API server's delegating) defaults."""
+
+    authenticated: float = 60.0
+    unauthenticated: float = 60.0
+    allowed: float = 300.0
+    denied: float = 30.0
+
+
+class DelegatedAuth:
+    """Authenticates bearer tokens and authorizes non-resource requests with the API server."""
+
+    def __init__(
+        self,
+        reviews: Reviews,
+        *,
+        timeout: float = 10.0,
+        ttls: CacheTTLs | None = None,
+        max_entries: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.reviews = reviews
+        self.timeout = timeout
+        """Per review call (controller-runtime's TokenAccessReviewTimeout is 10 s)."""
+        self.ttls = ttls or CacheTTLs()
+        self._hash_key = secrets.token_bytes(32)
+        self._tokens: TTLCache[bytes, _Authentication] = TTLCache(max_entries, clock)
+        self._access: TTLCache[tuple[UserInfo, str, str], Decision] = TTLCache(max_entries, clock)
+
+    async def authenticate(self, token: str) -> UserInfo | None:
+        """The token's user, or None when the API server says it is not valid."""
+        key = hmac.new(self._hash_key, token.encode(), hashlib.sha256).digest()
+        cached = self._tokens.get(key)
+        if cached is not None:
+            return cached.user
+        try:
+            status = await self.reviews.review_token(token, timeout=self.timeout)
+        except Exception as exc:  # unreachable, timed out, 403 on tokenreviews: no answer
+            raise ReviewError(f"TokenReview failed: {_describe(exc)}") from exc
+        user = None
+        if status.get("authenticated") is True and isinstance(status.get("user"), dict):
+            user = UserInfo.from_review(status["user"])
+        ttl = self.ttls.authenticated if user else self.ttls.unauthenticated
+        self._tokens.put(key, _Authentication(user), ttl)
+        return user
+
+    async def authorize(self, user: UserInfo, verb: str, path: str) -> Decision:
+        """Whether ``user`` may ``verb`` the non-resource URL ``path``."""
+        key = (user, verb, path)
+        cached = self._access.get(key)
+        if cached is not None:
+            return cached
+        spec: Json = {
+            "user": user.name,
+            "groups": list(user.groups),
+            "nonResourceAttributes": {"path": path, "verb": verb},
+        }
+        if user.uid:
+            spec["uid"] = user.uid
+        if user.extra:
+            spec["extra"] = {k: list(v) for k, v in user.extra}
+        try:
+            status = await self.reviews.review_access(spec, timeout=self.timeout)
+        except Exception as exc:
+            raise ReviewError(f"SubjectAccessReview failed: {_describe(exc)}") from exc
+        # An explicit deny wins over an allow (the API server never sends both).
+        allowed = status.get("allowed") is True and status.get("denied") is not True
+        decision = Decision(allowed, str(status.get("reason") or ""))
+        self._access.put(key, decision, self.ttls.allowed if allowed else self.ttls.denied)
+        return decision
+
+
+def _describe(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def bearer_token(header: str) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None (the API server's
+    parsing: scheme case-insensitive, an empty token is no token)."""
+    parts = header.strip().split(" ", 2)
+    if len(parts) < 2 or parts[0].lower() != "bearer" or not parts[1]:
+        return None
+    return parts[1]

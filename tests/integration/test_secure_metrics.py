@@ -1,0 +1,211 @@
+"""``--metrics-secure`` on a real API server, as kubebuilder v4 serves /metrics: HTTPS only,
+the scraper's ServiceAccount token checked by TokenReview and its access by
+SubjectAccessReview against real RBAC.
+
+The controller runs in-process as a ServiceAccount whose only permissions are the two
+reviews (create tokenreviews, create subjectaccessreviews), so it never leads (no Lease
+access): its client's write gate refuses every write, and the reviews, which are not
+writes, still go through. Its informers are refused too, which does not matter here.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+
+from linkerd_config.app import App, build, running
+from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
+from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.resource import NAMESPACES, SERVICE_ACCOUNTS, ApiResource
+from tests.support import scenario
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+NAMESPACE = "metrics-auth"
+CONTROLLER, NOSY, PROMETHEUS = "controller", "nosy", "prometheus"
+CLUSTER_ROLES = ApiResource(
+    "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
+)
+CLUSTER_ROLE_BINDINGS = ApiResource(
+    "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False
+)
+COMPONENT = Path(__file__).resolve().parents[2] / "manifests/components/secure-metrics"
+_ROLES = {
+    doc["metadata"]["name"]: doc["rules"]
+    for doc in yaml.safe_load_all((COMPONENT / "metrics_auth.yaml").read_text())
+    if doc and doc["kind"] == "ClusterRole"
+}
+AUTH_RULES: list[dict[str, Any]] = _ROLES["linkerd-config-metrics-auth"]
+"""What the controller needs for --metrics-secure, as the install manifests grant it."""
+READER_RULES: list[dict[str, Any]] = _ROLES["linkerd-config-metrics-reader"]
+"""What a scraper needs, as the install manifests define it."""
+
+
+def user(name: str) -> str:
+    return f"system:serviceaccount:{NAMESPACE}:{name}"
+
+
+async def grant(kube: KubeClient, role: str, rules: list[dict[str, Any]], sa: str) -> None:
+    await scenario.create(kube, CLUSTER_ROLES.path(), {"metadata": {"name": role}, "rules": rules})
+    await scenario.create(
+        kube,
+        CLUSTER_ROLE_BINDINGS.path(),
+        {
+            "metadata": {"name": role},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "namespace": NAMESPACE, "name": sa}],
+        },
+    )
+
+
+async def token(kube: KubeClient, sa: str) -> str:
+    review = await kube.request(
+        "POST",
+        SERVICE_ACCOUNTS.path(NAMESPACE, sa, "token"),
+        body={
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    value: str = review["status"]["token"]
+    return value
+
+
+async def may_get_metrics(kube: KubeClient, sa: str) -> bool:
+    review = await kube.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        body={
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user(sa),
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def kubeconfig(path: Path, cp: LocalControlPlane, bearer: str) -> Path:
+    ca = base64.b64encode(cp.ca_pem).decode()
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "local",
+                        "cluster": {"server": cp.server, "certificate-authority-data": ca},
+                    }
+                ],
+                "users": [{"name": CONTROLLER, "user": {"token": bearer}}],
+                "contexts": [
+                    {"name": CONTROLLER, "context": {"cluster": "local", "user": CONTROLLER}}
+                ],
+                "current-context": CONTROLLER,
+            }
+        )
+    )
+    return path
+
+
+def reviews_made(app: App) -> float:
+    """The controller's own rest_client_requests_total{code="201", method="POST"}: its only
+    successful creates here are the reviews (a follower writes nothing)."""
+    total = 0.0
+    for family in app.registry.collect():
+        for s in family.samples:
+            if s.name == "rest_client_requests_total" and (
+                s.labels.get("method"),
+                s.labels.get("code"),
+            ) == ("POST", "201"):
+                total += s.value
+    return total
+
+
+@contextlib.asynccontextmanager
+async def secure_controller(cp: LocalControlPlane, config: Path, port: int) -> AsyncIterator[App]:
+    settings = scenario.local_settings(
+        config, "--metrics-bind-address", f"127.0.0.1:{port}", "--metrics-secure"
+    )
+    assert settings.metrics_secure and settings.leader_elect and not settings.metrics_cert_dir
+    app = await build(settings)
+    async with running(app):
+        yield app
+
+
+async def test_metrics_need_a_token_rbac_allows(
+    private_control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    cp = private_control_plane
+    async with KubeClient(await load_access(str(cp.kubeconfig))) as admin:
+        await scenario.create(admin, NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
+        for sa in (CONTROLLER, NOSY, PROMETHEUS):
+            await scenario.create(
+                admin, SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": sa}}
+            )
+        await grant(admin, "metrics-auth", AUTH_RULES, CONTROLLER)
+        await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
+        await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
+        assert not await may_get_metrics(admin, NOSY)
+        tokens = {sa: await token(admin, sa) for sa in (CONTROLLER, NOSY, PROMETHEUS)}
+
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/metrics"
+    config = kubeconfig(tmp_path / "controller.kubeconfig", cp, tokens[CONTROLLER])
+    # Self-signed (no --metrics-cert-dir): scrapers skip verification, as kubebuilder's
+    # ServiceMonitor does (insecureSkipVerify) unless cert-manager issues the certificate.
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with (
+        secure_controller(cp, config, port) as app,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False), timeout=timeout) as http,
+    ):
+
+        async def scrape(bearer: str | None = None) -> tuple[int, str]:
+            headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
+            async with http.get(url, headers=headers) as resp:
+                return resp.status, await resp.text()
+
+        async def listening() -> tuple[int, str] | None:
+            with contextlib.suppress(aiohttp.ClientConnectorError):
+                return await scrape()
+            return None
+
+        assert await eventually(listening, timeout=15, what="HTTPS /metrics") == (
+            401,
+            "Unauthorized\n",
+        )
+        assert await scrape("not-a-token") == (401, "Unauthorized\n")
+        assert await scrape(tokens[NOSY]) == (403, f"Authorization denied for user {user(NOSY)}\n")
+
+        status, body = await scrape(tokens[PROMETHEUS])
+        assert status == 200, body
+        assert "# TYPE controller_runtime_reconcile_total counter" in body
+        assert 'rest_client_requests_total{code="201",host=' in body  # the reviews themselves
+        assert not app.manager.leading  # a follower: its write gate refuses, reviews pass
+
+        asked = reviews_made(app)
+        assert asked >= 2  # a TokenReview and a SubjectAccessReview, as the controller
+        assert (await scrape(tokens[PROMETHEUS]))[0] == 200
+        assert reviews_made(app) == asked  # the second scrape is answered from the cache
+
+        # Not plain HTTP: the port speaks TLS only.
+        with pytest.raises(aiohttp.ClientError):
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                await resp.read()
