@@ -124,6 +124,7 @@ class LinkerdConfigController:
             namespaces=self.namespaces.store,
             replicasets=self.replicasets.store,
             workloads={kind: informer.store for kind, informer in self.workloads.items()},
+            registry=client.registry,
         )
         self._wire_handlers()
 

@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import structlog
+from prometheus_client import CollectorRegistry, Counter
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import (
     DAEMONSETS,
     DEPLOYMENTS,
@@ -37,6 +39,31 @@ WORKLOAD_RESOURCES: dict[str, ApiResource] = {
     "StatefulSet": STATEFULSETS,
     "DaemonSet": DAEMONSETS,
 }
+
+
+class RolloutMetrics(ComponentMetrics):
+    """The data plane's rollout as this replica performed it (ours: controller-runtime has no
+    such family), by the kind of owner restarted; ``Pod`` is a bare pod evicted."""
+
+    KINDS = (*WORKLOAD_RESOURCES, "Pod")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.restarts = Counter(
+            "linkerd_config_workload_restarts_total",
+            "Workloads restarted (bare pods evicted) onto a new Linkerd configuration, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self.restart_failures = Counter(
+            "linkerd_config_workload_restart_failures_total",
+            "Restarts (evictions) the API server refused, retried on a later pass, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        for kind in self.KINDS:  # every series from the first scrape
+            self.restarts.labels(kind)
+            self.restart_failures.labels(kind)
 
 
 @dataclass(frozen=True)
@@ -92,6 +119,7 @@ class RolloutExecutor:
         workloads: Mapping[str, Store],
         wall: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.writer = writer
         self.recorder = recorder
@@ -102,6 +130,7 @@ class RolloutExecutor:
         self.workloads = workloads
         self.wall = wall
         self.monotonic = monotonic
+        self.metrics = RolloutMetrics.of(registry)
         self._written_at: dict[str, float] = {}
         # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
         self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
@@ -150,6 +179,7 @@ class RolloutExecutor:
             try:
                 if await self._restart(config, workload, config_hash):
                     owners_restarted += workload.kind != "Pod"
+                    self.metrics.restarts.labels(workload.kind).inc()
                     self.recorder.record(
                         config,
                         "Normal",
@@ -158,6 +188,7 @@ class RolloutExecutor:
                     )
             except ApiError as exc:
                 log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
+                self.metrics.restart_failures.labels(workload.kind).inc()
                 self.recorder.record(
                     config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
                 )

@@ -29,6 +29,7 @@ class FakeWriter:
         self.patches: list[tuple[str, Json]] = []
         self.evicted: list[str] = []
         self.conflicts: set[str] = set()
+        self.forbidden: set[str] = set()
         self.deployments: dict[str, Json] = {}
         self.asked: list[tuple[str, Json]] = []
 
@@ -45,6 +46,8 @@ class FakeWriter:
     async def merge_patch(self, _resource: Any, namespace: str, name: str, patch: Json) -> Json:
         if name in self.conflicts:
             raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
+        if name in self.forbidden:
+            raise ApiError(403, "PATCH", name, {"reason": "Forbidden"}, None)
         self.patched.append(f"{namespace}/{name}")
         self.patches.append((f"{namespace}/{name}", patch))
         return patch
@@ -217,3 +220,32 @@ async def test_the_injector_is_asked_in_the_probe_namespace_when_there_is_one() 
     assert namespace == pod["metadata"]["namespace"] == "probe"
     assert "serviceAccountName" not in pod["spec"]  # "app" exists in ns, not in the probe
     assert outcome.restarted_total == 1  # the answer counted as the workload's
+
+
+def restart_samples(world: World) -> dict[tuple[str, str], float]:
+    """The rollout's counters, by (family, kind), as /metrics would serve them."""
+    return {
+        (sample.name, sample.labels["kind"]): sample.value
+        for family in world.executor.metrics.registry.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total") and sample.value
+    }
+
+
+async def test_restarts_and_refused_restarts_are_counted_by_kind() -> None:
+    world = World(4)
+    assert restart_samples(world) == {}  # every kind's series exists, at zero
+    world.writer.conflicts.add("app-00")  # changed since cached: neither restarted nor failed
+    world.writer.forbidden.add("app-01")
+    await world.roll()
+    assert restart_samples(world) == {
+        ("linkerd_config_workload_restarts_total", "Deployment"): 2.0,
+        ("linkerd_config_workload_restart_failures_total", "Deployment"): 1.0,
+    }
+    kinds = {
+        sample.labels["kind"]
+        for family in world.executor.metrics.registry.collect()
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    }
+    assert kinds == {"Deployment", "StatefulSet", "DaemonSet", "Pod"}

@@ -1,0 +1,258 @@
+"""Every panel of manifests/grafana/linkerd-config.json returns data from a real Prometheus.
+
+The controller runs in-process as ``linkerd-config run`` would (leader election, its webhooks
+registered on the API server, metrics served on a port) beside Linkerd's real proxy injector;
+Prometheus (Debian's ``prometheus`` package; missing means failed, not skipped) scrapes it
+every second. The scenario makes each panel mean something: the leader elected, an invalid
+LinkerdConfig refused and a minimal one defaulted by the webhooks, the ConfigMap written, and
+an opted-in Deployment restarted onto the new proxy. Then the dashboard's variables are
+resolved as Grafana resolves them (their ``label_values`` queries must find this controller)
+and every target of every panel, read from the JSON, is asked as a Grafana time-series panel
+asks (a range query over the scenario): each must return a series with a value. Reconcile
+errors do not happen here; their panels are satisfied by the zero-valued series every counter
+has from start-up.
+
+A control plane of its own: Linkerd's names (``linkerd-config``, the injector's webhook
+configuration) and ours exist once per cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from linkerd_config.app import build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.client import ApiError, KubeClient, load_access
+from linkerd_config.kube.resource import (
+    DEPLOYMENTS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+)
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH, webhook_configurations
+from tests.support import dashboard, scenario
+from tests.support.samples import SAMPLES, load, sample
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+JOB = "linkerd/linkerd-config"
+"""The job label a PodMonitor named linkerd-config in namespace linkerd gives (the default
+overlay's); the dashboard must find it through its variables, not be told."""
+SCRAPE_INTERVAL = 1.0
+STEP = 1.0
+RATE_INTERVAL = max(STEP + SCRAPE_INTERVAL, 4 * SCRAPE_INTERVAL)
+"""Grafana's ``$__rate_interval`` for a data source whose scrape interval is set to ours."""
+NS = "dashboard"
+CONFIG = "edge-19.12.3"
+DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
+
+
+@pytest.fixture
+def cp() -> Iterator[LocalControlPlane]:
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
+        yield plane
+
+
+@pytest.fixture
+async def kube(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="dashboard-tests") as client:
+        yield client
+
+
+@contextlib.asynccontextmanager
+async def prometheus_scraping(target: str) -> AsyncIterator[Prometheus]:
+    prometheus = Prometheus([ScrapeJob(JOB, [target])], scrape_interval=SCRAPE_INTERVAL)
+    await asyncio.to_thread(prometheus.start)
+    try:
+        yield prometheus
+    finally:
+        await asyncio.to_thread(prometheus.stop)
+
+
+def collection(config: Obj) -> str:
+    resources = (MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS)
+    return next(r for r in resources if r.kind == config["kind"]).path()
+
+
+async def ready(kube: KubeClient) -> Obj | None:
+    obj = await kube.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
+    conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+    current = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
+    return obj if current and conditions.get("Ready", {}).get("status") == "True" else None
+
+
+async def refused(kube: KubeClient) -> bool:
+    """An invalid LinkerdConfig is refused by our validating webhook (once the API server
+    calls it: a new configuration takes a moment to reach its admission chain)."""
+    bad = load(SAMPLES / "invalid" / "expired_trust_anchor.yaml")
+    try:
+        await kube.request("POST", LINKERD_CONFIGS.path(), body=bad, params={"dryRun": "All"})
+    except ApiError as exc:
+        return DENIED in exc.message
+    return False
+
+
+def resolve_variables(prometheus: Prometheus, board: Obj) -> dict[str, str]:
+    """Each template variable's value as Grafana would pick it: a query variable's
+    ``label_values`` asked of Prometheus (it must find something), all of its values for a
+    multi-value or include-All variable, else the first."""
+    values: dict[str, str] = {}
+    for name, variable in dashboard.variables(board).items():
+        if variable["type"] == "datasource":
+            continue
+        assert variable["type"] == "query", f"variable {name}: type {variable['type']} unhandled"
+        selector, label = dashboard.label_values_query(
+            dashboard.substitute(variable["definition"], values)
+        )
+        found = sorted(prometheus.label_values(label, selector))
+        assert found, f"variable {name}: {variable['definition']} found nothing"
+        values[name] = dashboard.format_value(variable, found)
+    return values
+
+
+def has_value(series: list[Obj]) -> bool:
+    return any(not math.isnan(float(v)) for s in series for _, v in s.get("values", []))
+
+
+def check_panels(prometheus: Prometheus, board: Obj, start: float, end: float) -> int:
+    values = resolve_variables(prometheus, board)
+    assert values["job"] == JOB, values  # found by the variable's query, not told
+    values |= {
+        "__rate_interval": f"{RATE_INTERVAL:g}s",
+        "__interval": f"{STEP:g}s",
+        "__range": f"{math.ceil(end - start)}s",
+    }
+    failures, checked = [], 0
+    for panel, target in dashboard.targets(board):
+        expr = dashboard.substitute(target["expr"], values)
+        try:
+            series = prometheus.query_range(expr, start, end, STEP)
+        except RuntimeError as exc:
+            failures.append(f"{panel['title']!r} [{target['refId']}]: {exc}")
+            continue
+        checked += 1
+        if not has_value(series):
+            failures.append(f"{panel['title']!r} [{target['refId']}]: no data for {expr}")
+    assert not failures, "panels without data:\n" + "\n".join(failures)
+    return checked
+
+
+def instant(prometheus: Prometheus, expr: str) -> float:
+    result = prometheus.query(expr)
+    assert len(result) == 1, (expr, result)
+    return float(result[0]["value"][1])
+
+
+async def test_every_panel_returns_data_from_a_real_prometheus(
+    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+) -> None:
+    began = time.monotonic()
+    metrics_port, webhook_port = free_port(), free_port()
+    board = dashboard.load()
+    async with prometheus_scraping(f"127.0.0.1:{metrics_port}") as prometheus:
+        await scenario.install_crd(kube)
+        await scenario.install_linkerd_edge_19_12_1(kube)
+        async with scenario.linkerd_injector(cp):
+            meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}
+            await scenario.create(kube, NAMESPACES.path(), meshed)
+            await scenario.wait_admits_pods(kube, NS, injected=True)
+            web = scenario.deployment("web", opted_in=True, replicas=1)
+            await scenario.create(kube, DEPLOYMENTS.path(NS), web)
+            before = await scenario.wait_settled(kube, NS, expected=1)
+            assert set(scenario.proxy_versions(before).values()) == {"edge-19.12.1"}
+
+            cert_dir = tmp_path / "webhook"
+            ca_pem = write_serving_pair(cert_dir, ["localhost"], ["127.0.0.1"])
+            settings = scenario.local_settings(
+                cp.kubeconfig,
+                "--metrics-bind-address", f"127.0.0.1:{metrics_port}",
+                "--enable-webhooks", "true",
+                "--webhook-bind-address", f"127.0.0.1:{webhook_port}",
+                "--webhook-cert-dir", str(cert_dir),
+                "--leader-elect", "true",
+                "--identity", "dashboard",
+            )  # fmt: skip
+            app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=30.0))
+            async with running(app):
+                # Scraped before anything happens, so the series show the scenario unfold.
+                await asyncio.to_thread(prometheus.wait_scraped, JOB)
+                start = time.time()
+                assert app.admission is not None
+                await asyncio.wait_for(app.admission.started.wait(), 30)
+                for config in webhook_configurations(ca_pem, f"https://127.0.0.1:{webhook_port}"):
+                    await scenario.create(kube, collection(config), config)
+                await eventually(
+                    lambda: asyncio.sleep(0, result=app.manager.leading), timeout=30, what="leader"
+                )
+                await eventually(lambda: refused(kube), timeout=30, what="webhook refusing")
+                # Only the fields a user states: the mutating webhook fills in the rest.
+                minimal = sample("edge_19.12.3_use_webhook_defaults.yaml")
+                await kube.request("POST", LINKERD_CONFIGS.path(), body=minimal)
+                status = (await eventually(lambda: ready(kube), timeout=60, what="Ready"))["status"]
+                assert status["restartedWorkloads"] == 1, status
+
+                selector = f'job="{JOB}"'
+                restarted = f"sum(linkerd_config_workload_restarts_total{{{selector}}})"
+
+                async def restart_scraped() -> bool:
+                    return await asyncio.to_thread(instant, prometheus, restarted) >= 1
+
+                await eventually(restart_scraped, timeout=15, what="the restart scraped")
+                # Two scrapes more, so every rate window can close on the final state.
+                settled = time.time() + 2 * SCRAPE_INTERVAL
+                last_scrape = f"max(timestamp(up{{{selector}}}))"
+
+                async def scraped_since() -> bool:
+                    return await asyncio.to_thread(instant, prometheus, last_scrape) >= settled
+
+                await eventually(scraped_since, timeout=15, what="two more scrapes")
+                end = time.time()
+
+                # The scenario did what the panels are about, as Prometheus saw it.
+                leader = f"max(leader_election_master_status{{{selector}}})"
+                assert await asyncio.to_thread(instant, prometheus, leader) == 1
+                for path in (MUTATE_PATH, VALIDATE_PATH):
+                    calls = (
+                        "sum(controller_runtime_webhook_requests_total"
+                        f'{{{selector}, webhook="{path}", code="200"}})'
+                    )
+                    assert await asyncio.to_thread(instant, prometheus, calls) >= 1, path
+                successes = (
+                    "sum(controller_runtime_reconcile_total"
+                    f'{{{selector}, result=~"success|requeue_after"}})'
+                )
+                assert await asyncio.to_thread(instant, prometheus, successes) >= 1
+
+                checked = await asyncio.to_thread(check_panels, prometheus, board, start, end)
+    titles = {p["title"] for p, _ in dashboard.targets(board)}
+    print(
+        f"\n{checked} queries of {len(titles)} panels returned data over {end - start:.1f}s "
+        f"of scenario; {time.monotonic() - began:.1f}s in all"
+    )
+
+
+def test_prometheus_answers_reports_bad_queries_and_leaves_nothing_behind() -> None:
+    with Prometheus([ScrapeJob("nothing", ["127.0.0.1:1"])]) as prometheus:
+        workdir, url = prometheus.workdir, prometheus.url
+        assert prometheus.query("1 + 1")[0]["value"][1] == "2"
+        with pytest.raises(PrometheusError, match="parse error"):
+            prometheus.query("rate(up[")
+    assert not workdir.exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/-/ready", timeout=2)
