@@ -28,6 +28,22 @@ def control_plane() -> Iterator[LocalControlPlane]:
 
 
 @pytest.fixture
+def own_control_plane() -> Iterator[LocalControlPlane]:
+    """A full control plane (with kwok) of the test's own, for tests whose cluster-wide
+    objects (Linkerd's, a chart's CRD and webhooks) must not meet other tests' objects."""
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp:
+        yield cp
+
+
+@pytest.fixture
+async def own_kube(own_control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    """An admin client on ``own_control_plane``."""
+    access = await load_access(str(own_control_plane.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+        yield client
+
+
+@pytest.fixture
 def private_control_plane() -> Iterator[LocalControlPlane]:
     """An etcd + kube-apiserver of the test's own, for tests that restart or compact it."""
     with LocalControlPlane(ControlPlaneOptions(workloads=False)) as cp:

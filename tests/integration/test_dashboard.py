@@ -23,17 +23,17 @@ import contextlib
 import math
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.client import ApiError, KubeClient, load_access
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import (
     DEPLOYMENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -63,16 +63,13 @@ DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the reques
 
 
 @pytest.fixture
-def cp() -> Iterator[LocalControlPlane]:
-    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
-        yield plane
+def cp(own_control_plane: LocalControlPlane) -> LocalControlPlane:
+    return own_control_plane
 
 
 @pytest.fixture
-async def kube(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
-    access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, user_agent="dashboard-tests") as client:
-        yield client
+def kube(own_kube: KubeClient) -> KubeClient:
+    return own_kube
 
 
 @contextlib.asynccontextmanager

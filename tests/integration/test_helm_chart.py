@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from linkerd_config.devcluster.binaries import ensure_helm
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.devcluster.cluster import LocalControlPlane
 
 pytestmark = pytest.mark.integration
 
@@ -257,14 +257,6 @@ def handshake(cert_dir: Path, ca: bytes, server_name: str) -> bool:
 
 
 # -- a real install ----------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def own_control_plane() -> Iterator[LocalControlPlane]:
-    """A control plane of the module's own (with kwok, so the Deployment becomes available):
-    the chart's CRD and webhooks must not meet the objects other tests create."""
-    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp:
-        yield cp
 
 
 def get(cp: LocalControlPlane, path: str) -> Obj | None:

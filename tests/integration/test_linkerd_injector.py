@@ -24,16 +24,16 @@ import copy
 import hashlib
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 import yaml
 
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
-from linkerd_config.kube.client import APPLY_PATCH, KubeClient, load_access
+from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
@@ -56,16 +56,13 @@ OLD_PROXY, NEW_PROXY = scenario.OLD_PROXY_IMAGE, scenario.NEW_PROXY_IMAGE
 
 
 @pytest.fixture
-def cp() -> Iterator[LocalControlPlane]:
-    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
-        yield plane
+def cp(own_control_plane: LocalControlPlane) -> LocalControlPlane:
+    return own_control_plane
 
 
 @pytest.fixture
-async def kube(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
-    access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, user_agent="injector-tests") as client:
-        yield client
+def kube(own_kube: KubeClient) -> KubeClient:
+    return own_kube
 
 
 @contextlib.asynccontextmanager

@@ -18,7 +18,6 @@ Linkerd's real proxy injector and all setup use the admin client.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import copy
 import os
@@ -58,7 +57,7 @@ from linkerd_config.kube.resource import (
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION, LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
-from tests.support import scenario
+from tests.support import scenario, service_accounts
 from tests.support.audit import audit_entries, audited_resource
 from tests.support.samples import install_configmap, sample
 from tests.support.waiting import eventually
@@ -586,47 +585,13 @@ async def world(
             for namespace, _ in HIDDEN.values():
                 await scenario.wait_settled(admin, namespace, expected=1)
 
-            token_request = await admin.request(
-                "POST",
-                SERVICE_ACCOUNTS.path(SA_NAMESPACE, SA_NAME, "token"),
-                body={
-                    "apiVersion": "authentication.k8s.io/v1",
-                    "kind": "TokenRequest",
-                    "spec": {"expirationSeconds": 3600},
-                },
-            )
-            token = token_request["status"]["token"]
-            kubeconfig = tmp_path_factory.mktemp("sa") / "linkerd-config.kubeconfig"
-            kubeconfig.write_text(
-                yaml.safe_dump(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Config",
-                        "clusters": [
-                            {
-                                "name": "local",
-                                "cluster": {
-                                    "server": cp.server,
-                                    "certificate-authority-data": base64.b64encode(
-                                        cp.ca_pem
-                                    ).decode(),
-                                },
-                            }
-                        ],
-                        "users": [{"name": SA_NAME, "user": {"token": token}}],
-                        "contexts": [
-                            {
-                                "name": SA_NAME,
-                                "context": {
-                                    "cluster": "local",
-                                    "user": SA_NAME,
-                                    "namespace": SA_NAMESPACE,
-                                },
-                            }
-                        ],
-                        "current-context": SA_NAME,
-                    }
-                )
+            token = await service_accounts.token(admin, SA_NAMESPACE, SA_NAME)
+            kubeconfig = service_accounts.kubeconfig(
+                tmp_path_factory.mktemp("sa") / "linkerd-config.kubeconfig",
+                cp,
+                SA_NAME,
+                token,
+                namespace=SA_NAMESPACE,
             )
             yield World(cp, admin, rbac, kubeconfig, token)
 

@@ -10,7 +10,6 @@ writes, still go through. Its informers are refused too, which does not matter h
 
 from __future__ import annotations
 
-import base64
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import KubeClient, load_access
 from linkerd_config.kube.resource import NAMESPACES, SERVICE_ACCOUNTS, ApiResource
-from tests.support import scenario
+from tests.support import scenario, service_accounts
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -70,20 +69,6 @@ async def grant(kube: KubeClient, role: str, rules: list[dict[str, Any]], sa: st
     )
 
 
-async def token(kube: KubeClient, sa: str) -> str:
-    review = await kube.request(
-        "POST",
-        SERVICE_ACCOUNTS.path(NAMESPACE, sa, "token"),
-        body={
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": 3600},
-        },
-    )
-    value: str = review["status"]["token"]
-    return value
-
-
 async def may_get_metrics(kube: KubeClient, sa: str) -> bool:
     review = await kube.request(
         "POST",
@@ -99,30 +84,6 @@ async def may_get_metrics(kube: KubeClient, sa: str) -> bool:
         },
     )
     return bool(review["status"].get("allowed"))
-
-
-def kubeconfig(path: Path, cp: LocalControlPlane, bearer: str) -> Path:
-    ca = base64.b64encode(cp.ca_pem).decode()
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "local",
-                        "cluster": {"server": cp.server, "certificate-authority-data": ca},
-                    }
-                ],
-                "users": [{"name": CONTROLLER, "user": {"token": bearer}}],
-                "contexts": [
-                    {"name": CONTROLLER, "context": {"cluster": "local", "user": CONTROLLER}}
-                ],
-                "current-context": CONTROLLER,
-            }
-        )
-    )
-    return path
 
 
 def reviews_made(app: App) -> float:
@@ -164,11 +125,16 @@ async def test_metrics_need_a_token_rbac_allows(
         await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
         await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
         assert not await may_get_metrics(admin, NOSY)
-        tokens = {sa: await token(admin, sa) for sa in (CONTROLLER, NOSY, PROMETHEUS)}
+        tokens = {
+            sa: await service_accounts.token(admin, NAMESPACE, sa)
+            for sa in (CONTROLLER, NOSY, PROMETHEUS)
+        }
 
     port = free_port()
     url = f"https://127.0.0.1:{port}/metrics"
-    config = kubeconfig(tmp_path / "controller.kubeconfig", cp, tokens[CONTROLLER])
+    config = service_accounts.kubeconfig(
+        tmp_path / "controller.kubeconfig", cp, CONTROLLER, tokens[CONTROLLER]
+    )
     # Self-signed (no --metrics-cert-dir): scrapers skip verification, as kubebuilder's
     # ServiceMonitor does (insecureSkipVerify) unless cert-manager issues the certificate.
     timeout = aiohttp.ClientTimeout(total=10)
