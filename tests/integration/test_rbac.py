@@ -328,16 +328,10 @@ async def authorized(kube: KubeClient, perm: Permission) -> bool:
         attributes["subresource"] = subresource
     if perm.namespace:
         attributes["namespace"] = perm.namespace
-    review = await kube.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {"user": SA_USER, "groups": SA_GROUPS, "resourceAttributes": attributes},
-        },
+    review = await kube.review_access(
+        {"user": SA_USER, "groups": SA_GROUPS, "resourceAttributes": attributes}
     )
-    return bool(review["status"].get("allowed"))
+    return bool(review.get("allowed"))
 
 
 # -- the controller, and what it was refused -------------------------------------------------

@@ -70,20 +70,14 @@ async def grant(kube: KubeClient, role: str, rules: list[dict[str, Any]], sa: st
 
 
 async def may_get_metrics(kube: KubeClient, sa: str) -> bool:
-    review = await kube.request(
-        "POST",
-        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        body={
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {
-                "user": user(sa),
-                "groups": ["system:serviceaccounts", "system:authenticated"],
-                "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
-            },
-        },
+    review = await kube.review_access(
+        {
+            "user": user(sa),
+            "groups": ["system:serviceaccounts", "system:authenticated"],
+            "nonResourceAttributes": {"path": "/metrics", "verb": "get"},
+        }
     )
-    return bool(review["status"].get("allowed"))
+    return bool(review.get("allowed"))
 
 
 def reviews_made(app: App) -> float:
