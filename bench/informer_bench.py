@@ -30,12 +30,13 @@ from typing import Any
 
 import orjson
 import structlog
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.devcluster import versions
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.client import MERGE_PATCH, KubeClient, load_access
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer, Transform, keep_fields, strip_managed_fields
-from linkerd_config.kube.metrics import Metrics
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import PODS
 
 Json = dict[str, Any]
@@ -160,15 +161,20 @@ class Counter:
         self.reached.clear()
 
 
-def informer(client: KubeClient, mode: str, metrics: Metrics) -> Informer:
-    return Informer(
-        client, PODS, namespace=NAMESPACE, transform=MODES[mode], metrics=metrics, name=mode
-    )
+def informer(client: KubeClient, mode: str) -> Informer:
+    """Its metrics go to the client's registry (one per bench run)."""
+    return Informer(client, PODS, namespace=NAMESPACE, transform=MODES[mode], name=mode)
+
+
+def relists(client: KubeClient, mode: str) -> float:
+    assert client.registry is not None
+    value = client.registry.get_sample_value("informer_relists_total", {"resource": mode})
+    return value or 0.0
 
 
 async def list_seconds(client: KubeClient, mode: str) -> float:
     """Start-to-synced time of a fresh informer (paginated LIST, decode, transform, cache)."""
-    inf = informer(client, mode, Metrics())
+    inf = informer(client, mode)
     started = time.perf_counter()
     task = asyncio.create_task(inf.run())
     try:
@@ -184,7 +190,7 @@ async def cache_bytes(client: KubeClient, mode: str) -> tuple[int, int]:
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    inf = informer(client, mode, Metrics())
+    inf = informer(client, mode)
     task = asyncio.create_task(inf.run())
     try:
         await inf.wait_synced(300)
@@ -206,8 +212,8 @@ async def watch_rates(
     resourceVersion and drains the backlog -- decode/apply speed, not write speed.
     live: updates are written while it runs -- end-to-end, bounded by the API server's writes.
     """
-    metrics = Metrics()
-    inf = informer(client, mode, metrics)
+    relists_before = relists(client, mode)
+    inf = informer(client, mode)
     counter = Counter()
     inf.add_handler(on_update=counter.on_update)
     path = PODS.path(NAMESPACE)
@@ -232,7 +238,7 @@ async def watch_rates(
     try:
         await asyncio.wait_for(counter.reached.wait(), 120)
         backlog_seconds = counter.last_at - started
-        relists = metrics.registry.get_sample_value("informer_relists_total", {"resource": mode})
+        relisted = relists(client, mode) - relists_before
 
         counter.expect(len(targets))
         live_started = time.perf_counter()
@@ -246,7 +252,7 @@ async def watch_rates(
         "events": len(targets),
         "backlog_seconds": round(backlog_seconds, 3),
         "backlog_events_per_s": round(len(targets) / backlog_seconds),
-        "backlog_relisted": (relists or 0) > 1,  # 410: the watch cache dropped the backlog
+        "backlog_relisted": relisted > 1,  # 410: the watch cache dropped the backlog
         "backlog_write_seconds": round(write_seconds, 3),
         "live_seconds": round(live_seconds, 3),
         "live_events_per_s": round(len(targets) / live_seconds),
@@ -256,7 +262,10 @@ async def watch_rates(
 
 async def bench(cp: LocalControlPlane, pods: int, updates: int, rounds: int) -> Json:
     access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, user_agent="informer-bench", pool_size=64) as client:
+    registry = CollectorRegistry()
+    async with KubeClient(
+        access, user_agent="informer-bench", pool_size=64, registry=registry
+    ) as client:
         await client.request("POST", "/api/v1/namespaces", body={"metadata": {"name": NAMESPACE}})
         manifests = [pod_manifest(i) for i in range(pods)]
         path = PODS.path(NAMESPACE)

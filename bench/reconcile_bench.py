@@ -15,7 +15,8 @@ from typing import Any
 
 from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.client import MERGE_PATCH, KubeClient, load_access
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.logs import configure_logging

@@ -15,9 +15,10 @@ from prometheus_client import CollectorRegistry, ProcessCollector, disable_creat
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import self_signed_serving_pair
-from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.delegated_auth import DelegatedAuth
 from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import (
     LeaderElectionConfig,
     LeaderElector,

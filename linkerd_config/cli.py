@@ -25,7 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from linkerd_config.app import run  # noqa: PLC0415
-    from linkerd_config.kube.client import AccessError  # noqa: PLC0415
+    from linkerd_config.kube.kubeconfig import AccessError  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 
     configure_logging(settings.log_level, settings.log_format)

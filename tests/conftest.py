@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.kubeconfig import load_access
 
 REPO = Path(__file__).resolve().parent.parent
 

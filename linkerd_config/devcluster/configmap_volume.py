@@ -31,8 +31,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
 
 DATA_LINK = "..data"

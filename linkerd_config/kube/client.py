@@ -15,23 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
-from kubernetes_asyncio.client import Configuration
-from kubernetes_asyncio.config import ConfigException, load_incluster_config, load_kube_config
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, Json
 
@@ -121,64 +118,6 @@ class ApiError(Exception):
     @property
     def gone(self) -> bool:
         return self.status == 410
-
-
-@dataclass(frozen=True)
-class ClusterAccess:
-    """Where the API server is and how to authenticate, resolved once at start-up."""
-
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    bearer: Callable[[], Awaitable[str | None]]
-    source: str  # "kubeconfig:<path>" or "in-cluster", for logs
-
-
-class AccessError(RuntimeError):
-    """Where the API server is, or how to reach it, cannot be known; says what to do."""
-
-
-async def load_access(kubeconfig: str | None = None) -> ClusterAccess:
-    """Kubeconfig if one is named or present, else the pod's service account."""
-    cfg = Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    exists: bool = await asyncio.to_thread(Path(path).is_file)
-    if kubeconfig and not exists:
-        raise AccessError(f"kubeconfig {path} does not exist (check --kubeconfig or KUBECONFIG)")
-    if exists:
-        try:
-            await load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
-        except Exception as exc:  # a parser's or the library's: any of them means unusable
-            reason = " ".join(str(exc).split()) or type(exc).__name__
-            raise AccessError(f"kubeconfig {path} is not usable: {reason}") from exc
-        source = f"kubeconfig:{path}"
-    else:
-        try:
-            load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
-        except ConfigException as exc:
-            raise AccessError(
-                f"no kubeconfig at {path} and not running in a cluster; "
-                "set --kubeconfig or KUBECONFIG"
-            ) from exc
-        source = "in-cluster"
-    host: str = cfg.host or ""
-    return ClusterAccess(
-        server=host.rstrip("/"),
-        ssl_context=_ssl_context(cfg),
-        bearer=lambda: cfg.get_api_key_with_prefix("BearerToken"),
-        source=source,
-    )
-
-
-def _ssl_context(cfg: Configuration) -> ssl.SSLContext | bool:
-    if not (cfg.host or "").startswith("https"):
-        return False
-    ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-    if not cfg.verify_ssl:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    if cfg.cert_file:
-        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
-    return ctx
 
 
 @dataclass(frozen=True)

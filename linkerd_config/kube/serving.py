@@ -4,15 +4,14 @@ certificate that may change (files rotated by cert-manager) or not (made in memo
 from __future__ import annotations
 
 import asyncio
-import os
 import ssl
-import tempfile
 from collections.abc import Callable
-from pathlib import Path
 from typing import Protocol
 
 import structlog
 from aiohttp import web
+
+from linkerd_config.kube.tls import load_chain_from_memory
 
 log = structlog.get_logger(__name__)
 
@@ -68,32 +67,12 @@ class InMemoryCertificate:
 
     def __init__(self, cert_pem: bytes, key_pem: bytes) -> None:
         self.context = server_context()
-        _load_pem(self.context, cert_pem + key_pem)
+        load_chain_from_memory(self.context, cert_pem + key_pem)
         self.available = asyncio.Event()
         self.available.set()
 
     async def watch(self, interval: float = 2.0) -> None:
         await asyncio.Event().wait()
-
-
-def _load_pem(context: ssl.SSLContext, pem: bytes) -> None:
-    memfd_create = getattr(os, "memfd_create", None)
-    if memfd_create is not None:
-        fd = memfd_create("tls-pair", os.MFD_CLOEXEC)
-        try:
-            with os.fdopen(os.dup(fd), "wb") as out:
-                out.write(pem)
-            context.load_cert_chain(f"/proc/self/fd/{fd}")
-            return
-        except FileNotFoundError:  # no /proc: fall back to a file
-            pass
-        finally:
-            os.close(fd)
-    with tempfile.TemporaryDirectory(prefix="tls-") as folder:  # mode 0700
-        path = Path(folder) / "tls.pem"
-        path.touch(mode=0o600)
-        path.write_bytes(pem)
-        context.load_cert_chain(path)
 
 
 async def serve_tls(

@@ -24,6 +24,9 @@ class Store:
     def __init__(self, key_fn: KeyFunc = object_key) -> None:
         self._key_fn = key_fn
         self._items: dict[str, Json] = {}
+        self.revision = 0
+        """Grows with every write: a reader may keep what it derived from the cache for as
+        long as the revision it derived it at is current."""
 
     # -- reads ---------------------------------------------------------------------------
 
@@ -62,10 +65,12 @@ class Store:
         key = self._key_fn(obj)
         old = self._items.get(key)
         self._items[key] = obj
+        self.revision += 1
         return old
 
     def delete(self, key: str) -> Json | None:
         """Remove ``key``; returns the object that was cached, if any."""
+        self.revision += 1
         return self._items.pop(key, None)
 
     def replace(self, objects: Iterable[Json]) -> builtins.list[str]:
@@ -73,4 +78,5 @@ class Store:
         items = {self._key_fn(obj): obj for obj in objects}
         vanished = [k for k in self._items if k not in items]
         self._items = items
+        self.revision += 1
         return vanished

@@ -94,11 +94,18 @@ class LinkerdConfigController:
             PODS,
             label_selector=rollout.CANDIDATE_LABEL_SELECTOR,
             field_selector=rollout.RUNNING_FIELD_SELECTOR,
-            transform=rollout.pod_projection,
+            metadata_only=True,
+            transform=rollout.running_pod_metadata,
             name="pods",
         )
         self.namespaces = Informer(client, NAMESPACES, metadata_only=True, name="namespaces")
-        self.replicasets = Informer(client, REPLICASETS, metadata_only=True, name="replicasets")
+        self.replicasets = Informer(
+            client,
+            REPLICASETS,
+            metadata_only=True,
+            transform=rollout.replicaset_projection,
+            name="replicasets",
+        )
         # Restartable owners, reduced to their restart record: which configuration their pod
         # template was last restarted for, and when. Counting and pacing read these caches.
         self.workloads = {

@@ -24,8 +24,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.client import ApiError, KubeClient, load_access
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.events import AGGREGATE_PREFIX, EventRecorder
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import (
     LeaderElectionConfig,
     LeaderElector,

@@ -12,9 +12,10 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
-from linkerd_config.kube.client import MERGE_PATCH, KubeClient, load_access
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import (
     LeaderElectionConfig,
     LeaderElector,

@@ -32,15 +32,9 @@ import yaml
 
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.client import (
-    APPLY_PATCH,
-    MERGE_PATCH,
-    ApiError,
-    KubeClient,
-    load_access,
-    token_access,
-)
+from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, token_access
 from linkerd_config.kube.informer import Informer
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     DAEMONSETS,

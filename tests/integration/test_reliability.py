@@ -42,7 +42,8 @@ from linkerd_config.devcluster.cluster import (
 )
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, load_access
+from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import scenario

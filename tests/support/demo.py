@@ -31,7 +31,8 @@ from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlP
 from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
-from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     MUTATING_WEBHOOK_CONFIGURATIONS,

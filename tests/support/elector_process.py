@@ -21,7 +21,8 @@ from typing import Any
 
 import structlog
 
-from linkerd_config.kube.client import KubeClient, load_access
+from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import LeaderElectionConfig, LeaderElector, LeaderGate
 
 

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from linkerd_config.kube.admission import ReloadingCertificate
 from linkerd_config.kube.certs import TinyCA, self_signed_serving_pair, write_serving_pair
-from linkerd_config.kube.client import ApiError, ClusterAccess, KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.delegated_auth import (
     CacheTTLs,
     DelegatedAuth,
@@ -30,6 +30,7 @@ from linkerd_config.kube.delegated_auth import (
     UserInfo,
     bearer_token,
 )
+from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import InMemoryCertificate, ServingCertificate, serve_tls
 from linkerd_config.settings import SettingsError, parse

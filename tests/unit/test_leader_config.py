@@ -15,7 +15,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from linkerd_config.kube.client import ApiError, ClusterAccess, KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.leader import (
     LeaderElectionConfig,
     LeaderElector,

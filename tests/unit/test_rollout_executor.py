@@ -249,3 +249,45 @@ async def test_restarts_and_refused_restarts_are_counted_by_kind() -> None:
         if sample.name.endswith("_total")
     }
     assert kinds == {"Deployment", "StatefulSet", "DaemonSet", "Pod"}
+
+
+async def test_a_pass_over_unchanged_caches_reuses_the_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reconcile that changes no cache (a reverted edit, a status write) decides nothing
+    again: planning over every pod runs once per change of the pods, namespaces, ReplicaSets
+    or desired proxy, not once per reconcile."""
+    world = World(3, max_restarts_per_pass=1)
+    calls = {"plan": 0, "records": 0}
+    plan, records = rollout.plan_rollout, rollout.restart_times
+
+    def counted_plan(*args: Any) -> rollout.RolloutPlan:
+        calls["plan"] += 1
+        return plan(*args)
+
+    def counted_records(*args: Any) -> list[float]:
+        calls["records"] += 1
+        return records(*args)
+
+    monkeypatch.setattr(rollout, "plan_rollout", counted_plan)
+    monkeypatch.setattr(rollout, "restart_times", counted_records)
+    first = await world.executor.roll(CONFIG, DESIRED)
+    assert first.outdated == 3 and calls == {"plan": 1, "records": 1}
+    # The first pass restarted one Deployment: its cache changes (as the informer would put
+    # the patched object); the pods do not, so the plan is reused and the record re-read.
+    patched = world.deployments.get(world.writer.patched[0])
+    assert patched is not None
+    annotations = {rollout.RESTARTED_FOR_ANNOTATION: HASH, rollout.RESTARTED_AT_ANNOTATION: ""}
+    world.deployments.put(
+        {**patched, "spec": {"template": {**patched["spec"]["template"], "metadata": {
+            "annotations": annotations}}}}
+    )  # fmt: skip
+    await world.executor.roll(CONFIG, DESIRED)
+    await world.executor.roll(CONFIG, DESIRED)
+    assert calls == {"plan": 1, "records": 2}
+    world.add("app-new")
+    await world.executor.roll(CONFIG, DESIRED)
+    assert calls["plan"] == 2
+    other = Desired(DESIRED.target, {}, HASH, "Spec", DesiredProxy("edge-20.1.1"))
+    await world.executor.roll(CONFIG, other)
+    assert calls["plan"] == 3

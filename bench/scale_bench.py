@@ -1,0 +1,500 @@
+"""Scale: the controller side by side with the physical limit and with kopf, in one run,
+interleaved, on one local control plane (etcd + kube-apiserver; the pods are bound to a node
+that does not exist and marked Running by the bench, so nothing else uses the CPU).
+
+At each scale point (``--pods``, growing one cluster: 1,000 then 10,000 ...) it creates the
+opted-in Running pods (25 per namespace, each ~6 KB of JSON like a meshed workload), then,
+``--repeats`` times in rotating order, starts each peer as a process of its own and measures:
+
+* start → caches synced: spawn to ``/readyz`` for ours; spawn to "every pod listed" for the
+  bare paginated LIST + decode (``bench/scale_peers.py list``); spawn to "the index holds
+  every pod" for kopf;
+* whole-process peak RSS (``VmHWM``) once synced and after the drift rounds;
+* drift revert, for ours, the bare watch-and-patch reverter and kopf: a probe tampers with
+  ``linkerd-config``'s managed key and times until the watch shows it restored, counting a
+  restore only after it has seen its own tamper event; CPU per revert from /proc.
+
+    .venv/bin/python bench/scale_bench.py [--pods 1000,10000] [--repeats 2] [--rounds 20]
+
+Prints a table of ratios (ours/limit, ours/kopf) and writes ``bench/results/scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.kubeconfig import load_access
+from linkerd_config.kube.resource import CONFIGMAPS, NAMESPACES, PODS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout import (
+    PROXY_VERSION_ANNOTATION,
+    RECONCILE_AUTO,
+    RECONCILE_LABEL,
+)
+from tests.support import scenario
+from tests.support.samples import sample
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results" / "scale.json"
+PODS_PER_NAMESPACE = 25
+CREATE_CONCURRENCY = 48
+PROXY_VERSION = "edge-19.12.3"
+KEY = "global"
+TICKS = os.sysconf("SC_CLK_TCK")
+PEERS = ("ours", "limit", "limit-meta", "kopf")
+READY_TIMEOUT = {"ours": 600.0, "limit": 600.0, "limit-meta": 600.0, "kopf": 300.0}
+
+Json = dict[str, Any]
+
+
+# -- the cluster -------------------------------------------------------------------------------
+
+
+def pod_manifest(namespace: str, i: int) -> Json:
+    """An opted-in, injected-looking pod on the current proxy (~6 KB stored, like
+    bench/informer_bench.py's): nothing for any peer to restart."""
+    app = f"svc-{i % 40:02d}"
+    env = [{"name": f"SETTING_{k:02d}", "value": f"value-{k}-{'x' * 24}"} for k in range(18)]
+
+    def container(name: str, image: str, port: int) -> Json:
+        return {
+            "name": name,
+            "image": image,
+            "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+            "env": env,
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+            "readinessProbe": {"httpGet": {"path": "/ready", "port": port}, "periodSeconds": 5},
+        }
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{app}-{i:06d}",
+            "namespace": namespace,
+            "labels": {
+                "app.kubernetes.io/name": app,
+                "app.kubernetes.io/part-of": "shop",
+                RECONCILE_LABEL: RECONCILE_AUTO,
+                "linkerd.io/control-plane-ns": "linkerd",
+            },
+            "annotations": {
+                PROXY_VERSION_ANNOTATION: PROXY_VERSION,
+                "linkerd.io/created-by": "linkerd/proxy-injector edge-19.12.3",
+                "kubectl.kubernetes.io/last-applied-configuration": "{" + "a" * 900 + "}",
+            },
+        },
+        "spec": {
+            "nodeName": "bench-node-that-does-not-exist",
+            "containers": [
+                container("app", f"registry.example.com/shop/{app}:1.4.2", 8080),
+                container("linkerd-proxy", f"gcr.io/linkerd-io/proxy:{PROXY_VERSION}", 4143),
+            ],
+        },
+    }
+
+
+async def bounded(limit: int, jobs: list[Any]) -> None:
+    gate = asyncio.Semaphore(limit)
+
+    async def one(job: Any) -> None:
+        async with gate:
+            await job()
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def grow_to(kube: KubeClient, have: int, want: int) -> float:
+    """Create pods ``have`` .. ``want`` - 1 (Running), 25 per namespace; the seconds taken."""
+    started = time.monotonic()
+    namespaces = sorted({f"scale-{i // PODS_PER_NAMESPACE:05d}" for i in range(have, want)})
+
+    async def namespace(name: str) -> None:
+        with contextlib.suppress(ApiError):
+            await kube.request("POST", NAMESPACES.path(), body={"metadata": {"name": name}})
+
+    async def pod(i: int) -> None:
+        ns = f"scale-{i // PODS_PER_NAMESPACE:05d}"
+        manifest = pod_manifest(ns, i)
+        await kube.request("POST", PODS.path(ns), body=manifest)
+        await kube.request(
+            "PATCH",
+            PODS.path(ns, manifest["metadata"]["name"], "status"),
+            body={"status": {"phase": "Running"}},
+            content_type=MERGE_PATCH,
+        )
+
+    await bounded(CREATE_CONCURRENCY, [lambda n=n: namespace(n) for n in namespaces])
+    await bounded(CREATE_CONCURRENCY, [lambda i=i: pod(i) for i in range(have, want)])
+    return time.monotonic() - started
+
+
+# -- the peers ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    """One peer process, with what /proc says about it."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    started: float
+    ready_port: int = 0
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+
+    def peak_rss_mib(self) -> float:
+        for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmHWM")
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            if self.popen.stdin:
+                with contextlib.suppress(OSError):
+                    self.popen.stdin.close()
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    started = time.monotonic()
+    popen = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    return Proc(name, popen, started)
+
+
+def peer_argv(peer: str, kubeconfig: Path, desired: Path, pods: int) -> list[str]:
+    base = [sys.executable, str(BENCH / "scale_peers.py")]
+    common = ["--kubeconfig", str(kubeconfig), "--desired", str(desired)]
+    if peer == "limit":
+        return [*base, "list", *common]
+    if peer == "limit-meta":
+        return [*base, "list", *common, "--metadata-only"]
+    if peer == "revert":
+        return [*base, "revert", *common]
+    return [*base, "kopf", *common, "--expect-pods", str(pods)]
+
+
+def start(peer: str, kubeconfig: Path, desired: Path, pods: int) -> Proc:
+    if peer != "ours":
+        return spawn(peer, peer_argv(peer, kubeconfig, desired, pods))
+    health = free_port()
+    proc = spawn(
+        "ours",
+        [
+            sys.executable,
+            "-m",
+            "linkerd_config",
+            "run",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--leader-elect=false",
+            "--enable-webhooks=false",
+            "--metrics-bind-address=0",
+            f"--health-probe-bind-address=127.0.0.1:{health}",
+            "--log-level=warning",
+        ],
+    )
+    proc.ready_port = health
+    return proc
+
+
+async def until_ready(proc: Proc, timeout: float) -> float | None:
+    """Seconds from spawn to ready, or None (timed out or died)."""
+    deadline = proc.started + timeout
+    if proc.ready_port:
+        url = f"http://127.0.0.1:{proc.ready_port}/readyz"
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=2)) as http:
+            while time.monotonic() < deadline and proc.popen.poll() is None:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    async with http.get(url) as resp:
+                        if resp.status == 200:
+                            return time.monotonic() - proc.started
+                await asyncio.sleep(0.02)
+        return None
+    assert proc.popen.stdout is not None
+    stdout = proc.popen.stdout
+
+    def read_ready() -> float | None:
+        for line in stdout:
+            if orjson.loads(line).get("ready"):
+                return time.monotonic() - proc.started
+        return None
+
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(read_ready), timeout)
+    except TimeoutError:
+        return None
+
+
+# -- drift -------------------------------------------------------------------------------------
+
+
+CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
+
+
+async def drift_round(kube: KubeClient, desired: str, n: int) -> float:
+    """Tamper with the managed key; seconds until the watch shows it restored, counted only
+    after the watch has shown our own tamper (so a late write of an earlier round cannot
+    pass for this round's restore)."""
+    version = (await kube.request("GET", CM_PATH))["metadata"]["resourceVersion"]
+    params: dict[str, str | int | bool] = {
+        "watch": True,
+        "fieldSelector": "metadata.name=linkerd-config",
+        "resourceVersion": version,
+    }
+    async with kube.stream(
+        CONFIGMAPS.path("linkerd"), params=params, total_timeout=60, read_timeout=30
+    ) as body:
+        started = time.monotonic()
+        tampered = await kube.request(
+            "PATCH",
+            CM_PATH,
+            body={"data": {KEY: f'{{"tampered":{n}}}'}},
+            content_type=MERGE_PATCH,
+        )
+        tamper_version = tampered["metadata"]["resourceVersion"]
+        seen_tamper = False
+        async for line in body:
+            obj = orjson.loads(line)["object"]
+            if obj["metadata"]["resourceVersion"] == tamper_version:
+                seen_tamper = True
+            elif seen_tamper and (obj.get("data") or {}).get(KEY) == desired:
+                return time.monotonic() - started
+    raise RuntimeError("the watch ended before the restore")
+
+
+async def drift(kube: KubeClient, proc: Proc, desired: str, rounds: int) -> Json:
+    await drift_round(kube, desired, -1)  # a first round warms the peer's paths
+    cpu_before = proc.cpu_seconds()
+    samples = []
+    for n in range(rounds):
+        samples.append(await drift_round(kube, desired, n))
+        await asyncio.sleep(0.1)
+    cpu = (proc.cpu_seconds() - cpu_before) / rounds
+    return {"samples_ms": [round(s * 1000, 2) for s in samples], "cpu_ms_per_revert": cpu * 1000}
+
+
+# -- one scale point ---------------------------------------------------------------------------
+
+
+@dataclass
+class PeerRuns:
+    ready_s: list[float | None] = field(default_factory=list)
+    peak_rss_mib: list[float] = field(default_factory=list)
+    drift_ms: list[float] = field(default_factory=list)
+    cpu_ms_per_revert: list[float] = field(default_factory=list)
+
+
+async def measure_point(
+    kube: KubeClient, kubeconfig: Path, desired_file: Path, pods: int, args: argparse.Namespace
+) -> dict[str, PeerRuns]:
+    desired = await asyncio.to_thread(desired_file.read_text)
+    runs = {p: PeerRuns() for p in (*PEERS, "revert")}
+    order = list(PEERS)
+    for repeat in range(args.repeats):
+        for peer in order[repeat % len(order) :] + order[: repeat % len(order)]:
+            if peer == "kopf" and pods > args.kopf_max_pods:
+                continue
+            READY_TIMEOUT["kopf"] = args.kopf_timeout
+            proc = start(peer, kubeconfig, desired_file, pods)
+            try:
+                ready = await until_ready(proc, READY_TIMEOUT[peer])
+                runs[peer].ready_s.append(ready)
+                if ready is None:
+                    print(f"  {peer}: not ready in {READY_TIMEOUT[peer]:.0f}s", flush=True)
+                    continue
+                await asyncio.sleep(1.0)
+                if not peer.startswith("limit"):
+                    d = await drift(kube, proc, desired, args.rounds)
+                    runs[peer].drift_ms += d["samples_ms"]
+                    runs[peer].cpu_ms_per_revert.append(d["cpu_ms_per_revert"])
+                runs[peer].peak_rss_mib.append(proc.peak_rss_mib())
+                print(
+                    f"  {peer}: ready {ready:.2f}s, peak RSS {runs[peer].peak_rss_mib[-1]:.0f} MiB",
+                    flush=True,
+                )
+            finally:
+                proc.stop()
+        proc = start("revert", kubeconfig, desired_file, pods)
+        try:
+            await until_ready(proc, 30)
+            d = await drift(kube, proc, desired, args.rounds)
+            runs["revert"].drift_ms += d["samples_ms"]
+            runs["revert"].cpu_ms_per_revert.append(d["cpu_ms_per_revert"])
+            runs["revert"].peak_rss_mib.append(proc.peak_rss_mib())
+        finally:
+            proc.stop()
+    return runs
+
+
+def pct(samples: list[float], q: float) -> float | None:
+    if not samples:
+        return None
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summarise(runs: dict[str, PeerRuns]) -> Json:
+    out: Json = {}
+    for peer, r in runs.items():
+        ready = [x for x in r.ready_s if x is not None]
+        out[peer] = {
+            "ready_s_median": round(statistics.median(ready), 2) if ready else None,
+            "ready_s": [None if x is None else round(x, 2) for x in r.ready_s],
+            "peak_rss_mib_max": round(max(r.peak_rss_mib), 1) if r.peak_rss_mib else None,
+            "drift_p50_ms": pct(r.drift_ms, 0.5),
+            "drift_p99_ms": pct(r.drift_ms, 0.99),
+            "drift_rounds": len(r.drift_ms),
+            "cpu_ms_per_revert": (
+                round(statistics.median(r.cpu_ms_per_revert), 2) if r.cpu_ms_per_revert else None
+            ),
+        }
+    return out
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def table(points: dict[int, Json]) -> str:
+    rows = [
+        "| pods | metric | ours | limit | kopf | ours/limit | ours/kopf |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pods, s in points.items():
+        ours, limit, kopf, revert = s["ours"], s["limit"], s.get("kopf", {}), s["revert"]
+
+        def row(metric: str, a: Any, b: Any, c: Any, pods: int = pods) -> None:
+            show = ["-" if v is None else f"{v:g}" for v in (a, b, c)]
+            rows.append(
+                f"| {pods:,} | {metric} | {show[0]} | {show[1]} | {show[2]} | "
+                f"{ratio(a, b)} | {ratio(a, c)} |"
+            )
+
+        row("start → synced (s)", ours["ready_s_median"], limit["ready_s_median"],
+            kopf.get("ready_s_median"))  # fmt: skip
+        row("start → synced (s), limit as metadata", ours["ready_s_median"],
+            s["limit-meta"]["ready_s_median"], kopf.get("ready_s_median"))  # fmt: skip
+        row("peak RSS (MiB)", ours["peak_rss_mib_max"], limit["peak_rss_mib_max"],
+            kopf.get("peak_rss_mib_max"))  # fmt: skip
+        row("drift revert p50 (ms)", ours["drift_p50_ms"], revert["drift_p50_ms"],
+            kopf.get("drift_p50_ms"))  # fmt: skip
+        row("drift revert p99 (ms)", ours["drift_p99_ms"], revert["drift_p99_ms"],
+            kopf.get("drift_p99_ms"))  # fmt: skip
+        row("CPU per revert (ms)", ours["cpu_ms_per_revert"], revert["cpu_ms_per_revert"],
+            kopf.get("cpu_ms_per_revert"))  # fmt: skip
+    return "\n".join(rows)
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def cluster() -> AsyncIterator[tuple[LocalControlPlane, KubeClient]]:
+    with LocalControlPlane(ControlPlaneOptions(workloads=False)) as cp:
+        async with KubeClient(await load_access(str(cp.kubeconfig))) as kube:
+            yield cp, kube
+
+
+async def write_config(kube: KubeClient, kubeconfig: Path, desired_file: Path) -> None:
+    """Install Linkerd's config and a LinkerdConfig; let ours write it once, and keep the
+    managed key as written: the value every reverter restores."""
+    await scenario.install_crd(kube)
+    await scenario.install_linkerd_edge_19_12_1(kube)
+    await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+    before = (await kube.request("GET", CM_PATH))["data"][KEY]
+    proc = start("ours", kubeconfig, desired_file, 0)
+    try:
+        await until_ready(proc, 120)
+        deadline = time.monotonic() + 60
+        while (now := (await kube.request("GET", CM_PATH))["data"][KEY]) == before:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the controller never wrote linkerd-config")
+            await asyncio.sleep(0.1)
+        await asyncio.to_thread(desired_file.write_text, now)
+    finally:
+        proc.stop()
+
+
+async def main_async(args: argparse.Namespace) -> Json:
+    points = [int(p) for p in args.pods.split(",")]
+    results: Json = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_1m_at_start": round(os.getloadavg()[0], 2),
+        },
+        "args": vars(args),
+        "points": {},
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        desired_file = Path(tmp) / "desired"
+        async with cluster() as (cp, kube):
+            await write_config(kube, cp.kubeconfig, desired_file)
+            have = 0
+            for pods in points:
+                took = await grow_to(kube, have, pods)
+                have = pods
+                print(f"{pods:,} pods: created in {took:.0f}s", flush=True)
+                runs = await measure_point(kube, cp.kubeconfig, desired_file, pods, args)
+                results["points"][str(pods)] = summarise(runs)
+    results["machine"]["load_1m_at_end"] = round(os.getloadavg()[0], 2)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pods", default="1000,5000", help="comma-separated scale points")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=20, help="drift rounds per run")
+    parser.add_argument(
+        "--kopf-max-pods", type=int, default=10000, help="kopf is not started above this"
+    )
+    parser.add_argument(
+        "--kopf-timeout", type=float, default=300.0, help="seconds kopf has to become ready"
+    )
+    args = parser.parse_args()
+    results = asyncio.run(main_async(args))
+    points = {int(k): v for k, v in results["points"].items()}
+    print(table(points))
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+
+
+if __name__ == "__main__":
+    main()
