@@ -14,7 +14,7 @@ export LINKERD2_SOURCE
 
 .PHONY: docker-build docker-push render deploy undeploy helm-deploy helm-undeploy
 .PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
-        dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run \
+        dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run bench-scale \
         controller kind-cluster cert-manager emojivoto
 
 help: ## list the targets
@@ -33,6 +33,7 @@ LOCK_ARGS := --quiet --generate-hashes --strip-extras --allow-unsafe --no-emit-f
 lock: $(STAMP) ## re-resolve requirements/*.lock from pyproject.toml's bounds
 	cd requirements && ../$(VENV)/bin/pip-compile $(LOCK_ARGS) --output-file runtime.lock ../pyproject.toml
 	cd requirements && ../$(VENV)/bin/pip-compile $(LOCK_ARGS) --extra dev --output-file dev.lock ../pyproject.toml
+	cd requirements && ../$(VENV)/bin/pip-compile $(LOCK_ARGS) --extra dev --extra bench --output-file bench.lock ../pyproject.toml
 
 venv: $(STAMP) ## create .venv with the package and its dev tools
 
@@ -61,10 +62,23 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 demo: binaries ## the main job on a local control plane (no cluster needed)
 	$(PY) -m tests.support.demo
 
-bench: binaries ## benchmarks; results in bench/results/
+# kopf is the scale bench's peer only: installed (pinned, hashed) by the bench, not the venv.
+BENCH_STAMP := $(VENV)/.bench-installed
+$(BENCH_STAMP): $(STAMP) requirements/bench.lock
+	$(VENV)/bin/pip install --quiet --require-hashes -r requirements/bench.lock
+	touch $(BENCH_STAMP)
+
+SCALE_ARGS ?=
+bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results in bench/results/, the README's scale table
 	PYTHONPATH=. $(PY) bench/control_plane_bench.py
 	PYTHONPATH=. $(PY) bench/informer_bench.py
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
+	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
+	PYTHONPATH=. $(PY) bench/readme_tables.py
+
+bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone: SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 ...'
+	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
+	PYTHONPATH=. $(PY) bench/readme_tables.py
 
 generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart) and protobuf code
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml

@@ -14,9 +14,16 @@ opted-in Running pods (25 per namespace, each ~6 KB of JSON like a meshed worklo
   ``linkerd-config``'s managed key and times until the watch shows it restored, counting a
   restore only after it has seen its own tamper event; CPU per revert from /proc.
 
-    .venv/bin/python bench/scale_bench.py [--pods 1000,10000] [--repeats 2] [--rounds 20]
+Then, on a second control plane with the scheduler, kwok and Linkerd's real edge-19.12.3
+injector, ``--deployments`` opted-in Deployments are rolled to a new proxy with ``--batch``
+restarts per pass every ``--interval`` seconds: first → last restart against what that rate
+implies, the controller's API requests per restart (``rest_client_requests_total``), and its
+requests in the quiet ``--steady-seconds`` after.
 
-Prints a table of ratios (ours/limit, ours/kopf) and writes ``bench/results/scale.json``.
+    make bench-scale SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 --batch 50'
+
+Prints tables of ratios (ours/limit, ours/kopf) and writes ``bench/results/scale.json``;
+``bench/readme_tables.py`` puts them in the README.
 """
 
 from __future__ import annotations
@@ -41,10 +48,11 @@ from typing import Any
 import aiohttp
 import orjson
 
+from bench import informer_bench
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CONFIGMAPS, NAMESPACES, PODS
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout import (
     PROXY_VERSION_ANNOTATION,
@@ -71,57 +79,17 @@ Json = dict[str, Any]
 
 
 def pod_manifest(namespace: str, i: int) -> Json:
-    """An opted-in, injected-looking pod on the current proxy (~6 KB stored, like
-    bench/informer_bench.py's): nothing for any peer to restart."""
-    app = f"svc-{i % 40:02d}"
-    env = [{"name": f"SETTING_{k:02d}", "value": f"value-{k}-{'x' * 24}"} for k in range(18)]
-
-    def container(name: str, image: str, port: int) -> Json:
-        return {
-            "name": name,
-            "image": image,
-            "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
-            "env": env,
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-            "readinessProbe": {"httpGet": {"path": "/ready", "port": port}, "periodSeconds": 5},
-        }
-
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"{app}-{i:06d}",
-            "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/name": app,
-                "app.kubernetes.io/part-of": "shop",
-                RECONCILE_LABEL: RECONCILE_AUTO,
-                "linkerd.io/control-plane-ns": "linkerd",
-            },
-            "annotations": {
-                PROXY_VERSION_ANNOTATION: PROXY_VERSION,
-                "linkerd.io/created-by": "linkerd/proxy-injector edge-19.12.3",
-                "kubectl.kubernetes.io/last-applied-configuration": "{" + "a" * 900 + "}",
-            },
-        },
-        "spec": {
-            "nodeName": "bench-node-that-does-not-exist",
-            "containers": [
-                container("app", f"registry.example.com/shop/{app}:1.4.2", 8080),
-                container("linkerd-proxy", f"gcr.io/linkerd-io/proxy:{PROXY_VERSION}", 4143),
-            ],
-        },
-    }
-
-
-async def bounded(limit: int, jobs: list[Any]) -> None:
-    gate = asyncio.Semaphore(limit)
-
-    async def one(job: Any) -> None:
-        async with gate:
-            await job()
-
-    await asyncio.gather(*(one(j) for j in jobs))
+    """``bench/informer_bench.py``'s meshed-workload pod (~6 KB stored), opted in and injected
+    with the current proxy: nothing for any peer to restart."""
+    pod = informer_bench.pod_manifest(i)
+    meta, spec = pod["metadata"], pod["spec"]
+    meta["namespace"] = namespace
+    meta["labels"][RECONCILE_LABEL] = RECONCILE_AUTO
+    meta["annotations"][PROXY_VERSION_ANNOTATION] = PROXY_VERSION
+    spec["nodeName"] = "bench-node-that-does-not-exist"
+    proxy = spec["containers"][1]
+    proxy.update(name="linkerd-proxy", image=f"gcr.io/linkerd-io/proxy:{PROXY_VERSION}")
+    return pod
 
 
 async def grow_to(kube: KubeClient, have: int, want: int) -> float:
@@ -144,8 +112,10 @@ async def grow_to(kube: KubeClient, have: int, want: int) -> float:
             content_type=MERGE_PATCH,
         )
 
-    await bounded(CREATE_CONCURRENCY, [lambda n=n: namespace(n) for n in namespaces])
-    await bounded(CREATE_CONCURRENCY, [lambda i=i: pod(i) for i in range(have, want)])
+    await informer_bench.bounded(CREATE_CONCURRENCY, [lambda n=n: namespace(n) for n in namespaces])
+    await informer_bench.bounded(
+        CREATE_CONCURRENCY, [lambda i=i: pod(i) for i in range(have, want)]
+    )
     return time.monotonic() - started
 
 
@@ -420,6 +390,168 @@ def table(points: dict[int, Json]) -> str:
     return "\n".join(rows)
 
 
+# -- rollout ------------------------------------------------------------------------------------
+
+
+def sample_value(text: str, name: str, labels: dict[str, str] | None = None) -> float:
+    """The sum of a family's samples in a Prometheus text scrape (matching ``labels``)."""
+    total = 0.0
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, _, value = line.rpartition(" ")
+        if labels and not all(f'{k}="{v}"' in series for k, v in labels.items()):
+            continue
+        total += float(value)
+    return total
+
+
+async def scrape(http: aiohttp.ClientSession, port: int) -> str:
+    async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+        return await resp.text()
+
+
+async def rollout_point(deployments: int, args: argparse.Namespace) -> Json:
+    """``deployments`` opted-in Deployments (one pod each, injected by Linkerd's real
+    edge-19.12.3 injector with proxy edge-19.12.1), the controller running with the bench's
+    batch and interval, then a LinkerdConfig moving the proxy to edge-19.12.3: the time until
+    every Deployment is restarted (against what the rate implies) and the API requests the
+    controller made for it (``rest_client_requests_total``), per restart."""
+    per_ns = 20
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as cp:
+        async with KubeClient(await load_access(str(cp.kubeconfig))) as kube:
+            await scenario.install_crd(kube)
+            await scenario.install_linkerd_edge_19_12_1(kube)
+            async with scenario.linkerd_injector(cp):
+                namespaces = [f"roll-{i:03d}" for i in range((deployments + per_ns - 1) // per_ns)]
+                for ns in namespaces:
+                    await scenario.create(
+                        kube,
+                        NAMESPACES.path(),
+                        {"metadata": {"name": ns, "annotations": {"linkerd.io/inject": "enabled"}}},
+                    )
+                await scenario.wait_admits_pods(kube, namespaces[0], injected=True)
+                created = time.monotonic()
+                jobs = [
+                    lambda i=i: kube.request(
+                        "POST",
+                        DEPLOYMENTS.path(namespaces[i // per_ns]),
+                        body=scenario.deployment(f"app-{i:04d}", opted_in=True, replicas=1),
+                    )
+                    for i in range(deployments)
+                ]
+                await informer_bench.bounded(16, jobs)
+                for i, ns in enumerate(namespaces):
+                    expected = min(per_ns, deployments - i * per_ns)
+                    await scenario.wait_settled(kube, ns, expected=expected, timeout=600)
+                print(
+                    f"{deployments} Deployments running, injected, in "
+                    f"{time.monotonic() - created:.0f}s",
+                    flush=True,
+                )
+                return await measure_rollout(cp, kube, deployments, args)
+
+
+async def measure_rollout(
+    cp: LocalControlPlane, kube: KubeClient, deployments: int, args: argparse.Namespace
+) -> Json:
+    metrics_port = free_port()
+    proc = spawn(
+        "ours",
+        [
+            sys.executable,
+            "-m",
+            "linkerd_config",
+            "run",
+            "--kubeconfig",
+            str(cp.kubeconfig),
+            "--leader-elect=false",
+            "--enable-webhooks=false",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            "--health-probe-bind-address=0",
+            "--log-level=warning",
+            f"--max-restarts-per-pass={args.batch}",
+            f"--restart-interval={args.interval}",
+        ],
+    )
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
+
+            async def scraped() -> str | None:
+                with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                    return await scrape(http, metrics_port)
+                return None
+
+            deadline = time.monotonic() + 120
+            while await scraped() is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the controller never served metrics")
+                await asyncio.sleep(0.1)
+            await asyncio.sleep(2.0)  # caches synced, nothing to do yet
+            before = sample_value(await scrape(http, metrics_port), "rest_client_requests_total")
+            applied = time.monotonic()
+            await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+            first = last = None
+            while True:
+                text = await scrape(http, metrics_port)
+                done = sample_value(text, "linkerd_config_workload_restarts_total")
+                if done and first is None:
+                    first = time.monotonic() - applied
+                if done >= deployments:
+                    last = time.monotonic() - applied
+                    break
+                if time.monotonic() - applied > args.rollout_timeout:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(args.interval)  # the last pass's status write
+            after_text = await scrape(http, metrics_port)
+            requests = sample_value(after_text, "rest_client_requests_total") - before
+            restarted = sample_value(after_text, "linkerd_config_workload_restarts_total")
+            by_method = {
+                m: sample_value(after_text, "rest_client_requests_total", {"method": m})
+                for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "WATCH")
+            }
+            quiet_from = sample_value(after_text, "rest_client_requests_total")
+            await asyncio.sleep(args.steady_seconds)
+            quiet = (
+                sample_value(await scrape(http, metrics_port), "rest_client_requests_total")
+                - quiet_from
+            )
+    finally:
+        proc.stop()
+    passes = -(-deployments // args.batch)
+    implied = (passes - 1) * args.interval
+    return {
+        "deployments": deployments,
+        "batch": args.batch,
+        "interval_s": args.interval,
+        "restarted": restarted,
+        "first_restart_s": None if first is None else round(first, 2),
+        "last_restart_s": None if last is None else round(last, 2),
+        "first_to_last_s": None if first is None or last is None else round(last - first, 2),
+        "implied_first_to_last_s": implied,
+        "requests": requests,
+        "requests_per_restart": round(requests / restarted, 3) if restarted else None,
+        "requests_by_method_total": by_method,
+        "steady_requests": quiet,
+        "steady_seconds": args.steady_seconds,
+    }
+
+
+def rollout_table(r: Json) -> str:
+    return "\n".join(
+        [
+            "| Deployments | batch / interval | first → last restart | implied by the rate "
+            "| API requests per restart (perfect: 1) | requests in the next "
+            f"{r['steady_seconds']:.0f} s |",
+            "|---|---|---|---|---|---|",
+            f"| {r['deployments']:,} | {r['batch']} / {r['interval_s']:g} s "
+            f"| {r['first_to_last_s']} s | {r['implied_first_to_last_s']:g} s "
+            f"| {r['requests_per_restart']} | {r['steady_requests']:g} |",
+        ]
+    )
+
+
 # -- main --------------------------------------------------------------------------------------
 
 
@@ -451,7 +583,7 @@ async def write_config(kube: KubeClient, kubeconfig: Path, desired_file: Path) -
 
 
 async def main_async(args: argparse.Namespace) -> Json:
-    points = [int(p) for p in args.pods.split(",")]
+    points = [int(p) for p in args.pods.split(",") if p]
     results: Json = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -472,6 +604,8 @@ async def main_async(args: argparse.Namespace) -> Json:
                 print(f"{pods:,} pods: created in {took:.0f}s", flush=True)
                 runs = await measure_point(kube, cp.kubeconfig, desired_file, pods, args)
                 results["points"][str(pods)] = summarise(runs)
+    if args.deployments:
+        results["rollout"] = await rollout_point(args.deployments, args)
     results["machine"]["load_1m_at_end"] = round(os.getloadavg()[0], 2)
     return results
 
@@ -487,10 +621,21 @@ def main() -> None:
     parser.add_argument(
         "--kopf-timeout", type=float, default=300.0, help="seconds kopf has to become ready"
     )
+    parser.add_argument(
+        "--deployments", type=int, default=100, help="the rollout's Deployments (0: skip)"
+    )
+    parser.add_argument("--batch", type=int, default=20, help="--max-restarts-per-pass")
+    parser.add_argument("--interval", type=float, default=2.0, help="--restart-interval (s)")
+    parser.add_argument("--rollout-timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--steady-seconds", type=float, default=30.0, help="after the rollout: requests made?"
+    )
     args = parser.parse_args()
     results = asyncio.run(main_async(args))
     points = {int(k): v for k, v in results["points"].items()}
     print(table(points))
+    if "rollout" in results:
+        print(rollout_table(results["rollout"]))
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")

@@ -9,6 +9,9 @@ informers' caches and is safe to repeat.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import structlog
 
 from linkerd_config.kube.client import ApiError, KubeClient
@@ -44,6 +47,7 @@ from linkerd_config.linkerd.reconcile import (
     owner_among,
     preserved_copy,
     preserved_name,
+    progress_only,
     restored,
     set_condition,
     target_of,
@@ -73,8 +77,12 @@ class LinkerdConfigController:
         config_namespace: str = "linkerd",
         options: RolloutOptions | None = None,
         workers: int = 2,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self.monotonic = monotonic
+        self._status_written: dict[str, float] = {}
+        # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
         self.writer = Writer(client, FIELD_MANAGER)
         self.recorder = recorder
         self.config_namespace = config_namespace
@@ -259,21 +267,25 @@ class LinkerdConfigController:
             "configuration applied and data plane up to date" if ready else outcome.message,
             generation,
         )
-        await self._update_status(
-            config,
-            {
-                "observedGeneration": generation,
-                "conditions": conditions,
-                "configMap": str(target),
-                "configHash": desired.config_hash,
-                "trustAnchorSource": desired.trust_anchor_source,
-                "linkerdVersion": desired.linkerd_version,
-                "configFormat": desired.config_format,
-                "outdatedWorkloads": outcome.outdated,
-                "restartedWorkloads": outcome.restarted_total,
-                "evictedPods": outcome.evicted,
-            },
-        )
+        status_now = {
+            "observedGeneration": generation,
+            "conditions": conditions,
+            "configMap": str(target),
+            "configHash": desired.config_hash,
+            "trustAnchorSource": desired.trust_anchor_source,
+            "linkerdVersion": desired.linkerd_version,
+            "configFormat": desired.config_format,
+            "outdatedWorkloads": outcome.outdated,
+            "restartedWorkloads": outcome.restarted_total,
+            "evictedPods": outcome.evicted,
+        }
+        name = config["metadata"]["name"]
+        since = self.monotonic() - self._status_written.get(name, float("-inf"))
+        wait = self.options.restart_interval - since
+        if wait > 0 and progress_only(config.get("status") or {}, status_now):
+            # The counts catch up at the next pass (or when a condition changes).
+            return Result(requeue_after=min(wait, outcome.requeue_after or wait))
+        await self._update_status(config, status_now)
         return Result(requeue_after=outcome.requeue_after)
 
     # -- steps ----------------------------------------------------------------------------
@@ -453,6 +465,7 @@ class LinkerdConfigController:
         if all(current.get(k) == v for k, v in status.items()):
             return
         await self.writer.patch_status(LINKERD_CONFIGS, None, config["metadata"]["name"], status)
+        self._status_written[config["metadata"]["name"]] = self.monotonic()
 
 
 def _targets(config: Json, namespace: str, name: str) -> bool:

@@ -293,3 +293,25 @@ def condition(status: Json | None, type_: str) -> Json | None:
         if c.get("type") == type_:
             return dict(c)
     return None
+
+
+PROGRESS_FIELDS = frozenset({"outdatedWorkloads"})
+"""Status fields that move with every pod of a rollout; the condition messages quote them."""
+
+
+def progress_only(current: Json, new: Json) -> bool:
+    """Whether ``new`` differs from ``current`` status only in a rollout's progress: the
+    outdated count and condition messages, with every condition's status and reason, every
+    other field (the restarted count included) the same. Such a write may wait for the next
+    pass instead of following every pod that starts or stops (a write per pod event would
+    cost more API requests than the restarts themselves)."""
+
+    def shape(status: Json) -> tuple[object, ...]:
+        fields = {k: v for k, v in status.items() if k not in PROGRESS_FIELDS | {"conditions"}}
+        conditions = sorted(
+            (str(c.get("type")), str(c.get("status")), str(c.get("reason")))
+            for c in status.get("conditions") or []
+        )
+        return (sorted(fields.items(), key=lambda kv: kv[0]), conditions)
+
+    return current != new and shape({**current, **new}) == shape(current)

@@ -136,6 +136,9 @@ class RolloutExecutor:
         self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
         # Invariant: (LinkerdConfig, hash) -> (bare pods evicted for it, by this process plus
         # what status reported when we took over; wall time of our last eviction).
+        self._injector_confirmed: set[str] = set()
+        # Invariant: configurations the injector was seen injecting (or whose fallback wait
+        # passed): asked once per configuration, not once per pass.
         self._plans: tuple[tuple[object, ...], rollout.RolloutPlan] | None = None
         self._records: tuple[tuple[object, ...], list[float]] | None = None
         # Invariant: each is (the caches' revisions and the input it was derived from, what
@@ -185,7 +188,11 @@ class RolloutExecutor:
         )
         if not todo or not pace.allowed:
             return self._rolling(plan, len(recorded) + evicted, evicted, version, pace.wait, "")
-        confirmed, why = await self._injector_ready(desired, todo)
+        confirmed, why = True, ""
+        if desired.config_hash not in self._injector_confirmed:
+            confirmed, why = await self._injector_ready(desired, todo)
+            if confirmed:
+                self._injector_confirmed.add(desired.config_hash)
         if not confirmed:
             return RolloutOutcome(
                 len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,

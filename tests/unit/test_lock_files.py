@@ -31,6 +31,12 @@ def pins(lock: str) -> dict[str, str]:
     [
         ("runtime.lock", PROJECT["dependencies"]),
         ("dev.lock", PROJECT["dependencies"] + PROJECT["optional-dependencies"]["dev"]),
+        (
+            "bench.lock",
+            PROJECT["dependencies"]
+            + PROJECT["optional-dependencies"]["dev"]
+            + PROJECT["optional-dependencies"]["bench"],
+        ),
     ],
 )
 def test_every_declared_dependency_is_pinned_within_its_bounds(
@@ -47,7 +53,8 @@ def test_every_declared_dependency_is_pinned_within_its_bounds(
 
 
 def test_every_bound_is_closed_above() -> None:
-    for line in PROJECT["dependencies"] + PROJECT["optional-dependencies"]["dev"]:
+    extras = PROJECT["optional-dependencies"]
+    for line in PROJECT["dependencies"] + extras["dev"] + extras["bench"]:
         operators = {spec.operator for spec in Requirement(line).specifier}
         assert operators & {"<", "<=", "==", "~="}, f"{line} has no upper bound"
 
@@ -55,3 +62,9 @@ def test_every_bound_is_closed_above() -> None:
 def test_the_runtime_lock_agrees_with_the_dev_lock() -> None:
     runtime, dev = pins("runtime.lock"), pins("dev.lock")
     assert {name: dev.get(name) for name in runtime} == runtime
+
+
+def test_the_bench_lock_adds_to_the_dev_lock_and_changes_nothing_in_it() -> None:
+    """`make bench` installs bench.lock over the venv: it must not move a tested version."""
+    dev, bench = pins("dev.lock"), pins("bench.lock")
+    assert {name: bench.get(name) for name in dev} == dev

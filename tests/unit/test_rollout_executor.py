@@ -291,3 +291,18 @@ async def test_a_pass_over_unchanged_caches_reuses_the_plan(
     other = Desired(DESIRED.target, {}, HASH, "Spec", DesiredProxy("edge-20.1.1"))
     await world.executor.roll(CONFIG, other)
     assert calls["plan"] == 3
+
+
+async def test_the_injector_is_asked_once_per_configuration_not_once_per_pass() -> None:
+    """Three passes of one configuration: one dry-run (and one read of a template); a new
+    configuration is asked about again."""
+    world = World(25, max_restarts_per_pass=10, restart_interval=5.0)
+    for _ in range(3):
+        await world.roll()
+        world.clock.now += 5.0
+    assert len(world.writer.patched) == 25
+    assert len(world.writer.asked) == 1
+    world.add("app-late")
+    newer = Desired(DESIRED.target, {}, "h2", "Spec", DesiredProxy(NEW))
+    await world.executor.roll(CONFIG, newer)
+    assert len(world.writer.asked) == 2

@@ -1,0 +1,124 @@
+"""Write the README's scale table from ``bench/results/scale.json`` (between the markers
+``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so the README shows what the bench
+measured and nothing else: whole-process figures, the machine and its load, the command.
+
+    .venv/bin/python bench/readme_tables.py        (make bench runs it last)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "scale.json"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
+
+
+def _show(value: Any, unit: str = "") -> str:
+    if value is None:
+        return "—"
+    return f"{value:g}{unit}" if isinstance(value, float | int) else str(value)
+
+
+def _ratio(a: Any, b: Any) -> str:
+    return "—" if a is None or b in (None, 0) else f"{a / b:.2f}"
+
+
+def scale_section(results: dict[str, Any]) -> str:
+    args, machine = results["args"], results["machine"]
+    command = (
+        f"make bench-scale SCALE_ARGS='--pods {args['pods']} --repeats {args['repeats']} "
+        f"--rounds {args['rounds']} --deployments {args['deployments']} "
+        f"--batch {args['batch']} --interval {args['interval']:g}'"
+    )
+    lines = [
+        f"Measured by `{command}` (`bench/scale_bench.py`): one local control plane, the peers "
+        "started one at a time in rotating order, each a process of its own; figures are "
+        "whole-process (time from spawn, peak RSS from `VmHWM`, CPU from `/proc`); medians of "
+        f"{args['repeats']} runs, drift p50/p99 over {args['rounds']} rounds a run. Machine: "
+        f"{machine['cpus']} CPUs, Python {machine['python']}, 1-minute load "
+        f"{machine['load_1m_at_start']} at the start and {machine.get('load_1m_at_end')} at "
+        "the end (the API server, etcd and the bench share those CPUs). kopf 1.45.2 is "
+        f"started up to {args['kopf_max_pods']:,} pods and given {args['kopf_timeout']:g} s.",
+        "",
+        "| pods | | ours | limit | kopf | ours / limit | ours / kopf |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for pods, point in results["points"].items():
+        ours, limit, meta = point["ours"], point["limit"], point["limit-meta"]
+        kopf, revert = point.get("kopf") or {}, point["revert"]
+        kopf_ready = kopf.get("ready_s_median")
+        if kopf and kopf_ready is None:
+            kopf_ready = f"not ready in {args['kopf_timeout']:g} s"
+        rows = [
+            ("start → caches synced (s)", ours["ready_s_median"], limit["ready_s_median"],
+             kopf_ready),
+            ("… limit listing metadata only, as ours does (s)", ours["ready_s_median"],
+             meta["ready_s_median"], None),
+            ("peak RSS (MiB)", ours["peak_rss_mib_max"], limit["peak_rss_mib_max"],
+             kopf.get("peak_rss_mib_max")),
+            ("drift revert p50 (ms)", ours["drift_p50_ms"], revert["drift_p50_ms"],
+             kopf.get("drift_p50_ms")),
+            ("drift revert p99 (ms)", ours["drift_p99_ms"], revert["drift_p99_ms"],
+             kopf.get("drift_p99_ms")),
+            ("CPU per revert (ms)", ours["cpu_ms_per_revert"], revert["cpu_ms_per_revert"],
+             kopf.get("cpu_ms_per_revert")),
+        ]  # fmt: skip
+        for name, a, b, c in rows:
+            c_num = c if isinstance(c, int | float) else None
+            lines.append(
+                f"| {int(pods):,} | {name} | {_show(a)} | {_show(b)} | {_show(c)} | "
+                f"{_ratio(a, b)} | {_ratio(a, c_num)} |"
+            )
+    lines.append("")
+    lines.append(
+        "The limit is a bare process: a paginated LIST (500 a page) decoded and dropped "
+        "(start, memory), or one watch and a PATCH (drift); kopf keeps an index of the opted-in "
+        "pods and reverts the key from an `on.event` handler."
+    )
+    rollout = results.get("rollout")
+    if rollout:
+        lines += [
+            "",
+            "| Deployments | batch / interval | first → last restart | the rate implies "
+            "| API requests per restart (perfect: 1) | requests in the "
+            f"{rollout['steady_seconds']:g} s after |",
+            "|---|---|---|---|---|---|",
+            f"| {rollout['deployments']:,} | {rollout['batch']} / {rollout['interval_s']:g} s "
+            f"| {_show(rollout['first_to_last_s'], ' s')} "
+            f"| {_show(rollout['implied_first_to_last_s'], ' s')} "
+            f"| {_show(rollout['requests_per_restart'])} "
+            f"| {_show(rollout['steady_requests'])} |",
+            "",
+            "Rollout: each Deployment has one pod injected by Linkerd's real edge-19.12.3 "
+            "injector; a LinkerdConfig moves the proxy from edge-19.12.1 to edge-19.12.3; "
+            "requests are the controller's own `rest_client_requests_total` from the apply "
+            "until one interval after the last restart (leader election off: no Lease "
+            "renewals), the first restart waiting for the injector's files "
+            f"({_show(rollout['first_restart_s'], ' s')} after the apply).",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    results = json.loads(RESULTS.read_text())
+    readme = README.read_text()
+    if BEGIN not in readme or END not in readme:
+        raise SystemExit(f"README.md has no {BEGIN} … {END} section")
+    section = scale_section(results)
+    updated = re.sub(
+        re.escape(BEGIN) + ".*?" + re.escape(END),
+        lambda _m: f"{BEGIN}\n{section}\n{END}",
+        readme,
+        flags=re.S,
+    )
+    README.write_text(updated)
+    print(f"README.md: scale table from {RESULTS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
