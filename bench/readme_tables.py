@@ -7,6 +7,7 @@ measured and nothing else: whole-process figures, the machine and its load, the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -74,6 +75,16 @@ def scale_section(results: dict[str, Any]) -> str:
                 f"| {int(pods):,} | {name} | {_show(a)} | {_show(b)} | {_show(c)} | "
                 f"{_ratio(a, b)} | {_ratio(a, c_num)} |"
             )
+    points = {int(p): v["ours"] for p, v in results["points"].items()}
+    if len(points) >= 2:
+        sizes = sorted(points)
+        steps = []
+        for a, b in itertools.pairwise(sizes):
+            per_k = 1000 / (b - a)
+            time_k = (points[b]["ready_s_median"] - points[a]["ready_s_median"]) * per_k
+            rss_k = (points[b]["peak_rss_mib_max"] - points[a]["peak_rss_mib_max"]) * per_k
+            steps.append(f"{a:,} → {b:,}: {time_k:.2f} s and {rss_k:.2f} MiB per 1,000 pods")
+        lines += ["", "Ours, growth between scale points: " + "; ".join(steps) + "."]
     lines.append("")
     lines.append(
         "The limit is a bare process: a paginated LIST (500 a page) decoded and dropped "
@@ -84,7 +95,8 @@ def scale_section(results: dict[str, Any]) -> str:
     if rollout:
         lines += [
             "",
-            "| Deployments | batch / interval | first → last restart | the rate implies "
+            "| Deployments | batch / interval | first → last restart "
+            "| floor: (passes - 1) x interval "
             "| API requests per restart (perfect: 1) | requests in the "
             f"{rollout['steady_seconds']:g} s after |",
             "|---|---|---|---|---|---|",
@@ -98,9 +110,13 @@ def scale_section(results: dict[str, Any]) -> str:
             "injector; a LinkerdConfig moves the proxy from edge-19.12.1 to edge-19.12.3; "
             "requests are the controller's own `rest_client_requests_total` from the apply "
             "until one interval after the last restart (leader election off: no Lease "
-            "renewals), the first restart waiting for the injector's files "
-            f"({_show(rollout['first_restart_s'], ' s')} after the apply).",
+            "renewals); the first restart came "
+            f"{_show(rollout['first_restart_s'], ' s')} after the apply, and Ready (every new "
+            f"pod on the new proxy) {_show(rollout.get('ready_s'), ' s')} after it; the steady "
+            "window starts at Ready.",
         ]
+    if results.get("notes"):
+        lines += ["", f"Note: {results['notes']}."]
     return "\n".join(lines)
 
 

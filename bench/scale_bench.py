@@ -178,25 +178,33 @@ def peer_argv(peer: str, kubeconfig: Path, desired: Path, pods: int) -> list[str
     return [*base, "kopf", *common, "--expect-pods", str(pods)]
 
 
+def ours_argv(kubeconfig: Path, *extra: str) -> list[str]:
+    """``linkerd-config run`` as one replica (no election: nothing to renew), webhooks off."""
+    return [
+        sys.executable,
+        "-m",
+        "linkerd_config",
+        "run",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--leader-elect=false",
+        "--enable-webhooks=false",
+        "--log-level=warning",
+        *extra,
+    ]
+
+
 def start(peer: str, kubeconfig: Path, desired: Path, pods: int) -> Proc:
     if peer != "ours":
         return spawn(peer, peer_argv(peer, kubeconfig, desired, pods))
     health = free_port()
     proc = spawn(
         "ours",
-        [
-            sys.executable,
-            "-m",
-            "linkerd_config",
-            "run",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--leader-elect=false",
-            "--enable-webhooks=false",
+        ours_argv(
+            kubeconfig,
             "--metrics-bind-address=0",
             f"--health-probe-bind-address=127.0.0.1:{health}",
-            "--log-level=warning",
-        ],
+        ),
     )
     proc.ready_port = health
     return proc
@@ -458,21 +466,13 @@ async def measure_rollout(
     metrics_port = free_port()
     proc = spawn(
         "ours",
-        [
-            sys.executable,
-            "-m",
-            "linkerd_config",
-            "run",
-            "--kubeconfig",
-            str(cp.kubeconfig),
-            "--leader-elect=false",
-            "--enable-webhooks=false",
+        ours_argv(
+            cp.kubeconfig,
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--health-probe-bind-address=0",
-            "--log-level=warning",
             f"--max-restarts-per-pass={args.batch}",
             f"--restart-interval={args.interval}",
-        ],
+        ),
     )
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
@@ -505,13 +505,25 @@ async def measure_rollout(
                 await asyncio.sleep(0.05)
             await asyncio.sleep(args.interval)  # the last pass's status write
             after_text = await scrape(http, metrics_port)
+            # Steady state: once every new pod runs the new proxy (Ready), nothing but the
+            # watches should remain.
+            ready_at = None
+            while time.monotonic() - applied < args.rollout_timeout:
+                ready = await scenario.condition(kube, "edge-19.12.3", "Ready")
+                if ready.get("status") == "True":
+                    ready_at = time.monotonic() - applied
+                    break
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(1.0)
             requests = sample_value(after_text, "rest_client_requests_total") - before
             restarted = sample_value(after_text, "linkerd_config_workload_restarts_total")
             by_method = {
                 m: sample_value(after_text, "rest_client_requests_total", {"method": m})
                 for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "WATCH")
             }
-            quiet_from = sample_value(after_text, "rest_client_requests_total")
+            quiet_from = sample_value(
+                await scrape(http, metrics_port), "rest_client_requests_total"
+            )
             await asyncio.sleep(args.steady_seconds)
             quiet = (
                 sample_value(await scrape(http, metrics_port), "rest_client_requests_total")
@@ -530,6 +542,7 @@ async def measure_rollout(
         "last_restart_s": None if last is None else round(last, 2),
         "first_to_last_s": None if first is None or last is None else round(last - first, 2),
         "implied_first_to_last_s": implied,
+        "ready_s": None if ready_at is None else round(ready_at, 2),
         "requests": requests,
         "requests_per_restart": round(requests / restarted, 3) if restarted else None,
         "requests_by_method_total": by_method,
@@ -541,7 +554,8 @@ async def measure_rollout(
 def rollout_table(r: Json) -> str:
     return "\n".join(
         [
-            "| Deployments | batch / interval | first → last restart | implied by the rate "
+            "| Deployments | batch / interval | first → last restart "
+            "| floor: (passes - 1) x interval "
             "| API requests per restart (perfect: 1) | requests in the next "
             f"{r['steady_seconds']:.0f} s |",
             "|---|---|---|---|---|---|",

@@ -9,6 +9,7 @@ be asked.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -64,6 +65,11 @@ class RolloutMetrics(ComponentMetrics):
         for kind in self.KINDS:  # every series from the first scrape
             self.restarts.labels(kind)
             self.restart_failures.labels(kind)
+
+
+RESTART_CONCURRENCY = 10
+"""Restarts of one pass in flight at once: a batch of 50 takes about five request times, not
+fifty, so a pass lasts what ``restart_interval`` says and little more."""
 
 
 @dataclass(frozen=True)
@@ -198,24 +204,16 @@ class RolloutExecutor:
                 len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
                 requeue_after=2.0,
             )  # fmt: skip
-        owners_restarted = 0
-        for workload in todo[: pace.allowed]:
-            try:
-                if await self._restart(config, workload, config_hash):
-                    owners_restarted += workload.kind != "Pod"
-                    self.metrics.restarts.labels(workload.kind).inc()
-                    self.recorder.record(
-                        config,
-                        "Normal",
-                        "WorkloadRestarted",
-                        f"restarted {workload} for proxy {version}",
-                    )
-            except ApiError as exc:
-                log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
-                self.metrics.restart_failures.labels(workload.kind).inc()
-                self.recorder.record(
-                    config, "Warning", "RestartFailed", f"{workload}: {exc.message}"
-                )
+        gate = asyncio.Semaphore(RESTART_CONCURRENCY)
+
+        async def restart(workload: rollout.Workload) -> bool:
+            async with gate:
+                return await self._restart_reported(config, workload, config_hash, version)
+
+        done = await asyncio.gather(*(restart(w) for w in todo[: pace.allowed]))
+        owners_restarted = sum(
+            1 for ok, w in zip(done, todo[: pace.allowed], strict=True) if ok and w.kind != "Pod"
+        )
         evicted, _ = self._evictions(config, config_hash)
         total = len(recorded) + owners_restarted + evicted
         return self._rolling(plan, total, evicted, version, self.options.restart_interval, why)
@@ -258,6 +256,25 @@ class RolloutExecutor:
             self._evicted[key] = (evictions_reported(config.get("status") or {}, config_hash), 0.0)
         count, at = self._evicted[key]
         return count, (at or None)
+
+    async def _restart_reported(
+        self, config: Json, workload: rollout.Workload, config_hash: str, version: str
+    ) -> bool:
+        """``_restart``, counted, logged and recorded as an Event; a refusal is reported and
+        retried on a later pass (False)."""
+        try:
+            restarted = await self._restart(config, workload, config_hash)
+        except ApiError as exc:
+            log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
+            self.metrics.restart_failures.labels(workload.kind).inc()
+            self.recorder.record(config, "Warning", "RestartFailed", f"{workload}: {exc.message}")
+            return False
+        if restarted:
+            self.metrics.restarts.labels(workload.kind).inc()
+            self.recorder.record(
+                config, "Normal", "WorkloadRestarted", f"restarted {workload} for proxy {version}"
+            )
+        return restarted
 
     async def _restart(self, config: Json, workload: rollout.Workload, config_hash: str) -> bool:
         """Restart once per configuration; False when it already was, is gone, or changed

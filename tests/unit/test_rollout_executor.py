@@ -3,6 +3,7 @@ what it is asked, a settable clock. What gets restarted, in which batch, and whe
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -14,7 +15,11 @@ from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.rollout_executor import (
+    RESTART_CONCURRENCY,
+    RolloutExecutor,
+    RolloutOptions,
+)
 from tests.support.clock import FakeClock
 
 NEW, OLD, HASH = "edge-19.12.3", "edge-19.12.1", "h1"
@@ -306,3 +311,24 @@ async def test_the_injector_is_asked_once_per_configuration_not_once_per_pass() 
     newer = Desired(DESIRED.target, {}, "h2", "Spec", DesiredProxy(NEW))
     await world.executor.roll(CONFIG, newer)
     assert len(world.writer.asked) == 2
+
+
+async def test_a_pass_restarts_its_batch_concurrently_ten_at_a_time() -> None:
+    """A batch of 25 is 25 PATCHes; ten in flight at once keeps a pass short, so the
+    interval between passes, not the batch's requests, sets the rollout's pace."""
+    world = World(25, max_restarts_per_pass=25)
+    in_flight, peak = 0, 0
+    patch = world.writer.merge_patch
+
+    async def slow_patch(resource: Any, namespace: str, name: str, body: Json) -> Json:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        return await patch(resource, namespace, name, body)
+
+    world.writer.merge_patch = slow_patch  # type: ignore[method-assign,assignment]
+    outcome = await world.roll()
+    assert len(world.writer.patched) == 25 and outcome.restarted_total == 25
+    assert peak == RESTART_CONCURRENCY == 10
