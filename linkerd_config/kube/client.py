@@ -30,7 +30,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.metrics import ComponentMetrics
-from linkerd_config.kube.resource import SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, Json
+from linkerd_config.kube.resource import (
+    SUBJECT_ACCESS_REVIEWS,
+    TOKEN_REVIEWS,
+    ApiResource,
+    Json,
+)
 
 APPLICATION_JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -297,35 +302,22 @@ class KubeClient:
     async def review_token(self, token: str, *, timeout: float | None = None) -> Json:
         """Who the API server says ``token`` belongs to: a TokenReview's ``status``
         (``authenticated``, ``user``, ``error``), for the API server's own audiences.
-
-        A review stores nothing, so it is not a write and is never fenced: every replica,
-        follower or leader, answers its own callers. The token travels only in the body."""
-        review = await self.request(
-            "POST",
-            TOKEN_REVIEWS.path(),
-            body={
-                "apiVersion": TOKEN_REVIEWS.api_version,
-                "kind": TOKEN_REVIEWS.kind,
-                "spec": {"token": token},
-            },
-            timeout=timeout,
-            fenced=False,
-        )
-        status: Json = review.get("status") or {}
-        return status
+        The token travels only in the body."""
+        return await self._review(TOKEN_REVIEWS, {"token": token}, timeout)
 
     async def review_access(self, spec: Json, *, timeout: float | None = None) -> Json:
         """Whether the authorizer allows ``spec`` (a SubjectAccessReview's spec: user, groups,
         uid, extra, and resource or non-resource attributes): the review's ``status``
-        (``allowed``, ``denied``, ``reason``). Not fenced, like ``review_token``."""
+        (``allowed``, ``denied``, ``reason``)."""
+        return await self._review(SUBJECT_ACCESS_REVIEWS, spec, timeout)
+
+    async def _review(self, kind: ApiResource, spec: Json, timeout: float | None) -> Json:
+        """A review stores nothing, so it is not a write and is never fenced: every replica,
+        follower or leader, answers its own callers."""
         review = await self.request(
             "POST",
-            SUBJECT_ACCESS_REVIEWS.path(),
-            body={
-                "apiVersion": SUBJECT_ACCESS_REVIEWS.api_version,
-                "kind": SUBJECT_ACCESS_REVIEWS.kind,
-                "spec": spec,
-            },
+            kind.path(),
+            body={"apiVersion": kind.api_version, "kind": kind.kind, "spec": spec},
             timeout=timeout,
             fenced=False,
         )
