@@ -626,14 +626,14 @@ async def main_async(args: argparse.Namespace) -> Json:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pods", default="1000,5000", help="comma-separated scale points")
+    parser.add_argument("--pods", default="1000,3000", help="comma-separated scale points")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=20, help="drift rounds per run")
     parser.add_argument(
         "--kopf-max-pods", type=int, default=10000, help="kopf is not started above this"
     )
     parser.add_argument(
-        "--kopf-timeout", type=float, default=300.0, help="seconds kopf has to become ready"
+        "--kopf-timeout", type=float, default=120.0, help="seconds kopf has to become ready"
     )
     parser.add_argument(
         "--deployments", type=int, default=100, help="the rollout's Deployments (0: skip)"

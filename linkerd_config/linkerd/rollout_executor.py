@@ -67,6 +67,11 @@ class RolloutMetrics(ComponentMetrics):
             self.restart_failures.labels(kind)
 
 
+PROBE_SPACING = 2.0
+"""Seconds between two questions to the injector about one configuration while it still
+injects the old proxy (every pod event wakes a reconcile; the answer changes only when the
+injector has re-read its files)."""
+
 RESTART_CONCURRENCY = 10
 """Restarts of one pass in flight at once: a batch of 50 takes about five request times, not
 fifty, so a pass lasts what ``restart_interval`` says and little more."""
@@ -142,7 +147,12 @@ class RolloutExecutor:
         self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
         # Invariant: (LinkerdConfig, hash) -> (bare pods evicted for it, by this process plus
         # what status reported when we took over; wall time of our last eviction).
+        self._pass_finished: dict[str, float] = {}
+        # Invariant: hash -> wall time this process's last pass for it finished sending.
         self._injector_confirmed: set[str] = set()
+        self._probed_at: dict[str, float] = {}
+        self._waiting_why: dict[str, str] = {}
+        # Invariant: hash -> monotonic time of the last probe, and what it said.
         # Invariant: configurations the injector was seen injecting (or whose fallback wait
         # passed): asked once per configuration, not once per pass.
         self._plans: tuple[tuple[object, ...], rollout.RolloutPlan] | None = None
@@ -186,8 +196,16 @@ class RolloutExecutor:
                 f"every opted-in pod runs proxy {version}",
             )
         todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
+        finished = self._pass_finished.get(config_hash)
         pace = rollout.pace(
-            max([*recorded, *([evicted_at] if evicted_at else [])], default=None),
+            max(
+                [
+                    *recorded,
+                    *([evicted_at] if evicted_at else []),
+                    *([finished] if finished else []),
+                ],
+                default=None,
+            ),
             self.wall(),
             self.options.max_restarts_per_pass,
             self.options.restart_interval,
@@ -196,7 +214,17 @@ class RolloutExecutor:
             return self._rolling(plan, len(recorded) + evicted, evicted, version, pace.wait, "")
         confirmed, why = True, ""
         if desired.config_hash not in self._injector_confirmed:
+            since = self.monotonic() - self._probed_at.get(desired.config_hash, float("-inf"))
+            if since < PROBE_SPACING:
+                # Asked moments ago (other events woke this reconcile): not again yet.
+                return RolloutOutcome(
+                    len(plan.workloads), len(recorded) + evicted, evicted,
+                    "WaitingForInjector", self._waiting_why.get(desired.config_hash, ""),
+                    requeue_after=PROBE_SPACING - since,
+                )  # fmt: skip
+            self._probed_at[desired.config_hash] = self.monotonic()
             confirmed, why = await self._injector_ready(desired, todo)
+            self._waiting_why[desired.config_hash] = why
             if confirmed:
                 self._injector_confirmed.add(desired.config_hash)
         if not confirmed:
@@ -211,6 +239,9 @@ class RolloutExecutor:
                 return await self._restart_reported(config, workload, config_hash, version)
 
         done = await asyncio.gather(*(restart(w) for w in todo[: pace.allowed]))
+        # A record's time is stamped before its PATCH is sent; the batch's last PATCH lands
+        # a little later. The interval runs from when the pass finished.
+        self._pass_finished[config_hash] = self.wall()
         owners_restarted = sum(
             1 for ok, w in zip(done, todo[: pace.allowed], strict=True) if ok and w.kind != "Pod"
         )

@@ -16,6 +16,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
 from linkerd_config.linkerd.rollout_executor import (
+    PROBE_SPACING,
     RESTART_CONCURRENCY,
     RolloutExecutor,
     RolloutOptions,
@@ -332,3 +333,20 @@ async def test_a_pass_restarts_its_batch_concurrently_ten_at_a_time() -> None:
     outcome = await world.roll()
     assert len(world.writer.patched) == 25 and outcome.restarted_total == 25
     assert peak == RESTART_CONCURRENCY == 10
+
+
+async def test_while_the_injector_lags_it_is_asked_at_most_every_two_seconds() -> None:
+    """Pod events wake reconciles often; the injector's answer changes only once it has read
+    its files, so it is not asked again within PROBE_SPACING."""
+    world = World(3, injects=OLD, injector_wait=60.0)
+    world.executor.found(HASH)
+    first = await world.roll()
+    again = await world.roll()
+    assert len(world.writer.asked) == 1
+    assert again.reason == first.reason == "WaitingForInjector"
+    assert again.message == first.message
+    assert again.requeue_after == pytest.approx(PROBE_SPACING)
+    world.clock.now += PROBE_SPACING
+    world.writer.injects = NEW
+    done = await world.roll()
+    assert len(world.writer.asked) == 2 and done.reason == "RollingOut"
