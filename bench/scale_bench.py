@@ -488,7 +488,8 @@ async def measure_rollout(
                     raise RuntimeError("the controller never served metrics")
                 await asyncio.sleep(0.1)
             await asyncio.sleep(2.0)  # caches synced, nothing to do yet
-            before = sample_value(await scrape(http, metrics_port), "rest_client_requests_total")
+            before_text = await scrape(http, metrics_port)
+            before = sample_value(before_text, "rest_client_requests_total")
             applied = time.monotonic()
             await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
             first = last = None
@@ -519,6 +520,7 @@ async def measure_rollout(
             restarted = sample_value(after_text, "linkerd_config_workload_restarts_total")
             by_method = {
                 m: sample_value(after_text, "rest_client_requests_total", {"method": m})
+                - sample_value(before_text, "rest_client_requests_total", {"method": m})
                 for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "WATCH")
             }
             quiet_from = sample_value(
@@ -545,7 +547,7 @@ async def measure_rollout(
         "ready_s": None if ready_at is None else round(ready_at, 2),
         "requests": requests,
         "requests_per_restart": round(requests / restarted, 3) if restarted else None,
-        "requests_by_method_total": by_method,
+        "requests_by_method": by_method,
         "steady_requests": quiet,
         "steady_seconds": args.steady_seconds,
     }
