@@ -81,8 +81,10 @@ bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone: SCALE_ARGS='--pod
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 
 generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart) and protobuf code
-	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml
-	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml
+	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
+	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
+	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
+	mv manifests/webhook/webhooks.yaml.tmp manifests/webhook/webhooks.yaml
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml manifests/chart/files/
 	$(PY) proto/generate.py
 

@@ -214,9 +214,30 @@ def spec_schema() -> dict[str, Any]:
             ]
         },
     )
+    rollout = _obj(
+        "How opted-in workloads are restarted onto a new configuration. Absent fields take "
+        "the controller's --max-restarts-per-pass and --restart-interval.",
+        {
+            "paused": _bool(
+                "Write the ConfigMap but restart nothing until this is false again; the status "
+                "says what would be restarted."
+            ),
+            "maxRestartsPerPass": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 10000,
+                "description": "Workloads restarted per pass.",
+            },
+            "restartInterval": _str(
+                "Time from one pass's last restart to the next pass, e.g. 30s or 2m.",
+                pattern=DURATION_PATTERN,
+                maxLength=32,
+            ),
+        },
+    )
     return _obj(
         "Desired Linkerd configuration.",
-        {"global": global_, "proxy": proxy},
+        {"global": global_, "proxy": proxy, "rollout": rollout},
         required=["proxy"],
     )
 

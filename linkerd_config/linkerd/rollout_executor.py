@@ -31,6 +31,7 @@ from linkerd_config.kube.resource import (
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.formats.legacy import parse_go_duration
 from linkerd_config.linkerd.reconcile import Desired
 
 log = structlog.get_logger(__name__)
@@ -75,6 +76,26 @@ injector has re-read its files)."""
 RESTART_CONCURRENCY = 10
 """Restarts of one pass in flight at once: a batch of 50 takes about five request times, not
 fifty, so a pass lasts what ``restart_interval`` says and little more."""
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """A LinkerdConfig's ``spec.rollout``; None where it leaves the controller's setting."""
+
+    paused: bool = False
+    max_restarts_per_pass: int | None = None
+    restart_interval: float | None = None
+
+    @classmethod
+    def of(cls, config: Json) -> RolloutSpec:
+        """From an admitted object (validation has checked the types and the duration)."""
+        section = (config.get("spec") or {}).get("rollout") or {}
+        interval = section.get("restartInterval")
+        return cls(
+            paused=bool(section.get("paused", False)),
+            max_restarts_per_pass=section.get("maxRestartsPerPass"),
+            restart_interval=None if interval is None else parse_go_duration(interval) / 1e9,
+        )
 
 
 @dataclass(frozen=True)
@@ -195,6 +216,20 @@ class RolloutExecutor:
                 "UpToDate",
                 f"every opted-in pod runs proxy {version}",
             )
+        spec = RolloutSpec.of(config)
+        batch = spec.max_restarts_per_pass or self.options.max_restarts_per_pass
+        interval = (
+            self.options.restart_interval
+            if spec.restart_interval is None
+            else spec.restart_interval
+        )
+        if spec.paused:
+            return RolloutOutcome(
+                len(plan.workloads), len(recorded) + evicted, evicted, "Paused",
+                f"rollout paused: {len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) "
+                f"would be restarted for proxy {version}; set spec.rollout.paused to false "
+                "to resume",
+            )  # fmt: skip
         todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
         finished = self._pass_finished.get(config_hash)
         pace = rollout.pace(
@@ -207,11 +242,13 @@ class RolloutExecutor:
                 default=None,
             ),
             self.wall(),
-            self.options.max_restarts_per_pass,
-            self.options.restart_interval,
+            batch,
+            interval,
         )
         if not todo or not pace.allowed:
-            return self._rolling(plan, len(recorded) + evicted, evicted, version, pace.wait, "")
+            return self._rolling(
+                plan, len(recorded) + evicted, evicted, version, pace.wait or interval, ""
+            )
         confirmed, why = True, ""
         if desired.config_hash not in self._injector_confirmed:
             since = self.monotonic() - self._probed_at.get(desired.config_hash, float("-inf"))
@@ -247,7 +284,7 @@ class RolloutExecutor:
         )
         evicted, _ = self._evictions(config, config_hash)
         total = len(recorded) + owners_restarted + evicted
-        return self._rolling(plan, total, evicted, version, self.options.restart_interval, why)
+        return self._rolling(plan, total, evicted, version, interval, why)
 
     def _rolling(
         self,

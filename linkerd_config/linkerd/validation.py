@@ -276,6 +276,19 @@ class _Checker:
                     f"spec.proxy.{key}.pullPolicy", f"must be one of {', '.join(_PULL_POLICIES)}"
                 )
         self.resources(proxy.get("resource"))
+        rollout = self.section(spec, "rollout", "spec")
+        self.duration(rollout, "restartInterval", "spec.rollout")
+        paused = rollout.get("paused")
+        if paused is not None and not isinstance(paused, bool):
+            self.fail("spec.rollout.paused", "must be true or false")
+        batch = rollout.get("maxRestartsPerPass")
+        if batch is not None and (
+            isinstance(batch, bool) or not isinstance(batch, int) or batch < 1
+        ):
+            self.fail(
+                "spec.rollout.maxRestartsPerPass",
+                f"{_show(batch)} must be a whole number of at least 1",
+            )
 
     # -- trust anchor --------------------------------------------------------------------
 

@@ -350,3 +350,31 @@ async def test_while_the_injector_lags_it_is_asked_at_most_every_two_seconds() -
     world.writer.injects = NEW
     done = await world.roll()
     assert len(world.writer.asked) == 2 and done.reason == "RollingOut"
+
+
+def with_rollout(**section: Any) -> Json:
+    return {**CONFIG, "spec": {"rollout": section}}
+
+
+async def test_a_paused_rollout_restarts_nothing_and_says_what_it_would_restart() -> None:
+    world = World(3)
+    paused = await world.executor.roll(with_rollout(paused=True), DESIRED)
+    assert world.writer.patched == [] and world.writer.asked == []
+    assert paused.reason == "Paused" and paused.outdated == 3
+    assert "3 workload(s) (3 pod(s)) would be restarted for proxy edge-19.12.3" in paused.message
+    resumed = await world.executor.roll(with_rollout(paused=False), DESIRED)
+    assert resumed.reason == "RollingOut" and len(world.writer.patched) == 3
+
+
+async def test_the_spec_sets_the_batch_and_the_interval_over_the_flags() -> None:
+    world = World(7, max_restarts_per_pass=10, restart_interval=60.0)
+    config = with_rollout(maxRestartsPerPass=3, restartInterval="2s")
+    first = await world.executor.roll(config, DESIRED)
+    world.record_restarts()
+    assert len(world.writer.patched) == 3 and first.requeue_after == 2.0
+    world.clock.now += 1.9
+    await world.executor.roll(config, DESIRED)
+    assert len(world.writer.patched) == 3
+    world.clock.now += 0.1
+    await world.executor.roll(config, DESIRED)
+    assert len(world.writer.patched) == 6

@@ -834,3 +834,29 @@ def test_validate_never_raises_on_any_json_at_all(value: Any) -> None:
     _assert_errors(validate(value))
     _assert_errors(validate({"spec": value}))
     _assert_errors(validate({"spec": {"proxy": value, "global": value}}))
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "words"),
+    [
+        ({"restartInterval": "soon"}, "spec.rollout.restartInterval", "duration"),
+        ({"restartInterval": "0s"}, "spec.rollout.restartInterval", "positive"),
+        ({"paused": "yes"}, "spec.rollout.paused", "true or false"),
+        ({"maxRestartsPerPass": 0}, "spec.rollout.maxRestartsPerPass", "at least 1"),
+        ({"maxRestartsPerPass": True}, "spec.rollout.maxRestartsPerPass", "at least 1"),
+    ],
+)
+def test_rollout_settings_are_checked_by_name(
+    section: dict[str, Any], field: str, words: str
+) -> None:
+    obj = sample("edge_19.12.3.yaml")
+    obj["spec"]["rollout"] = section
+    found = [(e.field, e.message) for e in validate(obj)]
+    assert [f for f, _ in found] == [field], found
+    assert words in found[0][1]
+
+
+def test_rollout_settings_that_make_sense_pass() -> None:
+    obj = sample("edge_19.12.3.yaml")
+    obj["spec"]["rollout"] = {"paused": True, "maxRestartsPerPass": 25, "restartInterval": "1m30s"}
+    assert validate(obj) == []
