@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.kube.resource import ApiResource
+from linkerd_config.kube.resource import ApiResource, Json
+from linkerd_config.linkerd.formats.legacy import parse_go_duration
 
 GROUP = "config.linkerd.io"
 VERSION = "v1alpha1"
@@ -396,6 +397,26 @@ class Target:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """A LinkerdConfig's ``spec.rollout``; None where it leaves the controller's setting."""
+
+    paused: bool = False
+    max_restarts_per_pass: int | None = None
+    restart_interval: float | None = None
+
+    @classmethod
+    def of(cls, config: Json) -> RolloutSpec:
+        """From an admitted object (validation has checked the types and the duration)."""
+        section = (config.get("spec") or {}).get("rollout") or {}
+        interval = section.get("restartInterval")
+        return cls(
+            paused=bool(section.get("paused", False)),
+            max_restarts_per_pass=section.get("maxRestartsPerPass"),
+            restart_interval=None if interval is None else parse_go_duration(interval) / 1e9,
+        )
 
 
 if __name__ == "__main__":

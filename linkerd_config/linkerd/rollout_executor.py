@@ -31,7 +31,7 @@ from linkerd_config.kube.resource import (
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.reconcile import Desired
 
 log = structlog.get_logger(__name__)
@@ -78,24 +78,20 @@ RESTART_CONCURRENCY = 10
 fifty, so a pass lasts what ``restart_interval`` says and little more."""
 
 
-@dataclass(frozen=True)
-class RolloutSpec:
-    """A LinkerdConfig's ``spec.rollout``; None where it leaves the controller's setting."""
+@dataclass
+class _ConfigProgress:
+    """What this process knows of one configuration's rollout."""
 
-    paused: bool = False
-    max_restarts_per_pass: int | None = None
-    restart_interval: float | None = None
-
-    @classmethod
-    def of(cls, config: Json) -> RolloutSpec:
-        """From an admitted object (validation has checked the types and the duration)."""
-        section = (config.get("spec") or {}).get("rollout") or {}
-        interval = section.get("restartInterval")
-        return cls(
-            paused=bool(section.get("paused", False)),
-            max_restarts_per_pass=section.get("maxRestartsPerPass"),
-            restart_interval=None if interval is None else parse_go_duration(interval) / 1e9,
-        )
+    written_at: float | None = None
+    """Monotonic time we first wrote (or found) it: the injector's fallback wait starts."""
+    injector_confirmed: bool = False
+    """The injector was seen injecting it (or the fallback wait passed): asked no more."""
+    probed_at: float = float("-inf")
+    """Monotonic time of the last question to the injector ..."""
+    waiting_why: str = ""
+    """... and what its answer said while it still injected the old proxy."""
+    pass_finished: float | None = None
+    """Wall time this process's last pass finished sending its restarts."""
 
 
 @dataclass(frozen=True)
@@ -163,28 +159,26 @@ class RolloutExecutor:
         self.wall = wall
         self.monotonic = monotonic
         self.metrics = RolloutMetrics.of(registry)
-        self._written_at: dict[str, float] = {}
-        # Invariant: hash -> monotonic time we first wrote (or found) that configuration.
+        self._progress: dict[str, _ConfigProgress] = {}
+        # Invariant: one record per configuration hash this process has written, found or
+        # rolled out (few: one per LinkerdConfig change).
         self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
         # Invariant: (LinkerdConfig, hash) -> (bare pods evicted for it, by this process plus
         # what status reported when we took over; wall time of our last eviction).
-        self._pass_finished: dict[str, float] = {}
-        # Invariant: hash -> wall time this process's last pass for it finished sending.
-        self._injector_confirmed: set[str] = set()
-        self._probed_at: dict[str, float] = {}
-        self._waiting_why: dict[str, str] = {}
-        # Invariant: hash -> monotonic time of the last probe, and what it said.
-        # Invariant: configurations the injector was seen injecting (or whose fallback wait
-        # passed): asked once per configuration, not once per pass.
         self._plans: tuple[tuple[object, ...], rollout.RolloutPlan] | None = None
         self._records: tuple[tuple[object, ...], list[float]] | None = None
         # Invariant: each is (the caches' revisions and the input it was derived from, what
         # was derived). A reconcile that changes no cache (a reverted edit, a status write)
         # reuses them: deciding over 50,000 pods costs once per change, not per reconcile.
 
+    def _of(self, config_hash: str) -> _ConfigProgress:
+        return self._progress.setdefault(config_hash, _ConfigProgress())
+
     def found(self, config_hash: str) -> None:
         """The configuration is in the ConfigMap now: the injector's fallback wait starts."""
-        self._written_at.setdefault(config_hash, self.monotonic())
+        progress = self._of(config_hash)
+        if progress.written_at is None:
+            progress.written_at = self.monotonic()
 
     async def roll(self, config: Json, desired: Desired) -> RolloutOutcome:
         def replicaset(ns: str, name: str) -> Json | None:
@@ -231,7 +225,8 @@ class RolloutExecutor:
                 "to resume",
             )  # fmt: skip
         todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
-        finished = self._pass_finished.get(config_hash)
+        progress = self._of(config_hash)
+        finished = progress.pass_finished
         pace = rollout.pace(
             max(
                 [
@@ -250,20 +245,18 @@ class RolloutExecutor:
                 plan, len(recorded) + evicted, evicted, version, pace.wait or interval, ""
             )
         confirmed, why = True, ""
-        if desired.config_hash not in self._injector_confirmed:
-            since = self.monotonic() - self._probed_at.get(desired.config_hash, float("-inf"))
+        if not progress.injector_confirmed:
+            since = self.monotonic() - progress.probed_at
             if since < PROBE_SPACING:
                 # Asked moments ago (other events woke this reconcile): not again yet.
                 return RolloutOutcome(
                     len(plan.workloads), len(recorded) + evicted, evicted,
-                    "WaitingForInjector", self._waiting_why.get(desired.config_hash, ""),
+                    "WaitingForInjector", progress.waiting_why,
                     requeue_after=PROBE_SPACING - since,
                 )  # fmt: skip
-            self._probed_at[desired.config_hash] = self.monotonic()
+            progress.probed_at = self.monotonic()
             confirmed, why = await self._injector_ready(desired, todo)
-            self._waiting_why[desired.config_hash] = why
-            if confirmed:
-                self._injector_confirmed.add(desired.config_hash)
+            progress.waiting_why, progress.injector_confirmed = why, confirmed
         if not confirmed:
             return RolloutOutcome(
                 len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
@@ -278,7 +271,7 @@ class RolloutExecutor:
         done = await asyncio.gather(*(restart(w) for w in todo[: pace.allowed]))
         # A record's time is stamped before its PATCH is sent; the batch's last PATCH lands
         # a little later. The interval runs from when the pass finished.
-        self._pass_finished[config_hash] = self.wall()
+        progress.pass_finished = self.wall()
         owners_restarted = sum(
             1 for ok, w in zip(done, todo[: pace.allowed], strict=True) if ok and w.kind != "Pod"
         )
@@ -403,7 +396,8 @@ class RolloutExecutor:
             if mismatch is None:
                 return True, ""
             return False, f"the proxy injector still injects {mismatch}"
-        waited = self.monotonic() - self._written_at.get(desired.config_hash, self.monotonic())
+        written_at = self._of(desired.config_hash).written_at
+        waited = 0.0 if written_at is None else self.monotonic() - written_at
         if waited >= self.options.injector_wait:
             return True, (
                 f"could not confirm the injector's version by dry-run; restarted after "

@@ -17,11 +17,13 @@ kubectl shows the results.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import yaml
@@ -86,10 +88,16 @@ PROXY_COLUMNS = (
 )
 
 
-async def demo(cp: LocalControlPlane, workdir: Path) -> None:
-    kubectl = Kubectl(cp.binary("kubectl"), cp.kubeconfig)
+@contextlib.asynccontextmanager
+async def clients(cp: LocalControlPlane) -> AsyncIterator[tuple[Kubectl, KubeClient]]:
+    """The control plane's kubectl (shown to the reader) and an API client (for waiting)."""
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, user_agent="demo") as kube:
+        yield Kubectl(cp.binary("kubectl"), cp.kubeconfig), kube
+
+
+async def demo(cp: LocalControlPlane, workdir: Path) -> None:
+    async with clients(cp) as (kubectl, kube):
         step("The local control plane is serving")
         await kubectl("version")
         await kubectl("get", "nodes", "-o", "wide")
@@ -259,9 +267,7 @@ NATIVE_SIDECAR_COLUMNS = (
 
 async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
     """The same story with today's Linkerd: the Helm ``values`` key, a native sidecar."""
-    kubectl = Kubectl(cp.binary("kubectl"), cp.kubeconfig)
-    access = await load_access(str(cp.kubeconfig))
-    async with KubeClient(access, user_agent="demo") as kube:
+    async with clients(cp) as (kubectl, kube):
         step(
             f"Starting point: Linkerd {MODERN_TAG}'s own `linkerd install --ignore-cluster` "
             "(linkerd-config with its Helm values, the trust roots) and its real proxy injector"
