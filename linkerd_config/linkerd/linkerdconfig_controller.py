@@ -41,6 +41,7 @@ from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,
     companion_body,
+    current_data,
     desired_config,
     drifted,
     from_preserved,
@@ -215,13 +216,8 @@ class LinkerdConfigController:
 
         configmaps = self._configmaps_in(target.namespace)
         configmap = configmaps.get(target.name)
-        current = {name: dict(cm.get("data") or {}) for name, cm in configmaps.items()}
-        if configmap is None:  # deleted: render onto what it held, kept in the preserved copy
-            part = from_preserved(configmaps.get(preserved_name(target)))
-            if part is not None:
-                current[target.name] = part.data
         try:
-            desired = desired_config(config, current)
+            desired = desired_config(config, current_data(configmaps, target))
         except (FormatError, VersionError) as exc:
             return await self._invalid(config, conditions, generation, str(exc))
 

@@ -105,6 +105,17 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
     )
 
 
+def current_data(configmaps: Mapping[str, Json], target: Target) -> dict[str, dict[str, str]]:
+    """What a rendering reads: the data of the ConfigMaps in the target's namespace, by name.
+    A deleted target is rendered onto what it held, kept in its preserved copy."""
+    current = {name: dict(cm.get("data") or {}) for name, cm in configmaps.items()}
+    if target.name not in configmaps:
+        part = from_preserved(configmaps.get(preserved_name(target)))
+        if part is not None:
+            current[target.name] = part.data
+    return current
+
+
 def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
     """The ConfigMaps (by name) whose managed keys or our hash differ from ``desired``."""
     found = []

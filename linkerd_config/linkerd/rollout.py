@@ -26,8 +26,8 @@ Pure decisions over cached metadata; the controller executes them. The policy:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from linkerd_config.kube.resource import Json, rfc3339
@@ -64,25 +64,62 @@ class DesiredProxy:
     excluded_namespaces: frozenset[str] = frozenset()
     """Namespaces the injector's webhook never sees: their pods are never candidates."""
 
-    def stale_reason(self, pod: Json, namespace: Json | None) -> str | None:
-        """Why a candidate pod is outdated, or None (also for a pod that is no candidate)."""
-        if not is_candidate(pod, namespace) or pod["metadata"]["namespace"] in (
-            self.excluded_namespaces
+    def verdict(self, pod: Json, namespace: Json | None) -> Verdict | None:
+        """Where a pod stands against this configuration, and why; None for a pod that is no
+        candidate at all (not opted in, not Running, going away). The controller restarts
+        the owners of ``STALE`` pods; ``plan`` and ``status`` report the rest."""
+        meta = pod["metadata"]
+        if (
+            (meta.get("labels") or {}).get(RECONCILE_LABEL) != RECONCILE_AUTO
+            or meta.get("deletionTimestamp")
+            or (pod.get("status") or {}).get("phase") != "Running"
         ):
             return None
-        return self.mismatch(pod, namespace)
+        ns = meta["namespace"]
+        ns_labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+        if ns_labels.get(WEBHOOKS_LABEL) == "disabled":
+            return Verdict(EXCLUDED, f"namespace {ns} is labelled {WEBHOOKS_LABEL}=disabled")
+        if ns in self.excluded_namespaces:
+            return Verdict(EXCLUDED, f"Linkerd's proxy injector never sees namespace {ns}")
+        mismatch = self.mismatch(pod, namespace)
+        if mismatch is not None:
+            return Verdict(STALE, mismatch)
+        pinned = pinned_by(pod, namespace)
+        if pinned is not None:
+            return Verdict(PINNED, pinned)
+        return Verdict(UP_TO_DATE, f"proxy version {self.version}")
+
+    def stale_reason(self, pod: Json, namespace: Json | None) -> str | None:
+        """Why a candidate pod is outdated, or None (also for a pod that is no candidate)."""
+        verdict = self.verdict(pod, namespace)
+        return verdict.reason if verdict is not None and verdict.state == STALE else None
 
     def mismatch(self, pod: Json, namespace: Json | None) -> str | None:
-        """How an injected pod differs from what it should carry ("edge-1, not edge-2"), or None."""
-        if not is_pinned(pod, namespace):
+        """How an injected pod differs from what it should carry ("proxy version edge-1 →
+        edge-2", "trust root changed"), or None."""
+        if pinned_by(pod, namespace) is None:
             running = proxy_version(pod)
             if running != self.version:
-                return f"{running or 'an unknown proxy version'}, not {self.version}"
+                return f"proxy version {running or 'unknown'} → {self.version}"
         if self.trust_root_sha256 is not None:
             annotations = pod["metadata"].get("annotations") or {}
             if annotations.get(TRUST_ROOT_ANNOTATION) != self.trust_root_sha256:
-                return "a pod stamped with another trust root"
+                return "trust root changed"
         return None
+
+
+UP_TO_DATE, STALE, PINNED, EXCLUDED = "up-to-date", "stale", "pinned", "excluded"
+PROXY_STATES = (UP_TO_DATE, STALE, PINNED, EXCLUDED)
+"""Where an opted-in, Running pod stands: only a stale one is ever restarted."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    state: str
+    """One of ``PROXY_STATES``."""
+    reason: str
+    """Why, for people: "proxy version edge-1 → edge-2", "trust root changed", "pinned by
+    config.linkerd.io/proxy-version on its namespace", ..."""
 
 
 POD_LABELS = (RECONCILE_LABEL,)
@@ -165,22 +202,15 @@ def proxy_version(pod: Json) -> str | None:
     return None
 
 
-def is_candidate(pod: Json, namespace: Json | None) -> bool:
-    meta = pod["metadata"]
-    if (meta.get("labels") or {}).get(RECONCILE_LABEL) != RECONCILE_AUTO:
-        return False
-    if meta.get("deletionTimestamp"):
-        return False
-    if (pod.get("status") or {}).get("phase") != "Running":
-        return False
-    ns_labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-    return ns_labels.get(WEBHOOKS_LABEL) != "disabled"
-
-
-def is_pinned(pod: Json, namespace: Json | None) -> bool:
+def pinned_by(pod: Json, namespace: Json | None) -> str | None:
+    """Where ``config.linkerd.io/proxy-version`` pins a pod's proxy (the pod, else its
+    namespace), or None when nothing pins it."""
     pod_annotations = pod["metadata"].get("annotations") or {}
     ns_annotations = ((namespace or {}).get("metadata") or {}).get("annotations") or {}
-    return PIN_ANNOTATION in pod_annotations or PIN_ANNOTATION in ns_annotations
+    for where, found in (("the pod", pod_annotations), ("its namespace", ns_annotations)):
+        if PIN_ANNOTATION in found:
+            return f"pinned to {found[PIN_ANNOTATION]} by {PIN_ANNOTATION} on {where}"
+    return None
 
 
 @dataclass(frozen=True, order=True)
@@ -221,6 +251,8 @@ class RolloutPlan:
     stale_pods: int
     workloads: tuple[Workload, ...]
     """Distinct owners of stale pods, sorted for a stable order across passes."""
+    reasons: Mapping[Workload, Mapping[str, int]] = field(default_factory=dict)
+    """Why each is restarted: its stale pods, counted by reason."""
 
 
 def plan_rollout(
@@ -229,13 +261,67 @@ def plan_rollout(
     desired: DesiredProxy,
     replicaset: Callable[[str, str], Json | None],
 ) -> RolloutPlan:
-    stale = [
-        p
-        for p in pods
-        if desired.stale_reason(p, namespaces.get(p["metadata"]["namespace"])) is not None
+    reasons: dict[Workload, dict[str, int]] = {}
+    stale = 0
+    for pod in pods:
+        why = desired.stale_reason(pod, namespaces.get(pod["metadata"]["namespace"]))
+        if why is None:
+            continue
+        stale += 1
+        counted = reasons.setdefault(owning_workload(pod, replicaset), {})
+        counted[why] = counted.get(why, 0) + 1
+    return RolloutPlan(stale, tuple(sorted(reasons)), reasons)
+
+
+def pending(
+    workloads: Iterable[Workload], record: Callable[[Workload], Json | None], config_hash: str
+) -> list[Workload]:
+    """Of the stale workloads, those still to restart for ``config_hash``: a bare pod (it
+    keeps no record), or an owner whose pod template (``record``, None when unknown) does not
+    record this configuration yet; the others' pods are rolling already."""
+    return [
+        w
+        for w in workloads
+        if w.kind == "Pod" or not already_restarted(record(w) or {}, config_hash)
     ]
-    workloads = sorted({owning_workload(p, replicaset) for p in stale})
-    return RolloutPlan(len(stale), tuple(workloads))
+
+
+def batches(workloads: Sequence[Workload], size: int) -> list[tuple[Workload, ...]]:
+    """The passes that restart ``workloads``, in order, when nothing else changes meanwhile:
+    each pass takes the next ``size`` of what is still pending."""
+    return [tuple(workloads[i : i + size]) for i in range(0, len(workloads), max(size, 1))]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where every opted-in, Running pod stands, by namespace and by workload."""
+
+    namespaces: Mapping[str, Mapping[str, int]]
+    """Namespace -> state (``PROXY_STATES``) -> pods."""
+    workloads: Mapping[Workload, Mapping[str, Mapping[str, int]]]
+    """Workload -> state -> reason -> pods."""
+
+
+def standing(
+    pods: Iterable[Json],
+    namespaces: Mapping[str, Json],
+    desired: DesiredProxy,
+    replicaset: Callable[[str, str], Json | None],
+) -> Standing:
+    """Every candidate pod's verdict, counted (``plan_rollout`` keeps only the stale)."""
+    by_namespace: dict[str, dict[str, int]] = {}
+    by_workload: dict[Workload, dict[str, dict[str, int]]] = {}
+    for pod in pods:
+        ns = pod["metadata"]["namespace"]
+        verdict = desired.verdict(pod, namespaces.get(ns))
+        if verdict is None:
+            continue
+        counts = by_namespace.setdefault(ns, dict.fromkeys(PROXY_STATES, 0))
+        counts[verdict.state] += 1
+        states = by_workload.setdefault(owning_workload(pod, replicaset), {})
+        reasons = states.setdefault(verdict.state, {})
+        reasons[verdict.reason] = reasons.get(verdict.reason, 0) + 1
+    return Standing(by_namespace, by_workload)
 
 
 def candidate_pod(workload: Workload, source: Json) -> Json:

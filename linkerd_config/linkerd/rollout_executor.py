@@ -211,12 +211,8 @@ class RolloutExecutor:
                 f"every opted-in pod runs proxy {version}",
             )
         spec = RolloutSpec.of(config)
-        batch = spec.max_restarts_per_pass or self.options.max_restarts_per_pass
-        interval = (
-            self.options.restart_interval
-            if spec.restart_interval is None
-            else spec.restart_interval
-        )
+        batch = spec.batch_size(self.options.max_restarts_per_pass)
+        interval = spec.interval(self.options.restart_interval)
         if spec.paused:
             return RolloutOutcome(
                 len(plan.workloads), len(recorded) + evicted, evicted, "Paused",
@@ -224,7 +220,7 @@ class RolloutExecutor:
                 f"would be restarted for proxy {version}; set spec.rollout.paused to false "
                 "to resume",
             )  # fmt: skip
-        todo = [w for w in plan.workloads if not self._recorded(w, config_hash)]
+        todo = rollout.pending(plan.workloads, self._record, config_hash)
         progress = self._of(config_hash)
         finished = progress.pass_finished
         pace = rollout.pace(
@@ -304,12 +300,10 @@ class RolloutExecutor:
     def _workload_objects(self) -> list[Json]:
         return [obj for store in self.workloads.values() for obj in store.list()]
 
-    def _recorded(self, workload: rollout.Workload, config_hash: str) -> bool:
-        """Already restarted for this configuration (its pods are rolling)."""
-        if workload.kind == "Pod":
-            return False
-        obj = self.workloads[workload.kind].get(f"{workload.namespace}/{workload.name}")
-        return obj is not None and rollout.already_restarted(obj, config_hash)
+    def _record(self, workload: rollout.Workload) -> Json | None:
+        """An owner as its cache holds it (its restart record); None for a bare pod."""
+        store = self.workloads.get(workload.kind)
+        return None if store is None else store.get(f"{workload.namespace}/{workload.name}")
 
     def _evictions(self, config: Json, config_hash: str) -> tuple[int, float | None]:
         key = (config["metadata"]["name"], config_hash)
@@ -395,7 +389,7 @@ class RolloutExecutor:
             mismatch = desired.proxy.mismatch(injected, namespace)
             if mismatch is None:
                 return True, ""
-            return False, f"the proxy injector still injects {mismatch}"
+            return False, f"the proxy injector does not inject it yet: {mismatch}"
         written_at = self._of(desired.config_hash).written_at
         waited = 0.0 if written_at is None else self.monotonic() - written_at
         if waited >= self.options.injector_wait:

@@ -205,8 +205,8 @@ def test_stale_pods_as_linkerd_decides() -> None:
 
     assert proxy_version(pod()) == "edge-26.8.4"
     assert desired.stale_reason(pod(), None) is None
-    assert desired.stale_reason(pod(version="edge-26.8.3"), None) == "edge-26.8.3, not edge-26.8.4"
-    assert desired.stale_reason(pod(root="old"), None) == "a pod stamped with another trust root"
+    assert desired.stale_reason(pod(version="edge-26.8.3"), None) == "proxy version edge-26.8.3 → edge-26.8.4"
+    assert desired.stale_reason(pod(root="old"), None) == "trust root changed"
     pinned = pod(version="edge-26.1.1", **{"config.linkerd.io/proxy-version": "edge-26.1.1"})
     assert desired.stale_reason(pinned, None) is None  # restarting would pin it again
     assert desired.stale_reason(pod(ns="kube-system", version="old"), None) is None

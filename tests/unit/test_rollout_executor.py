@@ -165,7 +165,7 @@ async def test_nothing_restarts_while_the_injector_still_injects_the_old_proxy()
     world.executor.found(HASH)
     outcome = await world.roll()
     assert outcome.reason == "WaitingForInjector" and world.writer.patched == []
-    assert "still injects edge-19.12.1" in outcome.message
+    assert "edge-19.12.1 → edge-19.12.3" in outcome.message
 
 
 async def test_an_injector_that_cannot_be_asked_is_waited_for_then_trusted() -> None:
