@@ -100,7 +100,8 @@ async def test_no_restart_until_the_injector_serves_the_new_config(
                 return cond if cond.get("reason") == "WaitingForInjector" else None
 
             waiting = await eventually(waiting_for_injector, timeout=DELAY, what="waiting")
-            assert "does not inject it yet: proxy version edge-19.12.1 → edge-19.12.3" in waiting["message"], waiting
+            expected = "does not inject it yet: proxy version edge-19.12.1 → edge-19.12.3"
+            assert expected in waiting["message"], waiting
 
             async def up_to_date() -> Obj | None:
                 cond = await scenario.condition(kube, "edge-19.12.3", "DataPlaneUpToDate")

@@ -205,7 +205,8 @@ def test_stale_pods_as_linkerd_decides() -> None:
 
     assert proxy_version(pod()) == "edge-26.8.4"
     assert desired.stale_reason(pod(), None) is None
-    assert desired.stale_reason(pod(version="edge-26.8.3"), None) == "proxy version edge-26.8.3 → edge-26.8.4"
+    stale = desired.stale_reason(pod(version="edge-26.8.3"), None)
+    assert stale == "proxy version edge-26.8.3 → edge-26.8.4"
     assert desired.stale_reason(pod(root="old"), None) == "trust root changed"
     pinned = pod(version="edge-26.1.1", **{"config.linkerd.io/proxy-version": "edge-26.1.1"})
     assert desired.stale_reason(pinned, None) is None  # restarting would pin it again
