@@ -36,6 +36,25 @@ def _run(args: argparse.Namespace) -> int:
         return 1
 
 
+def _inspect(args: argparse.Namespace) -> int:
+    """``plan`` and ``status``: the settings they share with ``run``, then the command."""
+    try:
+        settings = settings_module.from_namespace(args, only=INSPECT_SETTINGS)
+    except settings_module.SettingsError as exc:
+        print(f"linkerd-config {args.command}: {exc}", file=sys.stderr)
+        return 1
+    import logging  # noqa: PLC0415
+
+    from linkerd_config import inspection  # noqa: PLC0415
+    from linkerd_config.logs import configure_logging  # noqa: PLC0415
+
+    configure_logging("error", "console")
+    logging.getLogger("linkerd_config").setLevel(logging.ERROR)
+    if args.command == "plan":
+        return inspection.plan_command(settings, args.filename, args.output)
+    return inspection.status_command(settings, args.output)
+
+
 def _dev_cluster(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     try:
@@ -84,6 +103,27 @@ def build_parser() -> argparse.ArgumentParser:
     settings_module.add_arguments(run)
     run.set_defaults(func=_run)
 
+    plan = sub.add_parser(
+        "plan",
+        help="show what applying a LinkerdConfig would change and restart; writes nothing",
+        description="Show what applying a LinkerdConfig would do in the current cluster, "
+        "decided by the controller's own code: the webhook's validation, the change to each "
+        "managed ConfigMap key (parsed, path by path), the workloads restarted, by pass, each "
+        "with why, and the opted-in workloads not restarted, with why. Writes nothing.",
+        epilog="exit status: 0 no change, 2 changes, 1 error (invalid, unreachable cluster)",
+    )
+    plan.add_argument("-f", "--filename", required=True, help="the LinkerdConfig (- for stdin)")
+    _inspect_arguments(plan)
+    status = sub.add_parser(
+        "status",
+        help="the data plane against the configuration in the cluster; exit 2 when stale",
+        description="Every LinkerdConfig against the cluster: whether its ConfigMaps hold "
+        "what it says, opted-in pods up to date / stale / pinned / excluded per namespace, "
+        "the stale workloads with why, its conditions and its last rollout.",
+        epilog="exit status: 0 all up to date and Ready, 2 something stale or failing, 1 error",
+    )
+    _inspect_arguments(status)
+
     dev = sub.add_parser(
         "dev-cluster",
         help="a real local control plane (etcd, kube-apiserver, controller-manager, "
@@ -112,6 +152,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dev.set_defaults(func=_dev_cluster)
     return parser
+
+
+INSPECT_SETTINGS = ("kubeconfig", "config_namespace", "max_restarts_per_pass", "restart_interval")
+"""The ``run`` settings ``plan`` and ``status`` take too: where to look, and the rollout
+defaults a LinkerdConfig's ``spec.rollout`` may override (give the controller's values)."""
+
+
+def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
+    settings_module.add_arguments(parser, only=INSPECT_SETTINGS)
+    parser.add_argument(
+        "-o", "--output", choices=["text", "json"], default="text", help="default text"
+    )
+    parser.set_defaults(func=_inspect)
 
 
 def _version() -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -209,8 +209,11 @@ class Settings:
             )
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """The flags of ``Settings``' fields (of those named in ``only``, when given)."""
     for f in fields(Settings):
+        if only is not None and f.name not in only:
+            continue
         opt: _Opt = f.metadata["opt"]
         default = f"default {opt.default}" if opt.default is not None else "no default"
         # A switch may stand alone (``--leader-elect`` means true), as in controller-runtime.
@@ -224,13 +227,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         )
 
 
-def from_namespace(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Settings:
+def from_namespace(
+    args: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+    only: Collection[str] | None = None,
+) -> Settings:
+    """Flags, else environment, else defaults; a field not in ``only`` (when given) takes
+    its default, whatever the environment says (a command that has no such flag)."""
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     for f in fields(Settings):
         opt: _Opt = f.metadata["opt"]
         raw, source = getattr(args, f.name, None), opt.flag
-        if raw is None and env.get(opt.env):
+        if only is not None and f.name not in only:
+            raw = None
+        elif raw is None and env.get(opt.env):
             raw, source = env[opt.env], f"${opt.env}"
         if raw is None:
             raw, source = opt.default, "default"

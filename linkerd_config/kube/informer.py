@@ -438,6 +438,15 @@ class Informer:
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
             await asyncio.sleep(delay)
 
+    async def list_once(self) -> None:
+        """Fill the cache from one LIST and stop there (no watch, no handlers called): a
+        one-shot reader sees exactly what a running informer would have cached."""
+        objects, rv = await self._list_all()
+        self.store.replace(objects)
+        self._resource_version = rv
+        self._set_gauge()
+        self._synced.set()
+
     def _report_not_served(self, exc: ApiError) -> None:
         """A resource the API server does not serve yet: one error line, then quiet retries."""
         if self._not_served_reported:

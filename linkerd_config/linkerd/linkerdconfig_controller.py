@@ -9,6 +9,7 @@ informers' caches and is safe to repeat.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -37,6 +38,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS,
     READY,
 )
+from linkerd_config.linkerd.preview import ClusterView
 from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,
@@ -67,27 +69,13 @@ FIELD_MANAGER = "linkerd-config"
 RESTORE_FIELD_MANAGER = "linkerd-config-restore"
 
 
-class LinkerdConfigController:
-    """Informers, handlers and the reconciler for LinkerdConfig objects."""
+class LinkerdCaches:
+    """The informers a LinkerdConfig's reconcile reads, as the controller runs them. The
+    ``plan`` and ``status`` commands fill the same ones once (``list_once``) and decide over
+    ``view()``: exactly what the controller would see."""
 
-    def __init__(
-        self,
-        client: KubeClient,
-        recorder: EventRecorder,
-        *,
-        config_namespace: str = "linkerd",
-        options: RolloutOptions | None = None,
-        workers: int = 2,
-        monotonic: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.client = client
-        self.monotonic = monotonic
-        self._status_written: dict[str, float] = {}
-        # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
-        self.writer = Writer(client, FIELD_MANAGER)
-        self.recorder = recorder
+    def __init__(self, client: KubeClient, config_namespace: str) -> None:
         self.config_namespace = config_namespace
-        self.options = options or RolloutOptions()
         self.configs = Informer(
             client,
             LINKERD_CONFIGS,
@@ -126,6 +114,63 @@ class LinkerdConfigController:
             )
             for kind, resource in WORKLOAD_RESOURCES.items()
         }
+
+    @property
+    def informers(self) -> list[Informer]:
+        return [
+            self.configs,
+            self.configmaps,
+            self.pods,
+            self.namespaces,
+            self.replicasets,
+            *self.workloads.values(),
+        ]
+
+    async def list_once(self) -> None:
+        """Fill every cache from one LIST each, concurrently; no watch stays open."""
+        await asyncio.gather(*(informer.list_once() for informer in self.informers))
+
+    def view(self) -> ClusterView:
+        """The caches' contents as plain data, for ``preview``'s pure decisions."""
+        return ClusterView(
+            configs=self.configs.store.list(),
+            configmaps=self.configmaps.store.snapshot(),
+            pods=self.pods.store.list(),
+            namespaces={n["metadata"]["name"]: n for n in self.namespaces.store.list()},
+            replicasets=self.replicasets.store.snapshot(),
+            workloads={kind: i.store.snapshot() for kind, i in self.workloads.items()},
+            config_namespace=self.config_namespace,
+        )
+
+
+class LinkerdConfigController:
+    """Informers, handlers and the reconciler for LinkerdConfig objects."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        recorder: EventRecorder,
+        *,
+        config_namespace: str = "linkerd",
+        options: RolloutOptions | None = None,
+        workers: int = 2,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.monotonic = monotonic
+        self._status_written: dict[str, float] = {}
+        # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
+        self.writer = Writer(client, FIELD_MANAGER)
+        self.recorder = recorder
+        self.config_namespace = config_namespace
+        self.options = options or RolloutOptions()
+        self.caches = LinkerdCaches(client, config_namespace)
+        self.configs = self.caches.configs
+        self.configmaps = self.caches.configmaps
+        self.pods = self.caches.pods
+        self.namespaces = self.caches.namespaces
+        self.replicasets = self.caches.replicasets
+        self.workloads = self.caches.workloads
         self.controller = Controller(
             "linkerdconfig",
             self,
@@ -146,14 +191,7 @@ class LinkerdConfigController:
 
     @property
     def informers(self) -> list[Informer]:
-        return [
-            self.configs,
-            self.configmaps,
-            self.pods,
-            self.namespaces,
-            self.replicasets,
-            *self.workloads.values(),
-        ]
+        return self.caches.informers
 
     def config_names(self) -> list[str]:
         return sorted(self.configs.store.keys())

@@ -1,0 +1,282 @@
+"""The ``plan`` and ``status`` commands: read the cluster once, decide, print, exit.
+
+Reading is the controller's own caches filled by one LIST each (``LinkerdCaches``); deciding is
+``preview``'s, over the reconciler's functions. Nothing here writes to the cluster.
+
+Exit status, as ``terraform plan -detailed-exitcode`` and ``kubectl diff``: 0 nothing to do
+(plan: no change; status: every opted-in proxy up to date and the LinkerdConfig Ready), 2
+something to do (plan: changes; status: stale or failing), 1 the command itself failed (an
+invalid LinkerdConfig, an unreachable cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import aiohttp
+import yaml
+
+from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
+from linkerd_config.kube.kubeconfig import AccessError, load_access
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.config_diff import Change
+from linkerd_config.linkerd.linkerdconfig_controller import LinkerdCaches
+from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, VERSION
+from linkerd_config.linkerd.preview import (
+    ClusterView,
+    ConfigStatus,
+    Plan,
+    RolloutDefaults,
+    WorkloadLine,
+    plan,
+    status,
+)
+from linkerd_config.settings import Settings
+
+NO_CHANGES, FAILED, CHANGES = 0, 1, 2
+API_VERSION = f"{GROUP}/{VERSION}"
+READ_TIMEOUT = 120.0
+"""Seconds for reading the whole cluster (every LIST, every page)."""
+
+
+class CommandError(Exception):
+    """The command cannot answer: said in one line, exit 1."""
+
+
+def read_linkerdconfig(path: str, stdin: TextIO = sys.stdin) -> dict[str, Any]:
+    """The one LinkerdConfig in a YAML or JSON file (``-``: standard input)."""
+    where = "standard input" if path == "-" else path
+    try:
+        text = stdin.read() if path == "-" else Path(path).read_text()
+        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+    except OSError as exc:
+        raise CommandError(f"cannot read {where}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise CommandError(f"{where} is not YAML: {exc}") from exc
+    found = [
+        d for d in documents if isinstance(d, dict) and (d.get("apiVersion"), d.get("kind")) == (
+            API_VERSION, KIND
+        )
+    ]  # fmt: skip
+    if len(found) != 1:
+        raise CommandError(
+            f"{where} holds {len(found)} {KIND} object(s) ({API_VERSION}); plan takes exactly one"
+        )
+    return found[0]
+
+
+async def read_cluster(settings: Settings) -> ClusterView:
+    """What the controller's caches would hold now."""
+    try:
+        access = await load_access(settings.kubeconfig)
+    except AccessError as exc:
+        raise CommandError(str(exc)) from exc
+    client = KubeClient(access, user_agent="linkerd-config-inspect", timeouts=Timeouts(30.0, 10.0))
+    caches = LinkerdCaches(client, settings.config_namespace)
+    try:
+        async with client:
+            await asyncio.wait_for(caches.list_once(), READ_TIMEOUT)
+    except ApiError as exc:
+        if exc.not_found and "linkerdconfigs" in exc.path:
+            raise CommandError(
+                "the API server does not serve LinkerdConfigs: install the CRD "
+                "(kubectl apply -k manifests/crd, or the Helm chart)"
+            ) from exc
+        raise CommandError(f"reading the cluster: {exc}") from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise CommandError(f"cannot reach the API server at {access.server}: {exc}") from exc
+    except TimeoutError as exc:
+        raise CommandError(
+            f"reading the cluster took longer than {READ_TIMEOUT:.0f}s ({access.server})"
+        ) from exc
+    return caches.view()
+
+
+def defaults_of(settings: Settings) -> RolloutDefaults:
+    return RolloutDefaults(settings.max_restarts_per_pass, settings.restart_interval)
+
+
+# -- plan ------------------------------------------------------------------------------------
+
+
+def plan_command(
+    settings: Settings, path: str, output: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    try:
+        config = read_linkerdconfig(path)
+        view = asyncio.run(read_cluster(settings))
+    except CommandError as exc:
+        print(f"linkerd-config plan: {exc}", file=err)
+        return FAILED
+    result = plan(config, view, defaults_of(settings))
+    if output == "json":
+        out.write(json.dumps(result.as_json(), indent=2) + "\n")
+    else:
+        out.write(render_plan(result))
+    if result.problem is not None:
+        return FAILED
+    return CHANGES if result.changes else NO_CHANGES
+
+
+def render_plan(result: Plan) -> str:
+    lines: list[str] = []
+    add = lines.append
+    if result.problem is not None:
+        add(f'LinkerdConfig "{result.name}" cannot be applied ({result.problem.reason}):')
+        add(f"  {result.problem.message}")
+        return "\n".join(lines) + "\n"
+    add(f'LinkerdConfig "{result.name}": valid (the admission webhook\'s checks)')
+    lines.extend(f"  warning: {w}" for w in result.warnings)
+    add("")
+    hashes = f"configuration hash {result.current_hash or 'none'} → {result.config_hash}"
+    if result.current_hash == result.config_hash:
+        hashes = f"configuration hash {result.config_hash}"
+    add(
+        f"ConfigMap {result.target} ({result.config_format} format, Linkerd "
+        f"{result.linkerd_version}; {hashes}):"
+    )
+    if not (result.keys or result.metadata):
+        add("  no change")
+    shown = ""
+    for change in result.keys:
+        if change.configmap not in (shown, result.target):
+            add(f"ConfigMap {change.configmap}:")
+        shown = change.configmap
+        add(f"  {change.key}:")
+        lines.extend(f"    {_change(c)}" for c in change.changes)
+    if result.metadata:
+        add(f"  metadata of {result.target}:")
+        lines.extend(f"    {_change(c)}" for c in result.metadata)
+    add("")
+    pods = sum(w.pods for w in result.restarts)
+    if result.restarts:
+        held = "held while spec.rollout.paused is true; once resumed, " if result.paused else ""
+        add(
+            f"Restarts: {len(result.restarts)} workload(s) ({pods} pod(s)) onto proxy "
+            f"{result.proxy_version}, {held}in {result.batches} pass(es) of at most "
+            f"{result.batch_size}, {result.interval:g}s apart, once the proxy injector "
+            "injects it:"
+        )
+        for number in range(1, result.batches + 1):
+            add(f"  pass {number}:")
+            lines.extend(
+                f"    {_workload(w)}" for w in result.restarts if w.batch == number
+            )  # fmt: skip
+    else:
+        add(f"Restarts: none (every opted-in pod already runs what proxy {result.proxy_version} "
+            "needs, or is not restarted for the reasons below)")  # fmt: skip
+    if result.kept:
+        add("Not restarted (opted in):")
+        lines.extend(f"  {_workload(w)}" for w in result.kept)
+    add("")
+    if result.changes:
+        configmaps = len({k.configmap for k in result.keys})
+        add(
+            f"Plan: {len(result.keys)} key(s) in {configmaps} ConfigMap(s) to change"
+            f"{', our annotations to update' if result.metadata else ''}; "
+            f"{len(result.restarts)} workload(s) to restart."
+        )
+    else:
+        add("No changes: the cluster already matches this LinkerdConfig.")
+    return "\n".join(lines) + "\n"
+
+
+def _value(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _change(change: Change) -> str:
+    path = change.path or "(whole key)"
+    if change.op == "added":
+        return f"+ {path}: {_value(change.after)}"
+    if change.op == "removed":
+        return f"- {path}: {_value(change.before)}"
+    return f"~ {path}: {_value(change.before)} → {_value(change.after)}"
+
+
+def _workload(line: WorkloadLine) -> str:
+    reasons = "; ".join(
+        f"{reason}" + (f" ({pods} pod(s))" if len(line.reasons) > 1 else "")
+        for reason, pods in sorted(line.reasons.items())
+    )
+    state = "" if line.state == rollout.STALE else f"[{line.state}] "
+    return f"{line.workload} ({line.pods} pod(s)): {state}{reasons}"
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def status_command(
+    settings: Settings, output: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr
+) -> int:
+    try:
+        view = asyncio.run(read_cluster(settings))
+    except CommandError as exc:
+        print(f"linkerd-config status: {exc}", file=err)
+        return FAILED
+    reports = status(view, defaults_of(settings))
+    if not reports:
+        print(
+            "linkerd-config status: no LinkerdConfig in the cluster (kubectl get linkerdconfigs); "
+            "status compares the data plane with one",
+            file=err,
+        )
+        return FAILED
+    if output == "json":
+        out.write(json.dumps([r.as_json() for r in reports], indent=2) + "\n")
+    else:
+        out.write("\n".join(render_status(r) for r in reports))
+    return CHANGES if any(r.failing for r in reports) else NO_CHANGES
+
+
+def render_status(report: ConfigStatus) -> str:
+    lines: list[str] = []
+    add = lines.append
+    if report.problem is not None:
+        add(f'LinkerdConfig "{report.name}": {report.problem.reason}: {report.problem.message}')
+    else:
+        add(
+            f'LinkerdConfig "{report.name}" → ConfigMap {report.target} ({report.config_format} '
+            f"format, Linkerd {report.linkerd_version}), proxy {report.proxy_version}, "
+            f"configuration hash {report.config_hash}"
+        )
+        drift = ", ".join(report.drifted)
+        add(f"  ConfigMaps: {f'not as configured: {drift}' if drift else 'as configured'}")
+        rolled = report.rollout
+        last = rolled.get("lastRestart")
+        add(
+            f"  Rollout: {rolled['workloadsRestartedForThisConfiguration']} workload(s) restarted "
+            f"for this configuration{f', the last at {last}' if last else ''}; at most "
+            f"{rolled['maxRestartsPerPass']} per pass, {rolled['restartIntervalSeconds']:g}s "
+            f"apart{'; PAUSED (spec.rollout.paused)' if rolled['paused'] else ''}"
+        )
+    if report.conditions:
+        add("  Conditions:")
+        lines.extend(
+            f"    {c.get('type', ''):<18} {c.get('status', ''):<7} {c.get('reason', ''):<18} "
+            f"{c.get('message', '')}".rstrip()
+            for c in report.conditions
+        )
+    if report.problem is None:
+        add("  Opted-in pods, by namespace:")
+        add(_row("NAMESPACE", *(s.upper() for s in rollout.PROXY_STATES)))
+        lines.extend(
+            _row(ns, *(str(counts.get(s, 0)) for s in rollout.PROXY_STATES))
+            for ns, counts in sorted(report.namespaces.items())
+        )
+        if not report.namespaces:
+            add("    (none: no Running pod is labelled config.linkerd.io/reconcile=auto)")
+        if report.stale:
+            add("  Stale workloads:")
+            lines.extend(f"    {_workload(w)}" for w in report.stale)
+    failing = report.failing
+    add(f"  Not healthy: {'; '.join(failing)}" if failing else "  Healthy")
+    return "\n".join(lines) + "\n"
+
+
+def _row(first: str, *counts: str) -> str:
+    return f"    {first:<30}" + "".join(f"{c:>12}" for c in counts)

@@ -1,0 +1,135 @@
+"""A readable difference between two versions of a ConfigMap key: by parsed path, not by text.
+
+Linkerd's keys are JSON (``global``, ``proxy``), YAML (``values``) or PEM (the trust roots),
+and a changed JSON string is one unreadable line. This parses both sides and lists the leaves
+that differ (``proxy.image.version: edge-26.8.3 → edge-26.8.4``); a certificate bundle, wherever
+it sits, becomes the certificates it holds, so a new trust anchor reads as one. Pure.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import yaml
+from cryptography import x509
+
+ADDED, REMOVED, CHANGED = "added", "removed", "changed"
+_PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
+_PEM_END = "-----END CERTIFICATE-----"
+
+
+class _Absent:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Any = _Absent()
+"""A side where the path does not exist."""
+
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    """Dotted path into the parsed key (``proxy.image.version``); empty for the whole key."""
+    before: Any
+    after: Any
+
+    @property
+    def op(self) -> str:
+        if self.before is ABSENT:
+            return ADDED
+        return REMOVED if self.after is ABSENT else CHANGED
+
+    def as_json(self) -> dict[str, Any]:
+        found: dict[str, Any] = {"path": self.path, "op": self.op}
+        if self.before is not ABSENT:
+            found["before"] = self.before
+        if self.after is not ABSENT:
+            found["after"] = self.after
+        return found
+
+
+def readable(text: str | None) -> Any:
+    """What a key's text says: JSON or a YAML mapping parsed, certificates described, or the
+    text itself; ABSENT for a key that is not there."""
+    if text is None:
+        return ABSENT
+    parsed: Any = text
+    try:
+        parsed = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError:
+            loaded = None
+        if isinstance(loaded, dict):
+            parsed = loaded
+    return _described(parsed)
+
+
+def _described(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _described(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_described(v) for v in value]
+    if isinstance(value, str) and _PEM_BEGIN in value:
+        return certificates(value)
+    return value
+
+
+def certificates(bundle: str) -> list[str]:
+    """Each certificate of a PEM bundle as ``subject (expires ..., sha256 ...)``."""
+    found = []
+    for block in _pem_blocks(bundle):
+        digest = hashlib.sha256(block.encode()).hexdigest()[:16]
+        try:
+            cert = x509.load_pem_x509_certificate(block.encode())
+        except ValueError:
+            found.append(f"unreadable certificate (sha256 {digest})")
+            continue
+        expires = cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+        found.append(f"{cert.subject.rfc4514_string()} (expires {expires}, sha256 {digest})")
+    return found
+
+
+def _pem_blocks(text: str) -> Iterator[str]:
+    rest = text
+    while _PEM_BEGIN in rest:
+        start = rest.index(_PEM_BEGIN)
+        end = rest.find(_PEM_END, start)
+        if end < 0:
+            return
+        yield rest[start : end + len(_PEM_END)]
+        rest = rest[end + len(_PEM_END) :]
+
+
+def diff(before: Any, after: Any, path: str = "") -> list[Change]:
+    """Every leaf that differs, in path order. Mappings are walked; a list or a scalar is one
+    leaf (a list of ports reads better whole than element by element). A mapping added or
+    removed whole is walked too, so each of its leaves is listed."""
+    if before is ABSENT and isinstance(after, dict):
+        before = {}
+    if after is ABSENT and isinstance(before, dict):
+        after = {}
+    if isinstance(before, dict) and isinstance(after, dict):
+        found: list[Change] = []
+        for key in sorted(set(before) | set(after)):
+            child = f"{path}.{key}" if path else key
+            found.extend(diff(before.get(key, ABSENT), after.get(key, ABSENT), child))
+        return found
+    return [] if before == after else [Change(path, before, after)]
+
+
+def key_diff(before: str | None, after: str | None) -> list[Change]:
+    """How a ConfigMap key changes, by path; a key rewritten to the same content (another
+    order, other spacing) has no path that differs, and diffs as one whole-key change."""
+    if before == after:
+        return []
+    found = diff(readable(before), readable(after))
+    if found or before is None or after is None:
+        return found
+    return [Change("", f"{len(before)} bytes", f"{len(after)} bytes, the same content")]

@@ -1,0 +1,426 @@
+"""What applying a LinkerdConfig would do (``plan``), and where the data plane stands against
+the configuration in the cluster (``status``). Pure, over what the controller's caches hold.
+
+Both use the reconciler's own decisions, never a copy of them: ``validation.validate`` (the
+webhook's checks), ``reconcile.desired_config`` over ``reconcile.current_data`` (what would be
+written), ``rollout.plan_rollout`` and ``rollout.pending`` (what the executor restarts), and
+``DesiredProxy.verdict`` (why a pod is or is not restarted). So a plan cannot say something
+the controller would not do.
+
+The order of restarts is the executor's: each pass restarts the next ``batch`` pending
+workloads in sorted order. A plan's batches hold while nothing else changes meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.config_diff import Change, diff, key_diff
+from linkerd_config.linkerd.formats import FormatError, VersionError
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    HASH_ANNOTATION,
+    OWNER_ANNOTATION,
+    READY,
+    RolloutSpec,
+)
+from linkerd_config.linkerd.reconcile import (
+    Desired,
+    current_data,
+    desired_config,
+    drifted,
+    owner_among,
+    target_of,
+)
+from linkerd_config.linkerd.rollout import Workload
+from linkerd_config.linkerd.validation import render_errors, validate, warnings_for
+
+NOT_CREATED_YET = "9999-12-31T23:59:59Z"
+"""The creationTimestamp a LinkerdConfig not yet in the cluster is planned with."""
+RESTARTING = "restarting"
+"""A stale workload already restarted for this configuration: its pods are rolling."""
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the controller's caches hold, as plain data."""
+
+    configs: Sequence[Json]
+    configmaps: Mapping[str, Json]
+    """``namespace/name`` -> ConfigMap, in the namespace the controller manages."""
+    pods: Sequence[Json]
+    """Opted-in, Running pods, as the controller caches them (metadata only)."""
+    namespaces: Mapping[str, Json]
+    replicasets: Mapping[str, Json]
+    """``namespace/name`` -> ReplicaSet (its controller reference)."""
+    workloads: Mapping[str, Mapping[str, Json]]
+    """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
+    config_namespace: str
+    """The namespace whose ConfigMaps the controller manages."""
+
+    def configmaps_in(self, namespace: str) -> dict[str, Json]:
+        prefix = f"{namespace}/"
+        return {k[len(prefix) :]: v for k, v in self.configmaps.items() if k.startswith(prefix)}
+
+    def replicaset(self, namespace: str, name: str) -> Json | None:
+        return self.replicasets.get(f"{namespace}/{name}")
+
+    def record(self, workload: Workload) -> Json | None:
+        return (self.workloads.get(workload.kind) or {}).get(
+            f"{workload.namespace}/{workload.name}"
+        )
+
+    def standing(self, desired: Desired) -> rollout.Standing:
+        return rollout.standing(self.pods, self.namespaces, desired.proxy, self.replicaset)
+
+    def rollout_plan(self, desired: Desired) -> rollout.RolloutPlan:
+        return rollout.plan_rollout(self.pods, self.namespaces, desired.proxy, self.replicaset)
+
+
+@dataclass(frozen=True)
+class RolloutDefaults:
+    """The controller's settings a spec may override (``spec.rollout``)."""
+
+    max_restarts_per_pass: int = 10
+    restart_interval: float = 5.0
+
+
+@dataclass(frozen=True)
+class KeyChange:
+    configmap: str
+    """``namespace/name``."""
+    key: str
+    changes: tuple[Change, ...]
+
+    def as_json(self) -> Json:
+        return {
+            "configMap": self.configmap,
+            "key": self.key,
+            "changes": [c.as_json() for c in self.changes],
+        }
+
+
+@dataclass(frozen=True)
+class WorkloadLine:
+    """A workload, its opted-in pods counted by reason, and (for a restart) its batch."""
+
+    workload: Workload
+    state: str
+    """``stale`` (to restart), ``restarting``, or the state of pods not restarted
+    (``up-to-date``, ``pinned``, ``excluded``; ``mixed`` when they differ)."""
+    reasons: Mapping[str, int]
+    batch: int = 0
+    """1-based pass of the rollout that restarts it; 0 when none does."""
+
+    @property
+    def pods(self) -> int:
+        return sum(self.reasons.values())
+
+    def as_json(self) -> Json:
+        found: Json = {
+            "kind": self.workload.kind,
+            "namespace": self.workload.namespace,
+            "name": self.workload.name,
+            "state": self.state,
+            "pods": self.pods,
+            "reasons": [{"reason": r, "pods": n} for r, n in sorted(self.reasons.items())],
+        }
+        if self.batch:
+            found["batch"] = self.batch
+        return found
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why there is no plan (or no status): the object is invalid, or cannot be applied."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    problem: Problem | None = None
+    warnings: tuple[str, ...] = ()
+    target: str = ""
+    config_format: str = ""
+    linkerd_version: str = ""
+    proxy_version: str = ""
+    config_hash: str = ""
+    current_hash: str | None = None
+    keys: tuple[KeyChange, ...] = ()
+    metadata: tuple[Change, ...] = ()
+    """Our annotations on the ConfigMap (owner, configuration hash) that would change."""
+    restarts: tuple[WorkloadLine, ...] = ()
+    kept: tuple[WorkloadLine, ...] = ()
+    """Opted-in workloads not restarted, with why."""
+    batch_size: int = 0
+    interval: float = 0.0
+    paused: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.keys or self.metadata or self.restarts)
+
+    @property
+    def batches(self) -> int:
+        return max((w.batch for w in self.restarts), default=0)
+
+    def as_json(self) -> Json:
+        found: Json = {"linkerdConfig": self.name, "valid": self.problem is None}
+        if self.problem is not None:
+            found["error"] = {"reason": self.problem.reason, "message": self.problem.message}
+            return found
+        found.update(
+            {
+                "warnings": list(self.warnings),
+                "configMap": self.target,
+                "configFormat": self.config_format,
+                "linkerdVersion": self.linkerd_version,
+                "proxyVersion": self.proxy_version,
+                "configHash": {"current": self.current_hash, "planned": self.config_hash},
+                "changes": self.changes,
+                "configMapChanges": [k.as_json() for k in self.keys],
+                "metadataChanges": [c.as_json() for c in self.metadata],
+                "rollout": {
+                    "paused": self.paused,
+                    "maxRestartsPerPass": self.batch_size,
+                    "restartIntervalSeconds": self.interval,
+                    "batches": self.batches,
+                    "restarts": [w.as_json() for w in self.restarts],
+                    "notRestarted": [w.as_json() for w in self.kept],
+                },
+            }
+        )
+        return found
+
+
+def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
+    """What applying ``config`` (as read from a file) would do now; nothing is written."""
+    metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
+    name = str((metadata or {}).get("name") or "")
+    old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
+    others = [c for c in view.configs if c["metadata"]["name"] != name]
+    errors = validate(config, old, others)
+    if errors:
+        return Plan(name, Problem("Invalid", render_errors(errors)))
+    # The API server keeps the stored object's identity on update; a new object is younger
+    # than every other (which matters for ownership: the oldest wins).
+    kept = {"creationTimestamp": NOT_CREATED_YET}
+    if old is not None:
+        kept = {k: old["metadata"][k] for k in ("creationTimestamp", "uid") if k in old["metadata"]}
+    config = {**config, "metadata": {**config["metadata"], **kept}}
+    decided = _desired(config, view)
+    if isinstance(decided, Problem):
+        return Plan(name, decided)
+    desired, configmaps = decided
+    target = desired.target
+    current = configmaps.get(target.name)
+    annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
+    data = (current or {}).get("data") or {}
+    keys = [
+        KeyChange(str(target), key, tuple(found))
+        for key in sorted(desired.data)
+        if (found := key_diff(data.get(key), desired.data[key]))
+    ]
+    for companion, wanted in sorted(desired.companions.items()):
+        there = (configmaps.get(companion) or {}).get("data") or {}
+        keys.extend(
+            KeyChange(f"{target.namespace}/{companion}", key, tuple(found))
+            for key in sorted(wanted)
+            if (found := key_diff(there.get(key), wanted[key]))
+        )
+    ours = {OWNER_ANNOTATION: name, HASH_ANNOTATION: desired.config_hash}
+    metadata_changes = diff(
+        {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
+    )
+    spec = RolloutSpec.of(config)
+    batch = spec.batch_size(defaults.max_restarts_per_pass)
+    restarts, kept_lines = _rollout(view, desired, batch)
+    return Plan(
+        name,
+        warnings=tuple(warnings_for(config)),
+        target=str(target),
+        config_format=desired.config_format,
+        linkerd_version=desired.linkerd_version,
+        proxy_version=desired.proxy.version,
+        config_hash=desired.config_hash,
+        current_hash=annotations.get(HASH_ANNOTATION),
+        keys=tuple(keys),
+        metadata=tuple(metadata_changes),
+        restarts=restarts,
+        kept=kept_lines,
+        batch_size=batch,
+        interval=spec.interval(defaults.restart_interval),
+        paused=spec.paused,
+    )
+
+
+def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]] | Problem:
+    """The reconciler's steps before it writes: its target, its ownership, its rendering."""
+    try:
+        target = target_of(config)
+    except (VersionError, FormatError) as exc:
+        return Problem("Invalid", str(exc))
+    if target.namespace != view.config_namespace:
+        return Problem(
+            "NamespaceNotManaged",
+            f"ConfigMap {target} is outside the namespace the controller manages "
+            f"({view.config_namespace}); it would write nothing",
+        )
+    name = config["metadata"]["name"]
+    others = [c for c in view.configs if c["metadata"]["name"] != name]
+    owner = owner_among([*others, config], target)
+    if owner is not None and owner["metadata"]["name"] != name:
+        return Problem(
+            "Conflict",
+            f"ConfigMap {target} is managed by the older LinkerdConfig "
+            f"{owner['metadata']['name']}; this one would change nothing",
+        )
+    configmaps = view.configmaps_in(target.namespace)
+    try:
+        return desired_config(config, current_data(configmaps, target)), configmaps
+    except (FormatError, VersionError) as exc:
+        return Problem("InvalidConfig", str(exc))
+
+
+def _rollout(
+    view: ClusterView, desired: Desired, batch: int
+) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...]]:
+    """The workloads restarted, by batch, as the executor would; and the opted-in others."""
+    planned = view.rollout_plan(desired)
+    todo = rollout.pending(planned.workloads, view.record, desired.config_hash)
+    restarts = [
+        WorkloadLine(w, rollout.STALE, planned.reasons[w], number)
+        for number, passed in enumerate(rollout.batches(todo, batch), start=1)
+        for w in passed
+    ]
+    waiting = set(todo)
+    kept = [
+        WorkloadLine(w, RESTARTING, planned.reasons[w])
+        for w in planned.workloads
+        if w not in waiting
+    ]
+    for workload, states in sorted(view.standing(desired).workloads.items()):
+        if workload in planned.reasons:
+            continue
+        reasons: dict[str, int] = {}
+        for counted in states.values():
+            for reason, pods in counted.items():
+                reasons[reason] = reasons.get(reason, 0) + pods
+        state = next(iter(states)) if len(states) == 1 else "mixed"
+        kept.append(WorkloadLine(workload, state, reasons))
+    return tuple(restarts), tuple(sorted(kept, key=lambda line: line.workload))
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConfigStatus:
+    """One LinkerdConfig against the cluster: its ConfigMap, its data plane, its conditions."""
+
+    name: str
+    problem: Problem | None = None
+    target: str = ""
+    config_format: str = ""
+    linkerd_version: str = ""
+    proxy_version: str = ""
+    config_hash: str = ""
+    drifted: tuple[str, ...] = ()
+    """ConfigMaps (by name) that do not hold what the LinkerdConfig says."""
+    namespaces: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    stale: tuple[WorkloadLine, ...] = ()
+    conditions: tuple[Json, ...] = ()
+    rollout: Json = field(default_factory=dict)
+    """The last rollout: restarted and evicted counts, when the last restart was, paused."""
+
+    @property
+    def failing(self) -> list[str]:
+        """Everything that is not as it should be, for people; empty when all is well."""
+        found = []
+        if self.problem is not None:
+            found.append(self.problem.message)
+        if self.drifted:
+            found.append(f"ConfigMap(s) {', '.join(self.drifted)} not as configured")
+        stale_pods = sum(w.pods for w in self.stale)
+        if stale_pods:
+            found.append(f"{stale_pods} stale pod(s) in {len(self.stale)} workload(s)")
+        ready = next((c for c in self.conditions if c.get("type") == READY), None)
+        if ready is None:
+            found.append("no Ready condition yet: has the controller seen it?")
+        elif ready.get("status") != "True":
+            found.append(f"Ready is {ready.get('status')} ({ready.get('reason')})")
+        return found
+
+    def as_json(self) -> Json:
+        found: Json = {"linkerdConfig": self.name, "healthy": not self.failing}
+        found["failing"] = self.failing
+        if self.problem is not None:
+            found["error"] = {"reason": self.problem.reason, "message": self.problem.message}
+        found.update(
+            {
+                "configMap": self.target,
+                "configFormat": self.config_format,
+                "linkerdVersion": self.linkerd_version,
+                "proxyVersion": self.proxy_version,
+                "configHash": self.config_hash,
+                "drifted": list(self.drifted),
+                "namespaces": {ns: dict(c) for ns, c in sorted(self.namespaces.items())},
+                "stale": [w.as_json() for w in self.stale],
+                "conditions": list(self.conditions),
+                "rollout": self.rollout,
+            }
+        )
+        return found
+
+
+def status(view: ClusterView, defaults: RolloutDefaults) -> list[ConfigStatus]:
+    """Every LinkerdConfig in the cluster against what the cluster holds now."""
+    return [
+        _status_of(config, view, defaults)
+        for config in sorted(view.configs, key=lambda c: str(c["metadata"]["name"]))
+    ]
+
+
+def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> ConfigStatus:
+    name = str(config["metadata"]["name"])
+    stored = config.get("status") or {}
+    conditions = tuple(stored.get("conditions") or ())
+    errors = validate(config)
+    decided = Problem("Invalid", render_errors(errors)) if errors else _desired(config, view)
+    if isinstance(decided, Problem):
+        return ConfigStatus(name, decided, conditions=conditions)
+    desired, configmaps = decided
+    standing = view.standing(desired)
+    planned = view.rollout_plan(desired)
+    stale = tuple(WorkloadLine(w, rollout.STALE, planned.reasons[w]) for w in planned.workloads)
+    records = [obj for objects in view.workloads.values() for obj in objects.values()]
+    times = rollout.restart_times(records, desired.config_hash)
+    spec = RolloutSpec.of(config)
+    last = rfc3339(max(times)) if times else None
+    return ConfigStatus(
+        name,
+        target=str(desired.target),
+        config_format=desired.config_format,
+        linkerd_version=desired.linkerd_version,
+        proxy_version=desired.proxy.version,
+        config_hash=desired.config_hash,
+        drifted=tuple(drifted(configmaps, desired)),
+        namespaces=standing.namespaces,
+        stale=stale,
+        conditions=conditions,
+        rollout={
+            "paused": spec.paused,
+            "maxRestartsPerPass": spec.batch_size(defaults.max_restarts_per_pass),
+            "restartIntervalSeconds": spec.interval(defaults.restart_interval),
+            "workloadsRestartedForThisConfiguration": len(times),
+            "lastRestart": last,
+            "restartedWorkloads": stored.get("restartedWorkloads"),
+            "evictedPods": stored.get("evictedPods"),
+            "statusConfigHash": stored.get("configHash"),
+        },
+    )
