@@ -43,13 +43,10 @@ def _inspect(args: argparse.Namespace) -> int:
     except settings_module.SettingsError as exc:
         print(f"linkerd-config {args.command}: {exc}", file=sys.stderr)
         return 1
-    import logging  # noqa: PLC0415
-
     from linkerd_config import inspection  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 
-    configure_logging("error", "console")
-    logging.getLogger("linkerd_config").setLevel(logging.ERROR)
+    configure_logging("error", "console")  # the answer is on stdout; only failures on stderr
     if args.command == "plan":
         return inspection.plan_command(settings, args.filename, args.output)
     return inspection.status_command(settings, args.output)

@@ -92,3 +92,22 @@ def test_the_module_entry_point_is_the_same_command() -> None:
         check=False,
     )
     assert done.returncode == 0 and done.stdout.startswith("linkerd-config "), done
+
+
+def test_plan_and_status_say_what_is_wrong_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKERS", "not a number")  # a `run` setting these commands do not take
+    assert main(["plan", "-f", "x.yaml", "--restart-interval", "soon"]) == 1
+    assert "--restart-interval = 'soon'" in capsys.readouterr().err
+    assert main(["plan", "-f", str(tmp_path / "missing.yaml")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
+    assert "cannot reach the API server at https://127.0.0.1:9" in capsys.readouterr().err

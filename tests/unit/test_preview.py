@@ -1,0 +1,325 @@
+"""``plan`` and ``status`` decisions over plain cluster data (no API server): the edition
+of the ConfigMap, the verdict on each pod, the passes of a rollout, and the text people read."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import io
+import json
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from linkerd_config.inspection import CommandError, read_linkerdconfig, render_plan, render_status
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.config_diff import ABSENT, Change, certificates, diff, key_diff
+from linkerd_config.linkerd.linkerdconfig_resource import READY
+from linkerd_config.linkerd.preview import (
+    RESTARTING,
+    ClusterView,
+    RolloutDefaults,
+    plan,
+    status,
+)
+from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
+from tests.support.samples import install_configmap, sample
+
+Json = dict[str, Any]
+OLD, NEW = "edge-19.12.1", "edge-19.12.3"
+
+
+def pod(ns: str, name: str, version: str = OLD, rs: str | None = None, **annotations: str) -> Json:
+    meta: Json = {
+        "name": name,
+        "namespace": ns,
+        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+        "annotations": {rollout.PROXY_VERSION_ANNOTATION: version, **annotations},
+    }
+    if rs:
+        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": rs, "controller": True}]
+    return {"metadata": meta, "status": {"phase": "Running"}}
+
+
+def deployment_of(
+    ns: str, name: str, pods: int, version: str = OLD, **annotations: str
+) -> tuple[list[Json], Json]:
+    """``pods`` pods of Deployment ``name`` (through ReplicaSet ``name-rs``)."""
+    return (
+        [pod(ns, f"{name}-{i}", version, f"{name}-rs", **annotations) for i in range(pods)],
+        {
+            "metadata": {
+                "name": f"{name}-rs",
+                "namespace": ns,
+                "ownerReferences": [{"kind": "Deployment", "name": name, "controller": True}],
+            }
+        },
+    )
+
+
+def view(
+    *,
+    configmap: Json | None = None,
+    configs: list[Json] | None = None,
+    deployments: dict[tuple[str, str], tuple[int, str]] | None = None,
+    namespaces: dict[str, Json] | None = None,
+    records: dict[str, Json] | None = None,
+    extra_pods: list[Json] | None = None,
+) -> ClusterView:
+    pods: list[Json] = list(extra_pods or [])
+    replicasets: dict[str, Json] = {}
+    for (ns, name), (count, version) in (deployments or {}).items():
+        found, rs = deployment_of(ns, name, count, version)
+        pods.extend(found)
+        replicasets[f"{ns}/{name}-rs"] = rs
+    cm = install_configmap() if configmap is None else configmap
+    return ClusterView(
+        configs=configs or [],
+        configmaps={f"linkerd/{cm['metadata']['name']}": cm} if cm else {},
+        pods=pods,
+        namespaces=namespaces or {},
+        replicasets=replicasets,
+        workloads={"Deployment": records or {}},
+        config_namespace="linkerd",
+    )
+
+
+DEFAULTS = RolloutDefaults(max_restarts_per_pass=2, restart_interval=5.0)
+APPS = {("emojivoto", n): (2, OLD) for n in ("web", "emoji", "voting")}
+
+
+def applied(config: Json, configmap: Json) -> Json:
+    """``configmap`` as the controller leaves it once ``config`` is reconciled."""
+    target = target_of(config)
+    desired = desired_config(config, current_data({target.name: configmap}, target))
+    ours = apply_body(desired, config["metadata"]["name"])
+    done = copy.deepcopy(configmap)
+    done["data"].update(ours["data"])
+    done["metadata"].setdefault("annotations", {}).update(ours["metadata"]["annotations"])
+    return done
+
+
+# -- the diff --------------------------------------------------------------------------------
+
+
+def test_a_diff_lists_leaves_by_path_and_walks_added_mappings() -> None:
+    before = {"a": {"b": 1, "c": [1, 2]}, "gone": True}
+    after = {"a": {"b": 2, "c": [1, 2], "d": {"e": "x"}}}
+    assert diff(before, after) == [
+        Change("a.b", 1, 2),
+        Change("a.d.e", ABSENT, "x"),
+        Change("gone", True, ABSENT),
+    ]
+    assert [c.op for c in diff(before, after)] == ["changed", "added", "removed"]
+
+
+def test_a_key_rewritten_with_the_same_content_is_one_whole_key_change() -> None:
+    assert key_diff('{"a":1,"b":2}', '{"b":2,"a":1}') == [
+        Change("", "13 bytes", "13 bytes, the same content")
+    ]
+    assert key_diff("same", "same") == []
+    assert key_diff(None, "a: 1\n") == [Change("a", ABSENT, 1)]  # YAML values parsed
+
+
+def test_a_certificate_bundle_reads_as_its_certificates() -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.NameOID.COMMON_NAME, "root.linkerd.cluster.local")])
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=365))
+        .sign(key, hashes.SHA256())
+    )
+    pem = cert.public_bytes(Encoding.PEM).decode()
+    (described,) = certificates(pem)
+    assert described.startswith("CN=root.linkerd.cluster.local (expires 2027-01-01T00:00:00Z")
+    (change,) = key_diff('{"anchor": "old"}', json.dumps({"anchor": pem}))
+    assert change.path == "anchor" and change.after == [described]
+
+
+# -- verdicts --------------------------------------------------------------------------------
+
+
+def test_every_candidate_pod_gets_one_verdict_with_why() -> None:
+    desired = rollout.DesiredProxy(NEW, excluded_namespaces=frozenset({"kube-system"}))
+    disabled = {"metadata": {"labels": {rollout.WEBHOOKS_LABEL: "disabled"}}}
+    pinned_ns = {"metadata": {"annotations": {rollout.PIN_ANNOTATION: OLD}}}
+    cases = {
+        "stale": (pod("a", "p"), None),
+        "up-to-date": (pod("a", "p", NEW), None),
+        "pinned": (pod("a", "p", **{rollout.PIN_ANNOTATION: OLD}), None),
+        "pinned-ns": (pod("a", "p"), pinned_ns),
+        "disabled": (pod("a", "p"), disabled),
+        "never-injected": (pod("kube-system", "p"), None),
+    }
+    verdicts = {k: desired.verdict(p, ns) for k, (p, ns) in cases.items()}
+    assert {k: v.state for k, v in verdicts.items() if v} == {
+        "stale": "stale",
+        "up-to-date": "up-to-date",
+        "pinned": "pinned",
+        "pinned-ns": "pinned",
+        "disabled": "excluded",
+        "never-injected": "excluded",
+    }
+    assert verdicts["stale"].reason == f"proxy version {OLD} → {NEW}"  # type: ignore[union-attr]
+    assert verdicts["pinned-ns"].reason.endswith("on its namespace")  # type: ignore[union-attr]
+    assert "kube-system" in verdicts["never-injected"].reason  # type: ignore[union-attr]
+    not_running = pod("a", "p")
+    not_running["status"] = {"phase": "Pending"}
+    assert desired.verdict(not_running, None) is None
+
+
+def test_a_pinned_pod_is_still_stale_when_its_trust_root_changed() -> None:
+    desired = rollout.DesiredProxy(NEW, trust_root_sha256="new")
+    p = pod("a", "p", **{rollout.PIN_ANNOTATION: OLD, rollout.TRUST_ROOT_ANNOTATION: "old"})
+    verdict = desired.verdict(p, None)
+    assert verdict == rollout.Verdict("stale", "trust root changed")
+
+
+def test_batches_take_the_pending_workloads_in_order() -> None:
+    ws = [rollout.Workload("Deployment", "a", n) for n in "abcde"]
+    assert rollout.batches(ws, 2) == [tuple(ws[:2]), tuple(ws[2:4]), (ws[4],)]
+    assert rollout.batches([], 2) == []
+
+
+# -- plan ------------------------------------------------------------------------------------
+
+
+def test_plan_shows_the_parsed_change_and_the_restarts_by_pass() -> None:
+    config = sample("edge_19.12.3.yaml")
+    result = plan(config, view(deployments=APPS), DEFAULTS)
+    assert result.problem is None and result.changes
+    (proxy,) = [k for k in result.keys if k.key == "proxy"]
+    assert Change("proxyVersion", OLD, NEW) in proxy.changes
+    assert [(str(w.workload), w.batch) for w in result.restarts] == [
+        ("deployment/emojivoto/emoji", 1),
+        ("deployment/emojivoto/voting", 1),
+        ("deployment/emojivoto/web", 2),
+    ]
+    assert result.restarts[0].reasons == {f"proxy version {OLD} → {NEW}": 2}
+    text = render_plan(result)
+    assert f'~ proxyVersion: "{OLD}" → "{NEW}"' in text
+    assert "in 2 pass(es) of at most 2, 5s apart" in text
+    assert "pass 2:\n    deployment/emojivoto/web (2 pod(s)): proxy version" in text
+    assert "3 workload(s) to restart" in text
+
+
+def test_the_spec_overrides_the_batch_and_a_paused_plan_says_held() -> None:
+    config = sample("edge_19.12.3.yaml")
+    config["spec"]["rollout"] = {"maxRestartsPerPass": 5, "restartInterval": "1m", "paused": True}
+    result = plan(config, view(deployments=APPS), DEFAULTS)
+    assert {w.batch for w in result.restarts} == {1}
+    assert (result.batch_size, result.interval, result.paused) == (5, 60.0, True)
+    assert "held while spec.rollout.paused is true" in render_plan(result)
+
+
+def test_a_plan_already_applied_changes_nothing() -> None:
+    config = sample("edge_19.12.3.yaml")
+    done = applied(config, install_configmap())
+    stored = {
+        **config,
+        "metadata": {**config["metadata"], "creationTimestamp": "2026-01-01T00:00:00Z"},
+    }
+    result = plan(config, view(configmap=done, configs=[stored], deployments={
+        ("emojivoto", "web"): (2, NEW)}), DEFAULTS)  # fmt: skip
+    assert result.problem is None
+    assert not result.changes, (result.keys, result.metadata, result.restarts)
+    assert [(str(w.workload), w.state) for w in result.kept] == [
+        ("deployment/emojivoto/web", "up-to-date")
+    ]
+    assert "No changes" in render_plan(result)
+
+
+def test_workloads_already_restarted_for_the_configuration_are_rolling_not_planned() -> None:
+    config = sample("edge_19.12.3.yaml")
+    first = plan(config, view(deployments=APPS), DEFAULTS)
+    restarted = {
+        "emojivoto/web": {
+            "spec": {"template": {"metadata": {"annotations": {
+                rollout.RESTARTED_FOR_ANNOTATION: first.config_hash}}}}}
+    }  # fmt: skip
+    result = plan(config, view(deployments=APPS, records=restarted), DEFAULTS)
+    assert [str(w.workload) for w in result.restarts] == [
+        "deployment/emojivoto/emoji",
+        "deployment/emojivoto/voting",
+    ]
+    assert [(str(w.workload), w.state) for w in result.kept] == [
+        ("deployment/emojivoto/web", RESTARTING)
+    ]
+
+
+def test_an_invalid_or_conflicting_linkerdconfig_has_no_plan() -> None:
+    bad = sample("edge_19.12.3.yaml")
+    bad["spec"]["proxy"]["proxyVersion"] = "not a version"
+    result = plan(bad, view(), DEFAULTS)
+    assert result.problem is not None and result.problem.reason == "Invalid"
+    assert "spec.proxy.proxyVersion" in result.problem.message
+    assert "cannot be applied (Invalid)" in render_plan(result)
+
+    owner = sample("edge_19.12.3.yaml")
+    owner["metadata"] = {"name": "older", "creationTimestamp": "2020-01-01T00:00:00Z"}
+    rival = sample("edge_19.12.3.yaml")
+    result = plan(rival, view(configs=[owner]), DEFAULTS)
+    assert result.problem is not None and "already managed by LinkerdConfig 'older'" in (
+        result.problem.message
+    )
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def test_status_counts_by_namespace_and_fails_while_stale() -> None:
+    config = sample("edge_19.12.3.yaml")
+    config["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    done = applied(config, install_configmap())
+    config["status"] = {"conditions": [{"type": READY, "status": "False", "reason": "Paused"}]}
+    disabled = {"quiet": {"metadata": {"name": "quiet", "labels": {
+        rollout.WEBHOOKS_LABEL: "disabled"}}}}  # fmt: skip
+    apps = {**APPS, ("quiet", "dns"): (1, OLD), ("emojivoto", "ok"): (1, NEW)}
+    (report,) = status(view(configmap=done, configs=[config], deployments=apps,
+                            namespaces=disabled), DEFAULTS)  # fmt: skip
+    assert report.namespaces["emojivoto"] == {"up-to-date": 1, "stale": 6, "pinned": 0,
+                                              "excluded": 0}  # fmt: skip
+    assert report.namespaces["quiet"]["excluded"] == 1
+    assert report.drifted == ()
+    assert report.failing == ["6 stale pod(s) in 3 workload(s)", "Ready is False (Paused)"]
+    text = render_status(report)
+    assert "Not healthy: 6 stale pod(s)" in text and "deployment/emojivoto/web" in text
+
+    config["status"] = {"conditions": [{"type": READY, "status": "True", "reason": "Ready"}]}
+    fine = {("emojivoto", "web"): (2, NEW)}
+    (report,) = status(view(configmap=done, configs=[config], deployments=fine), DEFAULTS)
+    assert report.failing == [] and render_status(report).rstrip().endswith("Healthy")
+
+
+def test_status_says_when_the_configmap_is_not_what_the_linkerdconfig_says() -> None:
+    config = sample("edge_19.12.3.yaml")
+    config["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    (report,) = status(view(configs=[config]), DEFAULTS)
+    assert report.drifted == ("linkerd-config",)
+    assert "ConfigMap(s) linkerd-config not as configured" in report.failing
+
+
+# -- reading the file ------------------------------------------------------------------------
+
+
+def test_the_file_must_hold_exactly_one_linkerdconfig(tmp_path: Any) -> None:
+    one = "apiVersion: config.linkerd.io/v1alpha1\nkind: LinkerdConfig\nmetadata: {name: a}\n"
+    assert read_linkerdconfig("-", io.StringIO(one))["metadata"]["name"] == "a"
+    with pytest.raises(CommandError, match="holds 2 LinkerdConfig"):
+        read_linkerdconfig("-", io.StringIO(one + "---\n" + one))
+    with pytest.raises(CommandError, match="holds 0 LinkerdConfig"):
+        read_linkerdconfig("-", io.StringIO("kind: ConfigMap\n"))
+    with pytest.raises(CommandError, match="is not YAML"):
+        read_linkerdconfig("-", io.StringIO("a: [\n"))
+    with pytest.raises(CommandError, match="cannot read"):
+        read_linkerdconfig(str(tmp_path / "missing.yaml"))
