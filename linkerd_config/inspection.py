@@ -47,8 +47,9 @@ class CommandError(Exception):
     """The command cannot answer: said in one line, exit 1."""
 
 
-def read_linkerdconfig(path: str, stdin: TextIO = sys.stdin) -> dict[str, Any]:
+def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
     """The one LinkerdConfig in a YAML or JSON file (``-``: standard input)."""
+    stdin = sys.stdin if stdin is None else stdin
     where = "standard input" if path == "-" else path
     try:
         text = stdin.read() if path == "-" else Path(path).read_text()
@@ -103,9 +104,8 @@ def defaults_of(settings: Settings) -> RolloutDefaults:
 # -- plan ------------------------------------------------------------------------------------
 
 
-def plan_command(
-    settings: Settings, path: str, output: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr
-) -> int:
+def plan_command(settings: Settings, path: str, output: str) -> int:
+    out, err = sys.stdout, sys.stderr
     try:
         config = read_linkerdconfig(path)
         view = asyncio.run(read_cluster(settings))
@@ -210,9 +210,8 @@ def _workload(line: WorkloadLine) -> str:
 # -- status ----------------------------------------------------------------------------------
 
 
-def status_command(
-    settings: Settings, output: str, out: TextIO = sys.stdout, err: TextIO = sys.stderr
-) -> int:
+def status_command(settings: Settings, output: str) -> int:
+    out, err = sys.stdout, sys.stderr
     try:
         view = asyncio.run(read_cluster(settings))
     except CommandError as exc:

@@ -98,6 +98,7 @@ def test_plan_and_status_say_what_is_wrong_and_exit_1(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("WORKERS", "not a number")  # a `run` setting these commands do not take
+    monkeypatch.setattr("linkerd_config.logs.configure_logging", lambda *_: None)  # global
     assert main(["plan", "-f", "x.yaml", "--restart-interval", "soon"]) == 1
     assert "--restart-interval = 'soon'" in capsys.readouterr().err
     assert main(["plan", "-f", str(tmp_path / "missing.yaml")]) == 1
