@@ -167,8 +167,7 @@ def render_plan(result: Plan) -> str:
                 f"    {_workload(w)}" for w in result.restarts if w.batch == number
             )  # fmt: skip
     else:
-        add(f"Restarts: none (every opted-in pod already runs what proxy {result.proxy_version} "
-            "needs, or is not restarted for the reasons below)")  # fmt: skip
+        add(f"Restarts: none (no opted-in pod is stale against proxy {result.proxy_version})")
     if result.kept:
         add("Not restarted (opted in):")
         lines.extend(f"  {_workload(w)}" for w in result.kept)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
+from linkerd_config.linkerd.config_diff import diff
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
@@ -49,6 +49,10 @@ from tests.support.samples import INVALID, SAMPLES, why_invalid
 from tests.support.waiting import eventually
 
 PROJECTION_DELAY = 6.0
+INTERVAL = 1.0
+"""The demo controller's seconds between rollout passes (the default is 5) ..."""
+PACE = ("--restart-interval", f"{INTERVAL:g}s")
+"""... which plan and status are told, as a user gives them the controller's settings."""
 """Seconds before a ConfigMap change reaches the injector's files (a kubelet takes up to ~60)."""
 ORIGINAL_README_CHECK = 'jsonpath={range .items[*]}{.spec.containers[1].image}{"\\n"}{end}'
 
@@ -59,26 +63,42 @@ def step(text: str) -> None:
     print(f"\n{BOLD}==> {text}{RESET}", flush=True)
 
 
-class Kubectl:
-    def __init__(self, binary: Path, kubeconfig: Path) -> None:
-        self.binary = binary
+class Shown:
+    """A command shown to the reader as they would type it, then its output (and its exit
+    status when not 0)."""
+
+    def __init__(self, name: str, argv: list[str], kubeconfig: Path) -> None:
+        self.name = name
+        self.argv = argv
         self.kubeconfig = kubeconfig
 
-    async def __call__(self, *args: str, check: bool = True) -> str:
-        print(f"{DIM}$ kubectl {' '.join(args)}{RESET}", flush=True)
+    async def __call__(self, *args: str, check: bool = True, exits: tuple[int, ...] = ()) -> str:
+        """``check``: fail unless it exits 0 (or with one of ``exits``)."""
+        print(f"{DIM}$ {self.name} {' '.join(args)}{RESET}", flush=True)
         proc = await asyncio.create_subprocess_exec(
-            str(self.binary),
-            f"--kubeconfig={self.kubeconfig}",
+            *self.argv,
             *args,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
         )
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
         text = out.decode()
         print(text.rstrip(), flush=True)
-        if check and proc.returncode != 0:
-            raise RuntimeError(f"kubectl {' '.join(args)} failed ({proc.returncode})")
+        if proc.returncode:
+            print(f"{DIM}# exit status {proc.returncode}{RESET}", flush=True)
+        if check and proc.returncode not in (0, *exits):
+            raise RuntimeError(f"{self.name} {' '.join(args)} failed ({proc.returncode})")
         return text
+
+
+def kubectl_of(cp: LocalControlPlane) -> Shown:
+    return Shown("kubectl", [str(cp.binary("kubectl"))], cp.kubeconfig)
+
+
+def linkerd_config_of(cp: LocalControlPlane) -> Shown:
+    """This project's command, as installed (``linkerd-config`` is ``python -m linkerd_config``)."""
+    return Shown("linkerd-config", [sys.executable, "-m", "linkerd_config"], cp.kubeconfig)
 
 
 PROXY_COLUMNS = (
@@ -89,15 +109,15 @@ PROXY_COLUMNS = (
 
 
 @contextlib.asynccontextmanager
-async def clients(cp: LocalControlPlane) -> AsyncIterator[tuple[Kubectl, KubeClient]]:
-    """The control plane's kubectl (shown to the reader) and an API client (for waiting)."""
+async def clients(cp: LocalControlPlane) -> AsyncIterator[tuple[Shown, Shown, KubeClient]]:
+    """kubectl and linkerd-config (shown to the reader), and an API client (for waiting)."""
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, user_agent="demo") as kube:
-        yield Kubectl(cp.binary("kubectl"), cp.kubeconfig), kube
+        yield kubectl_of(cp), linkerd_config_of(cp), kube
 
 
 async def demo(cp: LocalControlPlane, workdir: Path) -> None:
-    async with clients(cp) as (kubectl, kube):
+    async with clients(cp) as (kubectl, linkerd_config, kube):
         step("The local control plane is serving")
         await kubectl("version")
         await kubectl("get", "nodes", "-o", "wide")
@@ -145,7 +165,7 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                 "--identity",
                 "demo-controller",
             )
-            app = await build(settings, RolloutOptions(restart_interval=1.0))
+            app = await build(settings, RolloutOptions(restart_interval=INTERVAL))
             async with running(app):
                 assert app.admission is not None
                 await asyncio.wait_for(app.admission.started.wait(), 30)
@@ -165,9 +185,16 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                     print(f"{DIM}# {why_invalid(bad)}{RESET}")
                     await kubectl("apply", "-f", str(bad), check=False)
 
+                sample_path = str(SAMPLES / "edge_19.12.3.yaml")
+                step(
+                    "Look before applying: what the edge-19.12.3 LinkerdConfig would change and "
+                    "restart (exit 2: changes)"
+                )
+                await linkerd_config("plan", "-f", sample_path, *PACE, exits=(2,))
+
                 step("Apply the edge-19.12.3 LinkerdConfig (the original README's sample)")
                 started = time.monotonic()
-                await kubectl("apply", "-f", str(SAMPLES / "edge_19.12.3.yaml"))
+                await kubectl("apply", "-f", sample_path)
                 print(
                     f"{DIM}# the injector sees the new config only {PROJECTION_DELAY:.0f}s "
                     f"later; until then the controller restarts nothing:{RESET}"
@@ -187,6 +214,11 @@ async def demo(cp: LocalControlPlane, workdir: Path) -> None:
                 print(f"Ready after {time.monotonic() - started:.1f}s")
                 await kubectl("get", "linkerdconfig")
                 await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
+
+                step("The data plane against the configuration (exit 0: all up to date)")
+                await linkerd_config("status", *PACE)
+                print(f"{DIM}# and the same plan again: nothing left to do{RESET}")
+                await linkerd_config("plan", "-f", sample_path, *PACE)
 
                 step("The ConfigMap now says edge-19.12.3; its install key is untouched")
                 await kubectl(
@@ -267,7 +299,7 @@ NATIVE_SIDECAR_COLUMNS = (
 
 async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
     """The same story with today's Linkerd: the Helm ``values`` key, a native sidecar."""
-    async with clients(cp) as (kubectl, kube):
+    async with clients(cp) as (kubectl, linkerd_config, kube):
         step(
             f"Starting point: Linkerd {MODERN_TAG}'s own `linkerd install --ignore-cluster` "
             "(linkerd-config with its Helm values, the trust roots) and its real proxy injector"
@@ -289,11 +321,12 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
 
             step("Run the controller; apply a LinkerdConfig as small as a user would write")
             settings = scenario.local_settings(cp.kubeconfig, "--identity", "demo-modern")
-            app = await build(settings, RolloutOptions(restart_interval=1.0))
+            app = await build(settings, RolloutOptions(restart_interval=INTERVAL))
             async with running(app):
                 path = workdir / "modern.yaml"
                 path.write_text(yaml.safe_dump(MODERN_CONFIG, sort_keys=False))
                 print(path.read_text(), end="")
+                await linkerd_config("plan", "-f", str(path), *PACE, exits=(2,))
                 started = time.monotonic()
                 await kubectl("apply", "-f", str(path))
                 await kubectl(
@@ -303,10 +336,13 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
                 await kubectl("get", "linkerdconfig")
                 await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
 
+                await linkerd_config("status", *PACE)
+
                 step("Two Helm values changed; every other value and key kept")
                 cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
                 values = yaml.safe_load(cm["data"]["values"])
-                print(json.dumps(changed(installed, values), indent=2))
+                for change in diff(installed, values):
+                    print(f"{change.path}: {change.before!r} → {change.after!r}")
                 kept = sum(values.get(key) == value for key, value in installed.items())
                 print(f"top-level values identical to the install: {kept} of {len(installed)}")
                 other_keys = sorted(k for k in cm["data"] if k != "values")
@@ -317,16 +353,6 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
                 await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
                 print(timeline(cp, injector))
                 step("Stopping the controller and the control plane")
-
-
-def changed(before: object, after: object, path: str = "") -> dict[str, object]:
-    """Every value that differs, by dotted path: ``{path: [before, after]}``."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        found: dict[str, object] = {}
-        for key in sorted(set(before) | set(after)):
-            found.update(changed(before.get(key), after.get(key), f"{path}.{key}".lstrip(".")))
-        return found
-    return {} if before == after else {path: [before, after]}
 
 
 def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:
