@@ -84,10 +84,7 @@ async def every_pod_admitted(kube: KubeClient, namespace: str) -> AsyncIterator[
 async def test_no_restart_until_the_injector_serves_the_new_config(
     cp: LocalControlPlane, kube: KubeClient
 ) -> None:
-    await scenario.install_crd(kube)
-    await scenario.install_linkerd_edge_19_12_1(kube)
-    async with scenario.linkerd_injector(cp, projection_delay=DELAY) as injector:
-        await scenario.install_workloads(kube)
+    async with scenario.readme_starting_point(cp, kube, projection_delay=DELAY) as injector:
         before = await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         assert {scenario.readme_check(p) for p in before} == {OLD_PROXY}  # injected by real Linkerd
         settings = scenario.local_settings(cp.kubeconfig, "--identity", "no-sleep")

@@ -38,10 +38,7 @@ async def test_a_paused_rollout_writes_the_configmap_and_restarts_nothing_until_
     own_control_plane: LocalControlPlane, own_kube: KubeClient
 ) -> None:
     cp, kube = own_control_plane, own_kube
-    await scenario.install_crd(kube)
-    await scenario.install_linkerd_edge_19_12_1(kube)
-    async with scenario.linkerd_injector(cp):
-        await scenario.install_workloads(kube)
+    async with scenario.readme_starting_point(cp, kube):
         before = await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         settings = scenario.local_settings(cp.kubeconfig, "--identity", "paused-test")
         app = await build(settings, RolloutOptions(restart_interval=1.0, injector_wait=30.0))

@@ -91,10 +91,7 @@ async def test_legacy_plan_then_paused_status_then_rollout_as_planned(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, tmp_path: Path
 ) -> None:
     cp, kube = own_control_plane, own_kube
-    await scenario.install_crd(kube)
-    await scenario.install_linkerd_edge_19_12_1(kube)
-    async with scenario.linkerd_injector(cp):
-        await scenario.install_workloads(kube)
+    async with scenario.readme_starting_point(cp, kube):
         pinned = scenario.deployment(PINNED, opted_in=True)
         pinned["spec"]["template"]["metadata"]["annotations"] = {
             rollout.PIN_ANNOTATION: "edge-19.12.1"

@@ -35,10 +35,7 @@ async def controller_app(
     kube: KubeClient, control_plane: LocalControlPlane, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[App]:
     """Starting point of the original README, plus our controller running (webhooks off)."""
-    await scenario.install_crd(kube)
-    await scenario.install_linkerd_edge_19_12_1(kube)
-    async with scenario.linkerd_injector(control_plane):
-        await scenario.install_workloads(kube)
+    async with scenario.readme_starting_point(control_plane, kube):
         await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         await scenario.wait_settled(kube, scenario.DISABLED_NS, expected=2)
         settings = scenario.local_settings(

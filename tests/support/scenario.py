@@ -123,6 +123,19 @@ async def linkerd_injector(
         await asyncio.to_thread(injector.stop)
 
 
+@contextlib.asynccontextmanager
+async def readme_starting_point(
+    cp: LocalControlPlane, kube: KubeClient, **injector_options: Any
+) -> AsyncIterator[ProxyInjector]:
+    """The CRD, Linkerd edge-19.12.1's linkerd-config, Linkerd's real edge-19.12.3 injector
+    (while the block runs) and the README's workloads, injected by it."""
+    await install_crd(kube)
+    await install_linkerd_edge_19_12_1(kube)
+    async with linkerd_injector(cp, **injector_options) as injector:
+        await install_workloads(kube)
+        yield injector
+
+
 async def dry_run_pod(kube: KubeClient, namespace: str, annotations: dict[str, str]) -> Json:
     """What admission (the injector included) makes of a minimal pod, without creating it."""
     pod = {
