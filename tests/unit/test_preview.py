@@ -323,3 +323,10 @@ def test_the_file_must_hold_exactly_one_linkerdconfig(tmp_path: Any) -> None:
         read_linkerdconfig("-", io.StringIO("a: [\n"))
     with pytest.raises(CommandError, match="cannot read"):
         read_linkerdconfig(str(tmp_path / "missing.yaml"))
+
+
+def test_a_bare_pod_is_planned_for_eviction() -> None:
+    bare = pod("emojivoto", "bare")  # no owner: evicted, so PodDisruptionBudgets hold
+    config = sample("edge_19.12.3.yaml")
+    result = plan(config, view(extra_pods=[bare]), DEFAULTS)
+    assert [(str(w.workload), w.batch) for w in result.restarts] == [("pod/emojivoto/bare", 1)]
