@@ -68,19 +68,11 @@ class DesiredProxy:
         """Where a pod stands against this configuration, and why; None for a pod that is no
         candidate at all (not opted in, not Running, going away). The controller restarts
         the owners of ``STALE`` pods; ``plan`` and ``status`` report the rest."""
-        meta = pod["metadata"]
-        if (
-            (meta.get("labels") or {}).get(RECONCILE_LABEL) != RECONCILE_AUTO
-            or meta.get("deletionTimestamp")
-            or (pod.get("status") or {}).get("phase") != "Running"
-        ):
+        if not _candidate(pod):
             return None
-        ns = meta["namespace"]
-        ns_labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
-        if ns_labels.get(WEBHOOKS_LABEL) == "disabled":
-            return Verdict(EXCLUDED, f"namespace {ns} is labelled {WEBHOOKS_LABEL}=disabled")
-        if ns in self.excluded_namespaces:
-            return Verdict(EXCLUDED, f"Linkerd's proxy injector never sees namespace {ns}")
+        excluded = self.excluded_why(pod, namespace)
+        if excluded is not None:
+            return Verdict(EXCLUDED, excluded)
         mismatch = self.mismatch(pod, namespace)
         if mismatch is not None:
             return Verdict(STALE, mismatch)
@@ -90,9 +82,21 @@ class DesiredProxy:
         return Verdict(UP_TO_DATE, f"proxy version {self.version}")
 
     def stale_reason(self, pod: Json, namespace: Json | None) -> str | None:
-        """Why a candidate pod is outdated, or None (also for a pod that is no candidate)."""
-        verdict = self.verdict(pod, namespace)
-        return verdict.reason if verdict is not None and verdict.state == STALE else None
+        """``verdict``'s reason when it is ``STALE``, else None; the controller's hot path
+        (every pod, every change), so it builds no verdict for the others."""
+        if not _candidate(pod) or self.excluded_why(pod, namespace) is not None:
+            return None
+        return self.mismatch(pod, namespace)
+
+    def excluded_why(self, pod: Json, namespace: Json | None) -> str | None:
+        """Why a pod's namespace is out of every rollout, or None."""
+        ns = pod["metadata"]["namespace"]
+        ns_labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+        if ns_labels.get(WEBHOOKS_LABEL) == "disabled":
+            return f"namespace {ns} is labelled {WEBHOOKS_LABEL}=disabled"
+        if ns in self.excluded_namespaces:
+            return f"Linkerd's proxy injector never sees namespace {ns}"
+        return None
 
     def mismatch(self, pod: Json, namespace: Json | None) -> str | None:
         """How an injected pod differs from what it should carry ("proxy version edge-1 →
@@ -200,6 +204,16 @@ def proxy_version(pod: Json) -> str | None:
         if container.get("name") == PROXY_CONTAINER and ":" in image.rsplit("/", 1)[-1]:
             return image.rsplit(":", 1)[1]
     return None
+
+
+def _candidate(pod: Json) -> bool:
+    """Opted in, Running, not going away (its namespace aside)."""
+    meta = pod["metadata"]
+    return (
+        (meta.get("labels") or {}).get(RECONCILE_LABEL) == RECONCILE_AUTO
+        and not meta.get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") == "Running"
+    )
 
 
 def pinned_by(pod: Json, namespace: Json | None) -> str | None:
