@@ -47,6 +47,7 @@ from linkerd_config.linkerd.reconcile import (
     desired_config,
     drifted,
     from_preserved,
+    in_namespace,
     owner_among,
     preserved_copy,
     preserved_name,
@@ -252,7 +253,7 @@ class LinkerdConfigController:
         if owner is not None and owner["metadata"]["name"] != key:
             return await self._conflict(config, conditions, generation, owner["metadata"]["name"])
 
-        configmaps = self._configmaps_in(target.namespace)
+        configmaps = in_namespace(self.configmaps.store.items(), target.namespace)
         configmap = configmaps.get(target.name)
         try:
             desired = desired_config(config, current_data(configmaps, target))
@@ -339,15 +340,6 @@ class LinkerdConfigController:
             CONFIGMAPS, preserved_copy(target, part, config["metadata"]["name"])
         )
         log.info("unmanaged configmap content preserved", configmap=str(target))
-
-    def _configmaps_in(self, namespace: str) -> dict[str, Json]:
-        """The cached ConfigMaps of Linkerd's namespace, by name."""
-        prefix = f"{namespace}/"
-        return {
-            key[len(prefix) :]: cm
-            for key, cm in self.configmaps.store.items()
-            if key.startswith(prefix)
-        }
 
     async def _write_companion(
         self, config: Json, current: Json | None, desired: Desired, name: str

@@ -31,6 +31,7 @@ from linkerd_config.linkerd.reconcile import (
     current_data,
     desired_config,
     drifted,
+    in_namespace,
     owner_among,
     target_of,
 )
@@ -59,10 +60,6 @@ class ClusterView:
     """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
     config_namespace: str
     """The namespace whose ConfigMaps the controller manages."""
-
-    def configmaps_in(self, namespace: str) -> dict[str, Json]:
-        prefix = f"{namespace}/"
-        return {k[len(prefix) :]: v for k, v in self.configmaps.items() if k.startswith(prefix)}
 
     def replicaset(self, namespace: str, name: str) -> Json | None:
         return self.replicasets.get(f"{namespace}/{name}")
@@ -280,7 +277,7 @@ def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]]
             f"ConfigMap {target} is managed by the older LinkerdConfig "
             f"{owner['metadata']['name']}; this one would change nothing",
         )
-    configmaps = view.configmaps_in(target.namespace)
+    configmaps = in_namespace(view.configmaps.items(), target.namespace)
     try:
         return desired_config(config, current_data(configmaps, target)), configmaps
     except (FormatError, VersionError) as exc:

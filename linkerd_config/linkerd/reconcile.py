@@ -105,6 +105,12 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
     )
 
 
+def in_namespace(objects: Iterable[tuple[str, Json]], namespace: str) -> dict[str, Json]:
+    """Of cached ``(namespace/name, object)`` pairs, those in ``namespace``, by name."""
+    prefix = f"{namespace}/"
+    return {key[len(prefix) :]: obj for key, obj in objects if key.startswith(prefix)}
+
+
 def current_data(configmaps: Mapping[str, Json], target: Target) -> dict[str, dict[str, str]]:
     """What a rendering reads: the data of the ConfigMaps in the target's namespace, by name.
     A deleted target is rendered onto what it held, kept in its preserved copy."""
