@@ -24,11 +24,11 @@ from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
-from linkerd_config.kube.resource import DEPLOYMENTS
+from linkerd_config.kube.resource import DEPLOYMENTS, SERVICE_ACCOUNTS
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
-from tests.support import scenario
+from tests.support import scenario, service_accounts
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample
 from tests.support.waiting import eventually
@@ -40,15 +40,17 @@ CONTROLLER_AGENT = "linkerd-config/"
 PINNED = "pinned"
 
 
-async def cli(cp: LocalControlPlane, *args: str) -> tuple[int, str, str]:
-    """The installed command, as a user runs it."""
+async def cli(
+    cp: LocalControlPlane, *args: str, kubeconfig: Path | None = None
+) -> tuple[int, str, str]:
+    """The installed command, as a user runs it (as the admin, or as ``kubeconfig`` says)."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "linkerd_config",
         *args,
         "--kubeconfig",
-        str(cp.kubeconfig),
+        str(kubeconfig or cp.kubeconfig),
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -57,8 +59,10 @@ async def cli(cp: LocalControlPlane, *args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-async def plan_json(cp: LocalControlPlane, path: Path) -> tuple[int, Obj]:
-    code, out, err = await cli(cp, "plan", "-f", str(path), "-o", "json")
+async def plan_json(
+    cp: LocalControlPlane, path: Path, kubeconfig: Path | None = None
+) -> tuple[int, Obj]:
+    code, out, err = await cli(cp, "plan", "-f", str(path), "-o", "json", kubeconfig=kubeconfig)
     assert code in (0, 2), (code, out, err)
     return code, json.loads(out)
 
@@ -67,6 +71,39 @@ async def status_json(cp: LocalControlPlane) -> tuple[int, list[Obj]]:
     code, out, err = await cli(cp, "status", "-o", "json")
     assert code in (0, 2), (code, out, err)
     return code, json.loads(out)
+
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+READER = "linkerd-config-planner"
+READS = [
+    {"apiGroups": ["config.linkerd.io"], "resources": ["linkerdconfigs"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["pods", "namespaces"], "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["replicasets", "deployments", "statefulsets",
+                                         "daemonsets"], "verbs": ["list"]},
+]  # fmt: skip
+
+
+async def list_only_kubeconfig(cp: LocalControlPlane, kube: KubeClient, path: Path) -> Path:
+    """A ServiceAccount that may only list what the README says plan and status read (and
+    ConfigMaps in Linkerd's namespace only)."""
+    account = {"metadata": {"name": READER}}
+    await scenario.create(kube, SERVICE_ACCOUNTS.path("default"), account)
+    subject = [{"kind": "ServiceAccount", "name": READER, "namespace": "default"}]
+    await scenario.create(kube, f"{RBAC}/clusterroles", {"metadata": {"name": READER},
+                                                         "rules": READS})  # fmt: skip
+    await scenario.create(kube, f"{RBAC}/clusterrolebindings", {
+        "metadata": {"name": READER}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": READER}})  # fmt: skip
+    configmaps = [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]}]
+    await scenario.create(kube, f"{RBAC}/namespaces/linkerd/roles", {
+        "metadata": {"name": READER}, "rules": configmaps})  # fmt: skip
+    await scenario.create(kube, f"{RBAC}/namespaces/linkerd/rolebindings", {
+        "metadata": {"name": READER}, "subjects": subject,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": READER}})  # fmt: skip
+    bearer = await service_accounts.token(kube, "default", READER)
+    return service_accounts.kubeconfig(path, cp, READER, bearer)
 
 
 def names(lines: list[Obj]) -> dict[str, Obj]:
@@ -227,6 +264,8 @@ async def test_modern_plan_lists_what_the_rollout_restarts_and_then_nothing(
         restarts = names(planned["rollout"]["restarts"])
         assert set(restarts) == {f"Deployment/emojivoto/{n}" for n in scenario.OPTED_IN}
         assert {w["batch"] for w in restarts.values()} == {1}
+        reader = await list_only_kubeconfig(cp, kube, tmp_path / "reader.kubeconfig")
+        assert await plan_json(cp, path, reader) == (code, planned)  # list is all it needs
 
         settings = scenario.local_settings(cp.kubeconfig, "--identity", "plan-modern")
         app = await build(settings, RolloutOptions(restart_interval=1.0, injector_wait=30.0))
