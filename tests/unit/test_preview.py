@@ -27,7 +27,7 @@ from linkerd_config.linkerd.preview import (
     status,
 )
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
-from tests.support.samples import install_configmap, sample
+from tests.support.samples import SECOND_TRUST_ANCHOR, install_configmap, modern_install, sample
 
 Json = dict[str, Any]
 OLD, NEW = "edge-19.12.1", "edge-19.12.3"
@@ -330,3 +330,43 @@ def test_a_bare_pod_is_planned_for_eviction() -> None:
     config = sample("edge_19.12.3.yaml")
     result = plan(config, view(extra_pods=[bare]), DEFAULTS)
     assert [(str(w.workload), w.batch) for w in result.restarts] == [("pod/emojivoto/bare", 1)]
+
+
+def test_a_new_trust_anchor_in_the_values_format_reads_as_certificates_and_restarts() -> None:
+    """edge-26.8.3's own ConfigMaps; pods stamped with the installed bundle's hash."""
+    installed = {cm["metadata"]["name"]: cm for cm in modern_install()}
+    unchanged = {"apiVersion": "config.linkerd.io/v1alpha1", "kind": "LinkerdConfig",
+                 "metadata": {"name": "linkerd"}, "spec": {}}  # fmt: skip
+    target = target_of(unchanged)
+    now = desired_config(unchanged, current_data(installed, target)).proxy
+    assert now.trust_root_sha256 is not None
+    stamped = [
+        pod(
+            "emojivoto",
+            f"web-{i}",
+            now.version,
+            **{rollout.TRUST_ROOT_ANNOTATION: now.trust_root_sha256},
+        )
+        for i in range(2)
+    ]
+    unchanged["spec"] = {"proxy": {"proxyVersion": now.version}}  # what is installed
+    rotated = copy.deepcopy(unchanged)
+    rotated["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": SECOND_TRUST_ANCHOR}}
+    cluster = ClusterView(
+        configs=[], configmaps={f"linkerd/{n}": cm for n, cm in installed.items()},
+        pods=stamped, namespaces={}, replicasets={}, workloads={}, config_namespace="linkerd",
+    )  # fmt: skip
+    result = plan(rotated, cluster, DEFAULTS)
+    assert result.problem is None, result.problem
+    (bundle,) = [k for k in result.keys if k.key == "ca-bundle.crt"]
+    assert bundle.configmap == "linkerd/linkerd-identity-trust-roots"
+    (change,) = bundle.changes
+    assert change.after == certificates(SECOND_TRUST_ANCHOR)
+    assert change.before == certificates(
+        installed["linkerd-identity-trust-roots"]["data"]["ca-bundle.crt"]
+    )
+    assert {w.reasons["trust root changed"] for w in result.restarts} == {1}  # two bare pods
+    assert "ConfigMap linkerd/linkerd-identity-trust-roots:\n  ca-bundle.crt:" in render_plan(
+        result
+    )
+    assert plan(unchanged, cluster, DEFAULTS).restarts == ()  # the same bundle: no restart
