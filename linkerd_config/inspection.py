@@ -172,13 +172,17 @@ def render_plan(result: Plan) -> str:
         add("Not restarted (opted in):")
         lines.extend(f"  {_workload(w)}" for w in result.kept)
     add("")
+    restarts = f"{len(result.restarts)} workload(s) to restart"
+    if result.paused and result.restarts:
+        restarts = f"{len(result.restarts)} workload(s) to restart once resumed (paused)"
     if result.changes:
         configmaps = len({k.configmap for k in result.keys})
         add(
             f"Plan: {len(result.keys)} key(s) in {configmaps} ConfigMap(s) to change"
-            f"{', our annotations to update' if result.metadata else ''}; "
-            f"{len(result.restarts)} workload(s) to restart."
+            f"{', our annotations to update' if result.metadata else ''}; {restarts}."
         )
+    elif result.restarts:
+        add(f"No changes while paused: the ConfigMaps match; {restarts}.")
     else:
         add("No changes: the cluster already matches this LinkerdConfig.")
     return "\n".join(lines) + "\n"

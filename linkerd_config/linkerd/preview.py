@@ -160,7 +160,8 @@ class Plan:
 
     @property
     def changes(self) -> bool:
-        return bool(self.keys or self.metadata or self.restarts)
+        """Whether applying it changes anything now (a paused rollout restarts nothing)."""
+        return bool(self.keys or self.metadata or (self.restarts and not self.paused))
 
     @property
     def batches(self) -> int:

@@ -220,6 +220,14 @@ def test_the_spec_overrides_the_batch_and_a_paused_plan_says_held() -> None:
     assert {w.batch for w in result.restarts} == {1}
     assert (result.batch_size, result.interval, result.paused) == (5, 60.0, True)
     assert "held while spec.rollout.paused is true" in render_plan(result)
+    done = applied(config, install_configmap())
+    created = {"creationTimestamp": "2026-01-01T00:00:00Z"}
+    stored = {**config, "metadata": {**config["metadata"], **created}}
+    held = plan(config, view(configmap=done, configs=[stored], deployments=APPS), DEFAULTS)
+    assert held.restarts and not held.changes  # applying it restarts nothing while paused
+    assert "No changes while paused: the ConfigMaps match; 3 workload(s) to restart once" in (
+        render_plan(held)
+    )
 
 
 def test_a_plan_already_applied_changes_nothing() -> None:
