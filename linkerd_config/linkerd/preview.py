@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
-from linkerd_config.linkerd.formats import FormatError, VersionError
+from linkerd_config.linkerd.formats import FieldError, FormatError, VersionError
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     OWNER_ANNOTATION,
@@ -203,6 +203,8 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
     others = [c for c in view.configs if c["metadata"]["name"] != name]
     errors = validate(config, old, others)
+    if not name:  # the API server's own check, which validation leaves to it
+        errors.insert(0, FieldError("metadata.name", "is required"))
     if errors:
         return Plan(name, Problem("Invalid", render_errors(errors)))
     # The API server keeps the stored object's identity on update; a new object is younger

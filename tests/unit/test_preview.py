@@ -273,6 +273,12 @@ def test_an_invalid_or_conflicting_linkerdconfig_has_no_plan() -> None:
     assert "spec.proxy.proxyVersion" in result.problem.message
     assert "cannot be applied (Invalid)" in render_plan(result)
 
+    nameless = sample("edge_19.12.3.yaml")
+    nameless["metadata"] = "not a mapping"
+    result = plan(nameless, view(), DEFAULTS)
+    assert result.problem is not None
+    assert result.problem.message.startswith("metadata.name: is required")
+
     owner = sample("edge_19.12.3.yaml")
     owner["metadata"] = {"name": "older", "creationTimestamp": "2020-01-01T00:00:00Z"}
     rival = sample("edge_19.12.3.yaml")
