@@ -58,11 +58,12 @@ def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]
         raise CommandError(f"cannot read {where}: {exc.strerror or exc}") from exc
     except yaml.YAMLError as exc:
         raise CommandError(f"{where} is not YAML: {exc}") from exc
+    wanted = (API_VERSION, KIND)
     found = [
-        d for d in documents if isinstance(d, dict) and (d.get("apiVersion"), d.get("kind")) == (
-            API_VERSION, KIND
-        )
-    ]  # fmt: skip
+        d
+        for d in documents
+        if isinstance(d, dict) and (d.get("apiVersion"), d.get("kind")) == wanted
+    ]
     if len(found) != 1:
         raise CommandError(
             f"{where} holds {len(found)} {KIND} object(s) ({API_VERSION}); plan takes exactly one"
