@@ -62,16 +62,6 @@ CONFIG = "edge-19.12.3"
 DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 
 
-@pytest.fixture
-def cp(own_control_plane: LocalControlPlane) -> LocalControlPlane:
-    return own_control_plane
-
-
-@pytest.fixture
-def kube(own_kube: KubeClient) -> KubeClient:
-    return own_kube
-
-
 @contextlib.asynccontextmanager
 async def prometheus_scraping(target: str) -> AsyncIterator[Prometheus]:
     prometheus = Prometheus([ScrapeJob(JOB, [target])], scrape_interval=SCRAPE_INTERVAL)
@@ -157,8 +147,9 @@ def instant(prometheus: Prometheus, expr: str) -> float:
 
 
 async def test_every_panel_returns_data_from_a_real_prometheus(
-    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+    own_control_plane: LocalControlPlane, own_kube: KubeClient, tmp_path: Path
 ) -> None:
+    cp, kube = own_control_plane, own_kube
     began = time.monotonic()
     metrics_port, webhook_port = free_port(), free_port()
     board = dashboard.load()

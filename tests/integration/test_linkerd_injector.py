@@ -55,16 +55,6 @@ CONTROLLER_AGENT = "linkerd-config/"
 OLD_PROXY, NEW_PROXY = scenario.OLD_PROXY_IMAGE, scenario.NEW_PROXY_IMAGE
 
 
-@pytest.fixture
-def cp(own_control_plane: LocalControlPlane) -> LocalControlPlane:
-    return own_control_plane
-
-
-@pytest.fixture
-def kube(own_kube: KubeClient) -> KubeClient:
-    return own_kube
-
-
 @contextlib.asynccontextmanager
 async def every_pod_admitted(kube: KubeClient, namespace: str) -> AsyncIterator[dict[str, Obj]]:
     """Each pod of ``namespace`` as the API server first admitted it, by uid."""
@@ -82,8 +72,9 @@ async def every_pod_admitted(kube: KubeClient, namespace: str) -> AsyncIterator[
 
 
 async def test_no_restart_until_the_injector_serves_the_new_config(
-    cp: LocalControlPlane, kube: KubeClient
+    own_control_plane: LocalControlPlane, own_kube: KubeClient
 ) -> None:
+    cp, kube = own_control_plane, own_kube
     async with scenario.readme_starting_point(cp, kube, projection_delay=DELAY) as injector:
         before = await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
         assert {scenario.readme_check(p) for p in before} == {OLD_PROXY}  # injected by real Linkerd
@@ -129,8 +120,9 @@ async def test_no_restart_until_the_injector_serves_the_new_config(
 
 
 async def test_edge_26_8_3_injects_a_native_sidecar_from_its_own_install(
-    cp: LocalControlPlane, kube: KubeClient
+    own_control_plane: LocalControlPlane, own_kube: KubeClient
 ) -> None:
+    cp, kube = own_control_plane, own_kube
     install = await asyncio.to_thread(render_install, "edge-26.8.3")
     values = yaml.safe_load(install.get("ConfigMap", "linkerd-config")["data"]["values"])
     bundle = install.get("ConfigMap", "linkerd-identity-trust-roots")["data"]["ca-bundle.crt"]
@@ -235,8 +227,9 @@ def configmap_writes(cp: LocalControlPlane) -> int:
 
 
 async def test_values_and_trust_roots_drive_the_real_injector(
-    cp: LocalControlPlane, kube: KubeClient
+    own_control_plane: LocalControlPlane, own_kube: KubeClient
 ) -> None:
+    cp, kube = own_control_plane, own_kube
     install = await asyncio.to_thread(render_install, "edge-26.8.3")
     installed_cm = install.get("ConfigMap", "linkerd-config")
     installed = yaml.safe_load(installed_cm["data"]["values"])
