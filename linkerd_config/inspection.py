@@ -25,7 +25,7 @@ from linkerd_config.kube.kubeconfig import AccessError, load_access
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.config_diff import Change
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdCaches
-from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, VERSION
+from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
 from linkerd_config.linkerd.preview import (
     ClusterView,
     ConfigStatus,
@@ -83,7 +83,7 @@ async def read_cluster(settings: Settings) -> ClusterView:
         async with client:
             await asyncio.wait_for(caches.list_once(), READ_TIMEOUT)
     except ApiError as exc:
-        if exc.not_found and "linkerdconfigs" in exc.path:
+        if exc.not_found and exc.path.startswith(LINKERD_CONFIGS.path()):
             raise CommandError(
                 "the API server does not serve LinkerdConfigs: install the CRD "
                 "(kubectl apply -k manifests/crd, or the Helm chart)"

@@ -198,8 +198,8 @@ class Plan:
 
 def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     """What applying ``config`` (as read from a file) would do now; nothing is written."""
-    metadata = config.get("metadata") if isinstance(config.get("metadata"), dict) else {}
-    name = str((metadata or {}).get("name") or "")
+    metadata = config.get("metadata")
+    name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
     others = [c for c in view.configs if c["metadata"]["name"] != name]
     errors = validate(config, old, others)
@@ -395,9 +395,12 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     if isinstance(decided, Problem):
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided
-    standing = view.standing(desired)
-    planned = view.rollout_plan(desired)
-    stale = tuple(WorkloadLine(w, rollout.STALE, planned.reasons[w]) for w in planned.workloads)
+    standing = view.standing(desired)  # one pass over the pods: the stale ones are in it
+    stale = tuple(
+        WorkloadLine(w, rollout.STALE, states[rollout.STALE])
+        for w, states in sorted(standing.workloads.items())
+        if rollout.STALE in states
+    )
     records = [obj for objects in view.workloads.values() for obj in objects.values()]
     times = rollout.restart_times(records, desired.config_hash)
     spec = RolloutSpec.of(config)
