@@ -9,17 +9,16 @@ it sits, becomes the certificates it holds, so a new trust anchor reads as one. 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
-_PEM_END = "-----END CERTIFICATE-----"
 
 
 class _Absent:
@@ -82,29 +81,19 @@ def _described(value: Any) -> Any:
 
 
 def certificates(bundle: str) -> list[str]:
-    """Each certificate of a PEM bundle as ``subject (expires ..., sha256 ...)``."""
-    found = []
-    for block in _pem_blocks(bundle):
-        digest = hashlib.sha256(block.encode()).hexdigest()[:16]
-        try:
-            cert = x509.load_pem_x509_certificate(block.encode())
-        except ValueError:
-            found.append(f"unreadable certificate (sha256 {digest})")
-            continue
-        expires = cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
-        found.append(f"{cert.subject.rfc4514_string()} (expires {expires}, sha256 {digest})")
-    return found
-
-
-def _pem_blocks(text: str) -> Iterator[str]:
-    rest = text
-    while _PEM_BEGIN in rest:
-        start = rest.index(_PEM_BEGIN)
-        end = rest.find(_PEM_END, start)
-        if end < 0:
-            return
-        yield rest[start : end + len(_PEM_END)]
-        rest = rest[end + len(_PEM_END) :]
+    """Each certificate of a PEM bundle as ``subject (expires ..., sha256 ...)``; a bundle
+    that does not parse reads as one line saying so, with its text's digest."""
+    try:
+        found = x509.load_pem_x509_certificates(bundle.encode())
+    except ValueError:
+        digest = hashlib.sha256(bundle.encode()).hexdigest()[:16]
+        return [f"unreadable certificate bundle (sha256 {digest})"]
+    return [
+        f"{cert.subject.rfc4514_string()} (expires "
+        f"{cert.not_valid_after_utc.strftime('%Y-%m-%dT%H:%M:%SZ')}, sha256 "
+        f"{cert.fingerprint(hashes.SHA256()).hex()[:16]})"
+        for cert in found
+    ]
 
 
 def diff(before: Any, after: Any, path: str = "") -> list[Change]:
