@@ -16,7 +16,25 @@ from typing import Any, NamedTuple, Protocol
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
 from linkerd_config.linkerd.rollout import DesiredProxy
 
-__all__ = ["ConfigFormat", "FieldError", "FormatError", "Installed", "Rendering"]
+__all__ = [
+    "CONFIGURATION_SECTIONS",
+    "ConfigFormat",
+    "FieldError",
+    "FormatError",
+    "Installed",
+    "Rendering",
+    "configuration",
+]
+
+CONFIGURATION_SECTIONS = ("global", "proxy")
+"""The parts of a LinkerdConfig spec that are Linkerd's configuration, which a format
+writes. Every other section (``rollout``) says how the controller acts, in every format,
+and no format may see it as a value to write or refuse."""
+
+
+def configuration(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The sections of ``spec`` a format renders and checks."""
+    return {key: spec[key] for key in CONFIGURATION_SECTIONS if key in spec}
 
 
 class FieldError(NamedTuple):

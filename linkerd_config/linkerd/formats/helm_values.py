@@ -37,7 +37,13 @@ from typing import Any, Final
 
 import yaml
 
-from linkerd_config.linkerd.formats.base import FieldError, FormatError, Installed, Rendering
+from linkerd_config.linkerd.formats.base import (
+    FieldError,
+    FormatError,
+    Installed,
+    Rendering,
+    configuration,
+)
 from linkerd_config.linkerd.formats.versions import LinkerdVersion, firsts
 from linkerd_config.linkerd.rollout import DesiredProxy
 
@@ -245,7 +251,7 @@ class HelmValuesFormat:
     def check(self, spec: Mapping[str, Any]) -> list[FieldError]:
         """What this release cannot carry: fields with no place in its values."""
         errors: list[FieldError] = []
-        for path, _ in _leaves(spec):
+        for path, _ in _leaves(configuration(spec)):
             if path in _LOCATION:
                 continue
             field = _FIELD_BY_SPEC.get(path)
@@ -281,7 +287,7 @@ class HelmValuesFormat:
         values = _installed_values(text)
         updated = copy.deepcopy(values)
         managed: dict[str, Any] = {}
-        for path, value in _leaves(spec):
+        for path, value in _leaves(configuration(spec)):
             field = _FIELD_BY_SPEC.get(path)
             if field is None:
                 continue
