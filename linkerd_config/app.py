@@ -118,6 +118,7 @@ def _assemble(
             restart_interval=settings.restart_interval,
             injector_wait=settings.injector_wait,
             probe_namespace=settings.probe_namespace,
+            restart_namespaces=settings.restart_namespaces,
         ),
         workers=settings.workers,
     )

@@ -151,7 +151,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-INSPECT_SETTINGS = ("kubeconfig", "config_namespace", "max_restarts_per_pass", "restart_interval")
+INSPECT_SETTINGS = (
+    "kubeconfig",
+    "config_namespace",
+    "max_restarts_per_pass",
+    "restart_interval",
+    "restart_namespaces",
+)
 """The ``run`` settings ``plan`` and ``status`` take too: where to look, and the rollout
 defaults a LinkerdConfig's ``spec.rollout`` may override (give the controller's values)."""
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from linkerd_config.kube.labels import LabelSelector
 from linkerd_config.logs import LOG_FORMATS
 
 T = TypeVar("T")
@@ -154,6 +155,13 @@ class Settings:
         "--injector-wait", "INJECTOR_WAIT", "60s", _seconds,
         "when the injector's version cannot be confirmed by dry-run, wait this long after "
         "writing the config before restarting",
+    )  # fmt: skip
+    restart_namespaces: LabelSelector = _opt(  # noqa: RUF009 (frozen, hashable)
+        "--restart-namespace-selector", "RESTART_NAMESPACE_SELECTOR", "", LabelSelector.parse,
+        "restart only in namespaces this label selector selects (kubectl's -l syntax; each "
+        "namespace carries kubernetes.io/metadata.name=<its name>); pods elsewhere are "
+        "excluded, never restarted. Empty: every namespace. RBAC must grant the restart in "
+        "the namespaces selected (manifests/components/restart-namespaces)",
     )  # fmt: skip
     probe_namespace: str = _opt(
         "--probe-namespace", "PROBE_NAMESPACE", "", str,

@@ -13,6 +13,9 @@ Pure decisions over cached metadata; the controller executes them. The policy:
   restarting it would give it the pinned version again, forever;
 * namespaces Linkerd's injector never injects (``kube-system``, ``cert-manager`` from 2.12)
   hold no candidates;
+* with ``--restart-namespace-selector``, neither do namespaces it does not select (a
+  platform team keeps the controller out of namespaces it never manages; RBAC then grants
+  the restart only in those it does, see manifests/components/restart-namespaces);
 * the owner is restarted, not the pod (Deployment via its ReplicaSet, StatefulSet,
   DaemonSet: a pod-template annotation, as ``kubectl rollout restart``); a pod with no such
   owner is evicted, so PodDisruptionBudgets hold;
@@ -27,9 +30,10 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
 
 RECONCILE_LABEL = "config.linkerd.io/reconcile"
@@ -41,6 +45,10 @@ RESTARTED_FOR_ANNOTATION = "config.linkerd.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "config.linkerd.io/restarted-at"
 TRUST_ROOT_ANNOTATION = "linkerd.io/trust-root-sha256"
 PROXY_CONTAINER = "linkerd-proxy"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+"""The API server sets it on every namespace to the namespace's name (immutable, from
+Kubernetes 1.21): a selector over it lists namespaces by name."""
+RESTART_SELECTOR_FLAG = "--restart-namespace-selector"
 
 CANDIDATE_LABEL_SELECTOR = f"{RECONCILE_LABEL}={RECONCILE_AUTO}"
 RUNNING_FIELD_SELECTOR = "status.phase=Running"
@@ -63,6 +71,13 @@ class DesiredProxy:
     does not stamp it (before edge-22.9.1 / stable-2.12.1)."""
     excluded_namespaces: frozenset[str] = frozenset()
     """Namespaces the injector's webhook never sees: their pods are never candidates."""
+    restart_namespaces: LabelSelector = EVERYTHING
+    """Not Linkerd's but the controller's (``--restart-namespace-selector``): pods in a
+    namespace it does not select are never candidates either."""
+
+    def restarting_in(self, selector: LabelSelector) -> DesiredProxy:
+        """The same configuration, restarting only in the namespaces ``selector`` selects."""
+        return replace(self, restart_namespaces=selector)
 
     def verdict(self, pod: Json, namespace: Json | None) -> Verdict | None:
         """Where a pod stands against this configuration, and why; None for a pod that is no
@@ -96,6 +111,11 @@ class DesiredProxy:
             return f"namespace {ns} is labelled {WEBHOOKS_LABEL}=disabled"
         if ns in self.excluded_namespaces:
             return f"Linkerd's proxy injector never sees namespace {ns}"
+        if not selected_for_restarts(ns, namespace, self.restart_namespaces):
+            return (
+                f"namespace {ns} is not selected by {RESTART_SELECTOR_FLAG} "
+                f"'{self.restart_namespaces}'"
+            )
         return None
 
     def mismatch(self, pod: Json, namespace: Json | None) -> str | None:
@@ -214,6 +234,16 @@ def _candidate(pod: Json) -> bool:
         and not meta.get("deletionTimestamp")
         and (pod.get("status") or {}).get("phase") == "Running"
     )
+
+
+def selected_for_restarts(name: str, namespace: Json | None, selector: LabelSelector) -> bool:
+    """May the controller restart workloads in namespace ``name`` (its object ``namespace``,
+    None when not cached)? Its labels, and its name as the API server labels it, against
+    ``selector``."""
+    if selector.everything:
+        return True
+    labels = ((namespace or {}).get("metadata") or {}).get("labels") or {}
+    return selector.matches({**labels, NAMESPACE_NAME_LABEL: name})
 
 
 def pinned_by(pod: Json, namespace: Json | None) -> str | None:

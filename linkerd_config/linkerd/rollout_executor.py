@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import (
     DAEMONSETS,
@@ -106,6 +107,8 @@ class RolloutOptions:
     probe_namespace: str = ""
     """Where the dry-run pods that ask the injector are created (a namespace annotated for
     injection, where the controller may create pods); empty: each workload's own."""
+    restart_namespaces: LabelSelector = EVERYTHING
+    """Restart only in the namespaces this selects (``--restart-namespace-selector``)."""
 
 
 @dataclass(frozen=True)
@@ -185,15 +188,16 @@ class RolloutExecutor:
             return self.replicasets.get(f"{ns}/{name}")
 
         config_hash, version = desired.config_hash, desired.proxy.version
+        proxy = desired.proxy.restarting_in(self.options.restart_namespaces)
         plan_key = (
             self.pods.revision,
             self.namespaces.revision,
             self.replicasets.revision,
-            desired.proxy,
+            proxy,
         )
         if self._plans is None or self._plans[0] != plan_key:
             namespaces = {n["metadata"]["name"]: n for n in self.namespaces.list()}
-            plan = rollout.plan_rollout(self.pods.list(), namespaces, desired.proxy, replicaset)
+            plan = rollout.plan_rollout(self.pods.list(), namespaces, proxy, replicaset)
             self._plans = (plan_key, plan)
         plan = self._plans[1]
         records_key = (*(s.revision for s in self.workloads.values()), config_hash)
