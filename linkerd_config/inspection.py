@@ -249,6 +249,8 @@ def render_status(report: ConfigStatus) -> str:
         )
         drift = ", ".join(report.drifted)
         add(f"  ConfigMaps: {f'not as configured: {drift}' if drift else 'as configured'}")
+        if report.missing:
+            add(f"  Missing (Linkerd's injector needs them): {', '.join(report.missing)}")
         rolled = report.rollout
         last = rolled.get("lastRestart")
         add(

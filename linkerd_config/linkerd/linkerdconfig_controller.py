@@ -37,6 +37,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     LINKERD_CONFIGS,
     READY,
+    Target,
 )
 from linkerd_config.linkerd.preview import ClusterView
 from linkerd_config.linkerd.reconcile import (
@@ -56,6 +57,7 @@ from linkerd_config.linkerd.reconcile import (
     set_condition,
     target_of,
     unmanaged_part,
+    unrestorable,
 )
 from linkerd_config.linkerd.rollout_executor import (
     WORKLOAD_RESOURCES,
@@ -261,16 +263,20 @@ class LinkerdConfigController:
             return await self._invalid(config, conditions, generation, str(exc))
 
         try:
-            if configmap is not None:
-                await self._preserve(config, configmap, desired)
+            for name in (target.name, *sorted(desired.depends_on)):
+                if name in configmaps:
+                    await self._preserve(config, name, configmaps[name], desired)
             stale = drifted(configmaps, desired)
             if target.name in stale:
                 await self._write(config, configmap, desired)
+            lost = unrestorable(configmaps, desired)
             for name in stale:
-                if name != target.name:
+                if name != target.name and name not in lost:
                     await self._write_companion(config, configmaps.get(name), desired, name)
         except ApiError as exc:
             return await self._write_failed(config, conditions, generation, desired, exc)
+        if lost:
+            return await self._dependency_lost(config, conditions, generation, desired, lost)
         self.rollout.found(desired.config_hash)
 
         conditions = set_condition(
@@ -325,55 +331,69 @@ class LinkerdConfigController:
 
     # -- steps ----------------------------------------------------------------------------
 
-    async def _preserve(self, config: Json, configmap: Json, desired: Desired) -> None:
-        """Keep the companion copy of what we did not write up to date (rarely a write)."""
-        target = desired.target
+    async def _preserve(self, config: Json, name: str, configmap: Json, desired: Desired) -> None:
+        """Keep the copy of what we did not write in ConfigMap ``name`` (the target, or one it
+        depends on) up to date (rarely a write)."""
+        where = Target(desired.target.namespace, name)
+        ours = desired.ours_in(name)
+        rewritten = desired.preserve_keys if name == desired.target.name else frozenset()
         # A key we rewrite in place is kept as it will be once written, so our own write
         # does not make the copy stale (one preserve per change, not two).
-        ours = {k: v for k, v in desired.data.items() if k in desired.preserve_keys}
-        after = {**configmap, "data": {**(configmap.get("data") or {}), **ours}}
-        part = unmanaged_part(after, set(desired.data) - desired.preserve_keys)
-        key = f"{target.namespace}/{preserved_name(target)}"
+        kept = {k: v for k, v in ours.items() if k in rewritten}
+        after = {**configmap, "data": {**(configmap.get("data") or {}), **kept}}
+        part = unmanaged_part(after, set(ours) - rewritten)
+        key = f"{where.namespace}/{preserved_name(name)}"
         if from_preserved(self.configmaps.store.get(key)) == part:
             return
-        await self.writer.apply(
-            CONFIGMAPS, preserved_copy(target, part, config["metadata"]["name"])
-        )
-        log.info("unmanaged configmap content preserved", configmap=str(target))
+        await self.writer.apply(CONFIGMAPS, preserved_copy(where, part, config["metadata"]["name"]))
+        log.info("unmanaged configmap content preserved", configmap=str(where))
 
     async def _write_companion(
         self, config: Json, current: Json | None, desired: Desired, name: str
     ) -> None:
-        """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours."""
+        """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours.
+        A deleted one is first restored whole from its copy, as the target is."""
         owner = config["metadata"]["name"]
-        await self.writer.apply(CONFIGMAPS, companion_body(desired, name, owner))
+        restored_fields = await self._restore(desired, owner, name) if current is None else []
+        if desired.companions.get(name):
+            await self.writer.apply(CONFIGMAPS, companion_body(desired, name, owner))
         target = f"{desired.target.namespace}/{name}"
-        keys = ", ".join(sorted(desired.companions[name]))
+        keys = ", ".join(sorted(desired.companions.get(name, {})))
         reason, message = (
             ("ConfigMapCreated", f"created ConfigMap {target}")
             if current is None
             else ("ConfigMapUpdated", f"wrote {keys} of ConfigMap {target}")
         )
+        if restored_fields:
+            message += f", restoring what it held besides ours ({', '.join(restored_fields)})"
         log.info("configmap written", linkerdconfig=owner, configmap=target, reason=reason)
         self.recorder.record(config, "Normal", reason, message)
 
-    async def _restore(self, desired: Desired, owner_name: str) -> list[str]:
-        """Recreate a deleted ConfigMap whole, under a field manager of its own: the apply
-        that follows takes over our keys, and never owns (so never removes) the others."""
-        target = desired.target
-        key = f"{target.namespace}/{preserved_name(target)}"
+    async def _restore(self, desired: Desired, owner_name: str, name: str = "") -> list[str]:
+        """Recreate a deleted ConfigMap (the target, or ``name``) whole, under a field manager
+        of its own: the apply that follows takes over our keys, and never owns (so never
+        removes) the others."""
+        name = name or desired.target.name
+        key = f"{desired.target.namespace}/{preserved_name(name)}"
         part = from_preserved(self.configmaps.store.get(key))
         if part is None:
             return []
         try:
             await self.writer.create(
-                CONFIGMAPS, restored(desired, part, owner_name), field_manager=RESTORE_FIELD_MANAGER
+                CONFIGMAPS,
+                restored(desired, part, owner_name, name),
+                field_manager=RESTORE_FIELD_MANAGER,
             )
         except ApiError as exc:
             if not exc.conflict:  # recreated meanwhile by someone else: theirs stands
                 raise
             return []
-        return sorted(part.data) + sorted(part.binary_data) + sorted(part.annotations)
+        return (
+            sorted(part.data)
+            + sorted(part.binary_data)
+            + sorted(part.labels)
+            + sorted(part.annotations)
+        )
 
     async def _write(self, config: Json, current: Json | None, desired: Desired) -> None:
         target = desired.target
@@ -459,6 +479,42 @@ class LinkerdConfigController:
             config, {"observedGeneration": generation, "conditions": conditions}
         )
         return Result(requeue=True)
+
+    async def _dependency_lost(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        desired: Desired,
+        lost: list[str],
+    ) -> Result:
+        """A ConfigMap Linkerd's injector needs is gone and nothing says what it held: say so
+        where users look and restart nothing (no pod could be injected)."""
+        names = ", ".join(f"{desired.target.namespace}/{n}" for n in lost)
+        message = (
+            f"ConfigMap {names}, which Linkerd {desired.linkerd_version}'s proxy injector "
+            "reads, is missing and no copy of it was kept: restore it (linkerd upgrade, or "
+            "helm upgrade) or state spec.global.identityContext.trustAnchorsPEM; nothing "
+            "restarted meanwhile"
+        )
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("message") != message:
+            self.recorder.record(config, "Warning", "ConfigMapMissing", message)
+            log.error(
+                "configmap missing",
+                linkerdconfig=config["metadata"]["name"],
+                configmaps=lost,
+            )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, "ConfigMapMissing", message, generation
+        )
+        conditions = set_condition(
+            conditions, READY, False, "ConfigMapMissing", message, generation
+        )
+        await self._update_status(
+            config, {"observedGeneration": generation, "conditions": conditions}
+        )
+        return Result()
 
     async def _conflict(
         self, config: Json, conditions: list[Json], generation: int, owner: str

@@ -32,6 +32,7 @@ from linkerd_config.linkerd.reconcile import (
     desired_config,
     drifted,
     in_namespace,
+    missing,
     owner_among,
     target_of,
 )
@@ -78,7 +79,8 @@ class ClusterView:
 
 @dataclass(frozen=True)
 class RolloutDefaults:
-    """The controller's settings a spec may override (``spec.rollout``)."""
+    """The controller's rollout settings: the first two a spec may override
+    (``spec.rollout``); where it may restart, it may not."""
 
     max_restarts_per_pass: int = 10
     restart_interval: float = 5.0
@@ -332,6 +334,8 @@ class ConfigStatus:
     config_hash: str = ""
     drifted: tuple[str, ...] = ()
     """ConfigMaps (by name) that do not hold what the LinkerdConfig says."""
+    missing: tuple[str, ...] = ()
+    """Of those, the ones Linkerd's injector needs that are not there at all."""
     namespaces: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     stale: tuple[WorkloadLine, ...] = ()
     conditions: tuple[Json, ...] = ()
@@ -344,7 +348,9 @@ class ConfigStatus:
         found = []
         if self.problem is not None:
             found.append(self.problem.message)
-        if self.drifted:
+        if self.missing:
+            found.append(f"ConfigMap(s) {', '.join(self.missing)} missing")
+        if set(self.drifted) - set(self.missing):
             found.append(f"ConfigMap(s) {', '.join(self.drifted)} not as configured")
         stale_pods = sum(w.pods for w in self.stale)
         if stale_pods:
@@ -369,6 +375,7 @@ class ConfigStatus:
                 "proxyVersion": self.proxy_version,
                 "configHash": self.config_hash,
                 "drifted": list(self.drifted),
+                "missing": list(self.missing),
                 "namespaces": {ns: dict(c) for ns, c in sorted(self.namespaces.items())},
                 "stale": [w.as_json() for w in self.stale],
                 "conditions": list(self.conditions),
@@ -413,6 +420,7 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         proxy_version=desired.proxy.version,
         config_hash=desired.config_hash,
         drifted=tuple(drifted(configmaps, desired)),
+        missing=tuple(missing(configmaps, desired)),
         namespaces=standing.namespaces,
         stale=stale,
         conditions=conditions,

@@ -77,6 +77,13 @@ class Desired:
     """Keys we rewrite in place (``values``): kept whole in the preserved copy as well."""
     linkerd_version: str = ""
     config_format: str = ""
+    depends_on: frozenset[str] = frozenset()
+    """Other ConfigMaps in the target's namespace the installation cannot do without (the
+    trust roots): copied while they exist, restored whole from the copy when deleted."""
+
+    def ours_in(self, name: str) -> dict[str, str]:
+        """The keys we write in ConfigMap ``name`` of the target's namespace."""
+        return self.data if name == self.target.name else self.companions.get(name, {})
 
 
 def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> Desired:
@@ -102,6 +109,7 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
         fmt.managed_keys - fmt.owned_keys,
         str(fmt.version),
         fmt.name,
+        rendering.depends_on,
     )
 
 
@@ -113,13 +121,22 @@ def in_namespace(objects: Iterable[tuple[str, Json]], namespace: str) -> dict[st
 
 def current_data(configmaps: Mapping[str, Json], target: Target) -> dict[str, dict[str, str]]:
     """What a rendering reads: the data of the ConfigMaps in the target's namespace, by name.
-    A deleted target is rendered onto what it held, kept in its preserved copy."""
+    A deleted ConfigMap (the target, the trust roots) is rendered onto what it held, kept in
+    its preserved copy."""
     current = {name: dict(cm.get("data") or {}) for name, cm in configmaps.items()}
-    if target.name not in configmaps:
-        part = from_preserved(configmaps.get(preserved_name(target)))
+    for name, copy_ in configmaps.items():
+        original = name.removesuffix(PRESERVED_SUFFIX)
+        if original == name or original in configmaps or not _ours(copy_):
+            continue
+        part = from_preserved(copy_)
         if part is not None:
-            current[target.name] = part.data
+            current[original] = part.data
     return current
+
+
+def _ours(configmap: Json) -> bool:
+    labels = (configmap.get("metadata") or {}).get("labels") or {}
+    return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
 
 
 def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
@@ -140,7 +157,24 @@ def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
         data = (configmaps.get(name) or {}).get("data") or {}
         if any(data.get(k) != v for k, v in keys.items()):
             found.append(name)
+    found.extend(sorted(n for n in missing(configmaps, desired) if n not in found))
     return found
+
+
+def missing(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
+    """The ConfigMaps the installation depends on that are not in the cluster."""
+    return sorted(name for name in desired.depends_on if name not in configmaps)
+
+
+def unrestorable(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
+    """Missing ConfigMaps we can neither restore (no copy of them was kept) nor write
+    (the spec puts nothing in them)."""
+    return [
+        name
+        for name in missing(configmaps, desired)
+        if from_preserved(configmaps.get(preserved_name(name))) is None
+        and not desired.companions.get(name)
+    ]
 
 
 def _configmap(
@@ -177,12 +211,14 @@ def apply_body(desired: Desired, owner_name: str) -> Json:
 
 
 def companion_body(desired: Desired, name: str, owner_name: str) -> Json:
-    """The server-side apply body for a companion ConfigMap: our keys there, nothing else."""
+    """The server-side apply body for a companion ConfigMap: our keys there, nothing else
+    (no label or annotation where we write no key: a restored dependency stays its own)."""
+    keys = desired.companions.get(name, {})
     return _configmap(
         Target(desired.target.namespace, name),
-        {MANAGED_BY_LABEL: MANAGED_BY_VALUE},
-        {OWNER_ANNOTATION: owner_name},
-        desired.companions[name],
+        {MANAGED_BY_LABEL: MANAGED_BY_VALUE} if keys else {},
+        {OWNER_ANNOTATION: owner_name} if keys else {},
+        keys,
     )
 
 
@@ -204,8 +240,10 @@ class Unmanaged:
     annotations: dict[str, str]
 
 
-def preserved_name(target: Target) -> str:
-    return f"{target.name}{PRESERVED_SUFFIX}"
+def preserved_name(target: Target | str) -> str:
+    """Where the copy of a ConfigMap's unmanaged part is kept (the same namespace)."""
+    name = target.name if isinstance(target, Target) else target
+    return f"{name}{PRESERVED_SUFFIX}"
 
 
 def unmanaged_part(configmap: Json, managed_keys: Iterable[str]) -> Unmanaged:
@@ -255,12 +293,18 @@ def from_preserved(copy_: Json | None) -> Unmanaged | None:
     )
 
 
-def restored(desired: Desired, part: Unmanaged, owner_name: str) -> Json:
-    """A deleted ConfigMap whole again: what we did not write, and what we do. Created in one
-    step, so no reader (the kubelet copying it to the injector) ever sees half of it."""
-    ours = apply_body(desired, owner_name)
+def restored(desired: Desired, part: Unmanaged, owner_name: str, name: str = "") -> Json:
+    """A deleted ConfigMap (the target, or ``name`` among those it depends on) whole again:
+    what we did not write, and what we do. Created in one step, so no reader (the kubelet
+    copying it to the injector) ever sees half of it."""
+    name = name or desired.target.name
+    ours = (
+        apply_body(desired, owner_name)
+        if name == desired.target.name
+        else companion_body(desired, name, owner_name)
+    )
     return _configmap(
-        desired.target,
+        Target(desired.target.namespace, name),
         {**part.labels, **ours["metadata"]["labels"]},
         {**part.annotations, **ours["metadata"]["annotations"]},
         {**part.data, **ours["data"]},

@@ -189,8 +189,11 @@ async def reconciled_modern(
 
 async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
     ctl, writer, _, config_cm = await reconciled_modern()
-    preserved, ours = writer.applied  # no trust anchor stated: the trust roots are not ours
+    # No trust anchor stated: the trust roots are not ours, but they are kept aside whole.
+    preserved, roots_copy, ours = writer.applied
     assert set(preserved["data"]) == {"values", "linkerd-crds-chart-version"}
+    assert roots_copy["metadata"]["name"] == "linkerd-identity-trust-roots-preserved"
+    assert set(roots_copy["data"]) == {"ca-bundle.crt"}
     assert set(ours["data"]) == {"values"}
     values = yaml.safe_load(ours["data"]["values"])
     assert values["proxy"]["logLevel"] == "debug"
@@ -202,6 +205,7 @@ async def test_values_are_rewritten_in_place_and_kept_whole_aside() -> None:
     # Written and cached: the next reconcile writes nothing.
     ctl.configmaps.store.put(merged(config_cm, ours))
     ctl.configmaps.store.put(preserved)
+    ctl.configmaps.store.put(roots_copy)
     ctl.configs.store.put({**small(), "status": status})
     before = (len(writer.applied), len(writer.statuses))
     await ctl.reconcile("modern")
@@ -214,7 +218,19 @@ async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
     spec_config["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": anchor}}
     _, writer, recorder, _ = await reconciled_modern(spec_config)
     names = [o["metadata"]["name"] for o in writer.applied]
-    assert names == ["linkerd-config-preserved", "linkerd-config", "linkerd-identity-trust-roots"]
+    assert names == [
+        "linkerd-config-preserved",
+        "linkerd-identity-trust-roots-preserved",
+        "linkerd-config",
+        "linkerd-identity-trust-roots",
+    ]
+    # The copy of the trust roots keeps what is not ours there: the install's metadata.
+    roots_copy = writer.applied[1]
+    assert roots_copy["data"] == {}
+    assert (
+        "linkerd.io/control-plane-component"
+        in roots_copy["metadata"]["annotations"]["config.linkerd.io/preserved-labels"]
+    )
     assert writer.applied[-1]["data"] == {"ca-bundle.crt": anchor.strip()}
     assert recorder.events.count(("Normal", "ConfigMapUpdated")) == 2
 
@@ -246,7 +262,7 @@ async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None
 
 async def test_a_helm_upgrade_re_rendering_values_is_reverted_for_what_we_manage() -> None:
     ctl, writer, recorder, config_cm = await reconciled_modern()
-    preserved, ours = writer.applied
+    preserved, _, ours = writer.applied
     # `helm upgrade` writes the chart's values back (ours lost), and sets one of its own.
     upgraded = yaml.safe_load(config_cm["data"]["values"])
     upgraded["controllerReplicas"] = 3
@@ -259,3 +275,60 @@ async def test_a_helm_upgrade_re_rendering_values_is_reverted_for_what_we_manage
     assert reverted["proxy"]["logLevel"] == "debug"  # ours, back
     assert reverted["controllerReplicas"] == 3  # theirs, kept
     assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
+
+
+# -- the trust roots: restored whole, or Ready=False naming them -----------------------------
+
+ROOTS_KEY = "linkerd/linkerd-identity-trust-roots"
+
+
+async def test_deleted_trust_roots_come_back_whole_from_their_copy() -> None:
+    ctl, writer, recorder, config_cm = await reconciled_modern()
+    _, roots_copy, ours = writer.applied
+    _, roots = modern_install()
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configmaps.store.delete(ROOTS_KEY)
+    await ctl.reconcile("modern")
+    (created,) = writer.created
+    assert created["metadata"]["name"] == "linkerd-identity-trust-roots"
+    assert created["data"] == roots["data"]
+    assert created["metadata"]["labels"] == roots["metadata"]["labels"]  # nothing of ours
+    assert created["metadata"]["annotations"] == roots["metadata"]["annotations"]
+    assert recorder.events[-1] == ("Normal", "ConfigMapCreated")
+    assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")
+
+
+async def test_deleted_trust_roots_stated_by_the_spec_come_back_with_the_install_metadata() -> None:
+    spec_config = small()
+    spec_config["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": SECOND_TRUST_ANCHOR}}
+    ctl, writer, _, config_cm = await reconciled_modern(spec_config)
+    _, roots_copy, ours, ours_roots = writer.applied
+    _, roots = modern_install()
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configmaps.store.delete(ROOTS_KEY)
+    await ctl.reconcile("modern")
+    (created,) = writer.created
+    assert created["data"] == {"ca-bundle.crt": SECOND_TRUST_ANCHOR.strip()}
+    for field in ("labels", "annotations"):
+        assert roots["metadata"][field].items() <= created["metadata"][field].items()
+    assert writer.applied[-1] == ours_roots  # and ours applied, so the keys stay ours
+
+
+async def test_deleted_trust_roots_without_a_copy_are_named_and_nothing_restarts() -> None:
+    config_cm, _ = modern_install()
+    ctl, writer, recorder = controller(small(), configmap=config_cm)  # never saw the roots
+    restarts: list[str] = []
+
+    async def roll(*_args: Any) -> None:
+        restarts.append("roll")
+
+    ctl.rollout.roll = roll
+    await ctl.reconcile("modern")
+    assert writer.created == [] and restarts == []
+    status = writer.statuses[-1]
+    assert conditions(status)["Ready"] == ("False", "ConfigMapMissing")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    assert "linkerd/linkerd-identity-trust-roots" in message and "missing" in message
+    assert recorder.events[-1] == ("Warning", "ConfigMapMissing")

@@ -96,6 +96,10 @@ class Rendering:
     """``Spec`` when the spec states the anchors, ``Cluster`` when the cluster's are kept."""
     companions: dict[str, dict[str, str]] = field(default_factory=dict)
     """Other ConfigMaps in Linkerd's namespace, by name: the keys to write there."""
+    depends_on: frozenset[str] = frozenset()
+    """Other ConfigMaps in Linkerd's namespace without which this release's injector cannot
+    inject (the trust roots), whether or not the spec writes into them: kept (a copy of each)
+    and restored whole when deleted."""
 
 
 class ConfigFormat(Protocol):

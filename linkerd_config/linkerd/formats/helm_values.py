@@ -312,6 +312,9 @@ class HelmValuesFormat:
             trust_anchor_source="Spec"
             if isinstance(anchors, str) and anchors.strip()
             else "Cluster",
+            depends_on=frozenset({TRUST_ROOTS_CONFIGMAP})
+            if self.trust_roots_configmap
+            else frozenset(),
         )
 
     def _desired_proxy(self, values: Mapping[str, Any], bundle: str | None) -> DesiredProxy:
