@@ -12,10 +12,10 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
+
+from linkerd_config.linkerd.formats import bounded
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
@@ -54,16 +54,18 @@ class Change:
 
 def readable(text: str | None) -> Any:
     """What a key's text says: JSON or a YAML mapping parsed, certificates described, or the
-    text itself; ABSENT for a key that is not there."""
+    text itself; ABSENT for a key that is not there. Read by the same bounded readers as the
+    controller's (``formats.bounded``): a text they refuse (an alias bomb, a key twice) is
+    compared as text, never expanded."""
     if text is None:
         return ABSENT
     parsed: Any = text
     try:
-        parsed = orjson.loads(text)
-    except orjson.JSONDecodeError:
+        parsed = bounded.json_value(text)
+    except bounded.Unreadable:
         try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError:
+            loaded = bounded.yaml_value(text)
+        except bounded.Unreadable:
             loaded = None
         if isinstance(loaded, dict):
             parsed = loaded

@@ -28,7 +28,7 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.formats.base import FormatError
+from linkerd_config.linkerd.formats.base import FormatError, InstalledDataError
 from linkerd_config.linkerd.formats.versions import VersionError
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONFIGMAP_SYNCED,
@@ -258,7 +258,15 @@ class LinkerdConfigController:
         configmaps = in_namespace(self.configmaps.store.items(), target.namespace)
         configmap = configmaps.get(target.name)
         try:
-            desired = desired_config(config, current_data(configmaps, target))
+            # Off the event loop: reading the installed data and rendering onto it cost up to
+            # formats.bounded's limits, which anyone who may edit the ConfigMap can reach.
+            current = current_data(configmaps, target)
+            desired = await asyncio.to_thread(desired_config, config, current)
+        except InstalledDataError as exc:
+            message = f"{exc}; nothing is written until the ConfigMap is corrected"
+            return await self._invalid(
+                config, conditions, generation, message, "InstalledConfigUnreadable"
+            )
         except (FormatError, VersionError) as exc:
             return await self._invalid(config, conditions, generation, str(exc))
 

@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
-from linkerd_config.linkerd.formats import FieldError, FormatError, VersionError
+from linkerd_config.linkerd.formats import (
+    FieldError,
+    FormatError,
+    InstalledDataError,
+    VersionError,
+)
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     OWNER_ANNOTATION,
@@ -285,6 +290,8 @@ def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]]
     configmaps = in_namespace(view.configmaps.items(), target.namespace)
     try:
         return desired_config(config, current_data(configmaps, target)), configmaps
+    except InstalledDataError as exc:
+        return Problem("InstalledConfigUnreadable", str(exc))
     except (FormatError, VersionError) as exc:
         return Problem("InvalidConfig", str(exc))
 

@@ -89,11 +89,12 @@ class Desired:
 def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> Desired:
     """What the cluster should hold for ``config``, given the data of the ConfigMaps in the
     target's namespace by name (the target's own may come from its preserved copy); raises
-    FormatError naming fields."""
+    FormatError naming fields, InstalledDataError naming the ConfigMap and key whose data
+    cannot be used (read within ``formats.bounded``'s limits)."""
     target = target_of(config)
     raw = config.get("spec") or {}
     installed = Installed(str(target), current.get(target.name) or {}, current)
-    fmt = format_of(raw, current.get(target.name))
+    fmt = format_of(raw, installed)
     rendering = fmt.rendering(defaulted(raw, fmt), installed)
     identity = {"managed": rendering.managed, "companions": rendering.companions}
     if not rendering.companions:

@@ -174,17 +174,17 @@ def test_no_values_to_change_is_refused() -> None:
 
 
 def test_the_format_follows_the_spec_or_the_cluster_and_refuses_a_mismatch() -> None:
-    modern = installed()["linkerd-config"]
+    modern = on(installed())
     assert isinstance(format_of(small(), modern), HelmValuesFormat)  # the cluster decides
     assert str(format_of(small(), modern).version) == "edge-26.8.3"
     with pytest.raises(FormatError) as refused:
         format_of({"global": {"version": "edge-19.12.3"}}, modern)
     assert "the cluster runs Linkerd edge-26.8.3" in str(refused.value)
-    legacy = {"global": '{"version":"edge-19.12.1"}'}
+    legacy = on({"linkerd-config": {"global": '{"version":"edge-19.12.1"}'}})
     with pytest.raises(FormatError, match="upgrade Linkerd first"):
         format_of({"global": {"version": "edge-26.8.3"}}, legacy)
     with pytest.raises(FormatError, match="declares no version"):
-        format_of(small(), None)
+        format_of(small(), on({}))
 
 
 def test_stale_pods_as_linkerd_decides() -> None:

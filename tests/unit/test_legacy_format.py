@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from linkerd_config.linkerd.formats import (
     ConfigFormat,
     FormatError,
+    Installed,
     LegacyFormat,
     LinkerdVersion,
     VersionError,
@@ -46,6 +47,11 @@ def installed() -> dict[str, str]:
     """linkerd-config as `linkerd install` of edge-19.12.1 wrote it."""
     data: dict[str, str] = load("linkerd-config_edge-19.12.1.yaml")["data"]
     return data
+
+
+def at(data: dict[str, str]) -> Installed:
+    """``data`` as reconcile hands it over: the data of ConfigMap linkerd/linkerd-config."""
+    return Installed("linkerd/linkerd-config", data)
 
 
 def with_version(spec: dict[str, Any], version: str) -> dict[str, Any]:
@@ -359,7 +365,7 @@ def test_malformed_versions_are_refused_clearly(version: str) -> None:
 def test_reads_the_trust_anchors_of_the_installed_config(
     installed: dict[str, str], sample: dict[str, Any]
 ) -> None:
-    pem = format_for("edge-19.12.1").trust_anchors(installed)
+    pem = format_for("edge-19.12.1").trust_anchors(at(installed))
     assert pem == sample["global"]["identityContext"]["trustAnchorsPEM"]
     assert pem is not None
     assert pem.startswith("-----BEGIN CERTIFICATE-----\nMIIBYDCCAQegAwIBAgIBATAKBggqhkjOPQQDAjAY")
@@ -377,24 +383,25 @@ def test_reads_the_trust_anchors_of_the_installed_config(
     ],
 )
 def test_no_trust_anchors_is_none(data: dict[str, str]) -> None:
-    assert format_for("edge-19.12.3").trust_anchors(data) is None
+    assert format_for("edge-19.12.3").trust_anchors(at(data)) is None
 
 
 def test_trust_anchors_under_the_original_field_names() -> None:
     data = {"global": '{"identity_context":{"trust_anchors_pem":"PEM"}}'}
-    assert format_for("edge-19.12.3").trust_anchors(data) == "PEM"
+    assert format_for("edge-19.12.3").trust_anchors(at(data)) == "PEM"
 
 
-def test_an_unreadable_global_is_an_error() -> None:
+def test_an_unreadable_global_is_an_error_naming_the_configmap() -> None:
     with pytest.raises(FormatError) as raised:
-        format_for("edge-19.12.3").trust_anchors({"global": "{not json"})
-    assert raised.value.errors[0][0] == "data.global"
+        format_for("edge-19.12.3").trust_anchors(at({"global": "{not json"}))
+    assert raised.value.errors[0][0] == "ConfigMap linkerd/linkerd-config, key global"
+    assert "line 1, column 2: is not JSON" in raised.value.errors[0][1]
 
 
 def test_trust_anchors_round_trip_through_render(sample: dict[str, Any]) -> None:
     legacy = format_for("edge-19.12.3")
     assert (
-        legacy.trust_anchors(legacy.render(sample))
+        legacy.trust_anchors(at(legacy.render(sample)))
         == (sample["global"]["identityContext"]["trustAnchorsPEM"])
     )
 

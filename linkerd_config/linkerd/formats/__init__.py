@@ -20,9 +20,10 @@ from linkerd_config.linkerd.formats.base import (
     FieldError,
     FormatError,
     Installed,
+    InstalledDataError,
     Rendering,
 )
-from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat
+from linkerd_config.linkerd.formats.helm_values import VALUES_KEY, HelmValuesFormat
 from linkerd_config.linkerd.formats.legacy import LegacyFormat
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
@@ -36,6 +37,7 @@ __all__ = [
     "FormatError",
     "HelmValuesFormat",
     "Installed",
+    "InstalledDataError",
     "LegacyFormat",
     "LinkerdVersion",
     "Rendering",
@@ -97,21 +99,39 @@ def stated_version(spec: Mapping[str, Any]) -> str | None:
     return None if reads_values(hint) else hint
 
 
-def cluster_version(data: Mapping[str, str]) -> str | None:
+def cluster_version(installed: Installed) -> tuple[str, str] | None:
     """The Linkerd version an installed ``linkerd-config`` declares, in either format (each
-    format reads its own keys back)."""
-    return HelmValuesFormat.installed_version(data) or LegacyFormat.installed_version(data)
+    format reads its own keys back), and the key that declares it; InstalledDataError if
+    that key cannot be read."""
+    version = HelmValuesFormat.installed_version(installed)
+    if version:
+        return version, VALUES_KEY
+    version = LegacyFormat.installed_version(installed)
+    return (version, "global") if version else None
 
 
-def format_of(spec: Mapping[str, Any], data: Mapping[str, str] | None) -> ConfigFormat:
-    """The format to write ``spec`` in, given the installed ConfigMap's ``data`` (None if
-    there is none). Refuses a spec whose version reads another format than the cluster's."""
+def format_of(spec: Mapping[str, Any], current: Installed) -> ConfigFormat:
+    """The format to write ``spec`` in, given what is ``current``ly installed (its data empty
+    if nothing is). Refuses a spec whose version reads another format than the cluster's; a
+    version the cluster declares that no format reads is the ConfigMap's problem, named so."""
     stated = stated_version(spec)
-    installed = cluster_version(data) if data else None
+    declared = cluster_version(current) if current.data else None
+    installed = declared[0] if declared else None
     if stated is None and installed is None:
         raise FormatError(
             [(VERSION_FIELD, "is not set, and the cluster's linkerd-config declares no version")]
         )
+    if stated is None and declared is not None:
+        try:
+            return format_for(declared[0])
+        except FormatError as error:
+            problem = error.errors[0].message
+            raise InstalledDataError(
+                current.where,
+                declared[1],
+                f"declares the Linkerd version, and {problem}; state spec.global.version, or "
+                "correct the ConfigMap",
+            ) from error
     chosen = format_for(stated or str(installed))
     if stated is not None and installed is not None:
         try:

@@ -22,6 +22,7 @@ __all__ = [
     "FieldError",
     "FormatError",
     "Installed",
+    "InstalledDataError",
     "Rendering",
     "configuration",
 ]
@@ -66,6 +67,16 @@ class FormatError(ValueError):
         if not self.errors:
             raise ValueError("FormatError needs at least one (field path, message) pair")
         super().__init__("; ".join(str(error) for error in self.errors))
+
+
+class InstalledDataError(FormatError):
+    """What the cluster holds cannot be used: the ConfigMap and key are named, never a spec
+    field (the LinkerdConfig did not set it). Nothing is written until it is fixed."""
+
+    def __init__(self, where: str, key: str, problem: str) -> None:
+        self.where = where
+        self.key = key
+        super().__init__([(f"ConfigMap {where}, key {key}", problem)])
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,7 @@ class ConfigFormat(Protocol):
         every field it cannot write."""
         ...
 
-    def trust_anchors(self, data: Mapping[str, str]) -> str | None:
-        """The trust anchor PEM an existing ConfigMap's data holds, or None if it holds none."""
+    def trust_anchors(self, installed: Installed) -> str | None:
+        """The trust anchor PEM the installed ConfigMap holds, or None if it holds none;
+        InstalledDataError if its data cannot be read."""
         ...

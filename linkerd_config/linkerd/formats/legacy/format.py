@@ -45,7 +45,6 @@ fill in, and the only issuer scheme stable-2.6 has) and omits it; any other sche
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,7 +56,14 @@ from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, messa
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
-from linkerd_config.linkerd.formats.base import FieldError, FormatError, Installed, Rendering
+from linkerd_config.linkerd.formats import bounded
+from linkerd_config.linkerd.formats.base import (
+    FieldError,
+    FormatError,
+    Installed,
+    InstalledDataError,
+    Rendering,
+)
 from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.legacy import config_pb2
 from linkerd_config.linkerd.formats.legacy.install_defaults import LEGACY_DEFAULTS
@@ -263,7 +269,7 @@ class LegacyFormat:
         identity = identity if isinstance(identity, Mapping) else {}
         source = "Spec"
         if not str(identity.get("trustAnchorsPEM") or "").strip():
-            kept = self.trust_anchors(installed.data)
+            kept = self.trust_anchors(installed)
             if not kept:
                 raise FormatError(
                     [
@@ -318,33 +324,36 @@ class LegacyFormat:
         releases = FIELD_RELEASES.get((message, field))
         return releases is None or releases.include(self.version)
 
-    def trust_anchors(self, data: Mapping[str, str]) -> str | None:
+    def trust_anchors(self, installed: Installed) -> str | None:
         """The PEM in ``global``'s identityContext, or None when there is none to reuse.
 
         Accepts both the JSON names Linkerd writes and the original field names, as
-        Linkerd's own reader does. Raises FormatError if ``global`` is not the JSON of a
-        Global message.
+        Linkerd's own reader does. Raises InstalledDataError if ``global`` is not the JSON
+        of a Global message.
         """
-        parsed = _installed_global(data)
+        parsed = _installed_global(installed)
         if parsed is None:
             return None
-        path = "data.global"
         identity = _either(parsed, "identityContext", "identity_context")
         if identity is None:
             return None
         if not isinstance(identity, dict):
-            raise FormatError([(f"{path}.identityContext", "must be a JSON object or null")])
+            raise InstalledDataError(
+                installed.where, "global", "identityContext must be a JSON object or null"
+            )
         pem = _either(identity, "trustAnchorsPem", "trust_anchors_pem")
         if pem is None or pem == "":
             return None
         if not isinstance(pem, str):
-            raise FormatError([(f"{path}.identityContext.trustAnchorsPem", "must be a string")])
+            raise InstalledDataError(
+                installed.where, "global", "identityContext.trustAnchorsPem must be a string"
+            )
         return pem
 
     @staticmethod
-    def installed_version(data: Mapping[str, str]) -> str | None:
+    def installed_version(installed: Installed) -> str | None:
         """The version an installed ``global`` declares (None without one)."""
-        parsed = _installed_global(data)
+        parsed = _installed_global(installed)
         version = parsed.get("version") if parsed is not None else None
         return version if isinstance(version, str) and version else None
 
@@ -695,18 +704,19 @@ def parse_go_duration(text: str) -> int:
     return -nanos if negative else nanos
 
 
-def _installed_global(data: Mapping[str, str]) -> dict[str, Any] | None:
-    """An installed ConfigMap's ``global`` as JSON (None if it has none); FormatError naming
-    ``data.global`` if it is not a JSON object."""
-    raw = data.get("global")
+def _installed_global(installed: Installed) -> dict[str, Any] | None:
+    """An installed ConfigMap's ``global`` as JSON (None if it has none), read within
+    ``formats.bounded``'s limits; InstalledDataError naming the ConfigMap and key if it is
+    refused or is not a JSON object."""
+    raw = installed.data.get("global")
     if raw is None or not raw.strip():
         return None
     try:
-        parsed = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise FormatError([("data.global", f"not valid JSON: {error}")]) from error
+        parsed = bounded.json_value(raw)
+    except bounded.Unreadable as error:
+        raise InstalledDataError(installed.where, "global", str(error)) from error
     if not isinstance(parsed, dict):
-        raise FormatError([("data.global", "must be a JSON object")])
+        raise InstalledDataError(installed.where, "global", "must be a JSON object")
     return parsed
 
 
