@@ -24,6 +24,7 @@ from tests.support.hostile import (
 )
 from tests.support.samples import install_configmap, modern_install
 from tests.unit.test_reconcile_outcomes import conditions, controller, small
+from tests.unit.test_reconcile_outcomes import config as legacy_config
 
 VALUES_AT = "ConfigMap linkerd/linkerd-config, key values"
 GLOBAL_AT = "ConfigMap linkerd/linkerd-config, key global"
@@ -152,8 +153,7 @@ def test_a_key_twice_in_the_legacy_global_is_refused() -> None:
     cm = install_configmap()
     global_ = cm["data"]["global"].rstrip().rstrip("}") + ',"version":"edge-1.0.0"}'
     bad = {**cm, "data": {**cm["data"], "global": global_}}
-    config = {**small(), "spec": {"proxy": {"proxyVersion": "edge-19.12.3"}}}
-    assert refusal(bad, config) == (
+    assert refusal(bad, legacy_config()) == (
         f"{GLOBAL_AT}: key 'version' appears twice in one object; which one counts would be a guess"
     )
 
