@@ -14,7 +14,12 @@ mirrors client-go ``tools/record/events_cache.go``:
   window, the newest ones are folded into one Event whose message is
   ``"(combined from similar events): <latest message>"``;
 * a token bucket per source and object (burst 25, refilling one every 5 minutes) drops
-  the excess, so an object that is always broken cannot flood etcd.
+  the excess of Normal events, so an object that is always busy cannot flood etcd.
+
+One departure from client-go: a Warning is never dropped by the spam filter (nor does it
+spend the object's budget). A failure is what a person reads Events for, and the two steps
+above already bound what a repeated one costs: one Event whose count goes up, and at most
+``max_similar`` Events per object and reason within the window.
 """
 
 from __future__ import annotations
@@ -228,7 +233,7 @@ class EventCorrelator:
     def correlate(self, ev: EventSpec) -> Decision:
         now, wall = self._clock(), self._wall()
         spam_key = ev.spam_key()
-        if not self._spam.allow(spam_key, now):
+        if ev.type != WARNING and not self._spam.allow(spam_key, now):
             first = not self._throttled.get(spam_key)
             self._throttled.put(spam_key, True)
             return Decision(Action.DROP, throttle_started=first)

@@ -466,9 +466,12 @@ class LinkerdConfigController:
         exc: ApiError,
     ) -> Result:
         """The API server refused our write: say so where users look, then retry with backoff."""
+        # Which one: the target, the trust roots, or a preserved copy (a create's path names
+        # none: the restore of one of them).
+        _, _, named = exc.path.split("?", 1)[0].partition("/configmaps/")
+        where = f"{desired.target.namespace}/{named}" if named else str(desired.target)
         message = (
-            f"writing ConfigMap {desired.target} failed: {exc.status} "
-            f"{exc.reason or 'Error'}: {exc.message}"
+            f"writing ConfigMap {where} failed: {exc.status} {exc.reason or 'Error'}: {exc.message}"
         )
         self.recorder.record(config, "Warning", "ConfigMapWriteFailed", message)
         log.error(

@@ -79,6 +79,19 @@ RESTART_CONCURRENCY = 10
 fifty, so a pass lasts what ``restart_interval`` says and little more."""
 
 
+@dataclass(frozen=True)
+class _Restart:
+    """One workload's restart in a pass: done, or refused (with the API server's reason)."""
+
+    done: bool = False
+    refused: str = ""
+
+
+def _listed(items: list[str], limit: int = 10) -> str:
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
+
+
 @dataclass
 class _ConfigProgress:
     """What this process knows of one configuration's rollout."""
@@ -93,6 +106,8 @@ class _ConfigProgress:
     """... and what its answer said while it still injected the old proxy."""
     pass_finished: float | None = None
     """Wall time this process's last pass finished sending its restarts."""
+    probe_failure: str = ""
+    """Why the injector could not be asked last time (reported once per cause)."""
 
 
 @dataclass(frozen=True)
@@ -255,29 +270,74 @@ class RolloutExecutor:
                     requeue_after=PROBE_SPACING - since,
                 )  # fmt: skip
             progress.probed_at = self.monotonic()
-            confirmed, why = await self._injector_ready(desired, todo)
+            confirmed, why, cause = await self._injector_ready(desired, todo)
             progress.waiting_why, progress.injector_confirmed = why, confirmed
+            if cause and cause != progress.probe_failure:
+                self.recorder.record(
+                    config,
+                    "Warning",
+                    "InjectorUnconfirmed",
+                    f"cannot ask Linkerd's proxy injector which proxy it injects now: {cause}; "
+                    f"restarting after {self.options.injector_wait:.0f}s without its answer",
+                )
+            progress.probe_failure = cause
         if not confirmed:
             return RolloutOutcome(
                 len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
                 requeue_after=2.0,
             )  # fmt: skip
         gate = asyncio.Semaphore(RESTART_CONCURRENCY)
+        batch_now = todo[: pace.allowed]
 
-        async def restart(workload: rollout.Workload) -> bool:
+        async def restart(workload: rollout.Workload) -> _Restart:
             async with gate:
                 return await self._restart_reported(config, workload, config_hash, version)
 
-        done = await asyncio.gather(*(restart(w) for w in todo[: pace.allowed]))
+        done = await asyncio.gather(*(restart(w) for w in batch_now))
         # A record's time is stamped before its PATCH is sent; the batch's last PATCH lands
         # a little later. The interval runs from when the pass finished.
         progress.pass_finished = self.wall()
+        self._report_pass(config, version, batch_now, done)
         owners_restarted = sum(
-            1 for ok, w in zip(done, todo[: pace.allowed], strict=True) if ok and w.kind != "Pod"
+            1 for r, w in zip(done, batch_now, strict=True) if r.done and w.kind != "Pod"
         )
+        refused = [f"{w}: {r.refused}" for r, w in zip(done, batch_now, strict=True) if r.refused]
+        if refused:
+            why = (
+                f"{len(refused)} restart(s) refused, retried next pass: {'; '.join(refused)}. {why}"
+            )
         evicted, _ = self._evictions(config, config_hash)
         total = len(recorded) + owners_restarted + evicted
         return self._rolling(plan, total, evicted, version, interval, why)
+
+    def _report_pass(
+        self,
+        config: Json,
+        version: str,
+        workloads: list[rollout.Workload],
+        results: list[_Restart],
+    ) -> None:
+        """One Event on the LinkerdConfig per pass (each workload has its own): a rollout of
+        hundreds of workloads stays readable, and within the recorder's budget."""
+        restarted = [str(w) for w, r in zip(workloads, results, strict=True) if r.done]
+        if restarted:
+            self.recorder.record(
+                config,
+                "Normal",
+                "WorkloadsRestarted",
+                f"restarted {len(restarted)} workload(s) for proxy {version}: "
+                + _listed(restarted),
+            )
+        refused = [
+            f"{w}: {r.refused}" for w, r in zip(workloads, results, strict=True) if r.refused
+        ]
+        if refused:
+            self.recorder.record(
+                config,
+                "Warning",
+                "RestartFailed",
+                f"{len(refused)} restart(s) refused, retried next pass: " + _listed(refused),
+            )
 
     def _rolling(
         self,
@@ -318,22 +378,49 @@ class RolloutExecutor:
 
     async def _restart_reported(
         self, config: Json, workload: rollout.Workload, config_hash: str, version: str
-    ) -> bool:
-        """``_restart``, counted, logged and recorded as an Event; a refusal is reported and
-        retried on a later pass (False)."""
+    ) -> _Restart:
+        """``_restart``, counted, logged and recorded as an Event on the workload; a refusal
+        is reported with the API server's reason and retried on a later pass."""
+        involved = self._involved(workload)
+        name = config["metadata"]["name"]
         try:
             restarted = await self._restart(config, workload, config_hash)
         except ApiError as exc:
-            log.warning("restart failed; will retry", workload=str(workload), error=str(exc))
+            reason = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
+            log.warning("restart failed; will retry", workload=str(workload), error=reason)
             self.metrics.restart_failures.labels(workload.kind).inc()
-            self.recorder.record(config, "Warning", "RestartFailed", f"{workload}: {exc.message}")
-            return False
+            if involved is not None:
+                self.recorder.record(
+                    involved,
+                    "Warning",
+                    "RestartFailed",
+                    f"restart for proxy {version} (LinkerdConfig {name}) refused: {reason}",
+                )
+            return _Restart(refused=reason)
         if restarted:
             self.metrics.restarts.labels(workload.kind).inc()
-            self.recorder.record(
-                config, "Normal", "WorkloadRestarted", f"restarted {workload} for proxy {version}"
-            )
-        return restarted
+            if involved is not None:
+                verb = "evicted" if workload.kind == "Pod" else "restarted"
+                self.recorder.record(
+                    involved,
+                    "Normal",
+                    "WorkloadRestarted",
+                    f"{verb} for proxy {version} (LinkerdConfig {name}, configuration "
+                    f"{config_hash})",
+                )
+        return _Restart(done=restarted)
+
+    def _involved(self, workload: rollout.Workload) -> Json | None:
+        """The workload as an Event's involved object (from the cache: its uid)."""
+        if workload.kind == "Pod":
+            cached = self.pods.get(f"{workload.namespace}/{workload.name}")
+            api_version = PODS.api_version
+        else:
+            cached = self._record(workload)
+            api_version = WORKLOAD_RESOURCES[workload.kind].api_version
+        if cached is None:
+            return None
+        return {"kind": workload.kind, "apiVersion": api_version, "metadata": cached["metadata"]}
 
     async def _restart(self, config: Json, workload: rollout.Workload, config_hash: str) -> bool:
         """Restart once per configuration; False when it already was, is gone, or changed
@@ -371,9 +458,12 @@ class RolloutExecutor:
 
     async def _injector_ready(
         self, desired: Desired, workloads: Iterable[rollout.Workload]
-    ) -> tuple[bool, str]:
-        """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
-        pod from a stale workload's template; if it cannot tell, fall back to waiting."""
+    ) -> tuple[bool, str, str]:
+        """Does the injector now inject the desired proxy? (answer, what status says, why it
+        could not be asked if it could not) Ask it with a dry-run create of a
+        pod from a stale workload's template; if it cannot tell, fall back to waiting, and say
+        why it could not (the API server's reason for refusing the dry-run, say)."""
+        cause = "no stale workload's pod template could be read"
         for workload in workloads:
             pod = await self._candidate_pod(workload)
             if pod is None:
@@ -384,26 +474,36 @@ class RolloutExecutor:
             try:
                 created = await self.writer.dry_run_create(PODS, where, pod)
             except ApiError as exc:
-                log.info("dry-run create refused; cannot confirm injector", error=str(exc))
+                cause = (
+                    f"the dry-run create of a pod in namespace {where} was refused: "
+                    f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
+                )
+                log.info("dry-run create refused; cannot confirm injector", error=cause)
                 break
             injected = rollout.pod_projection(created)
             if rollout.proxy_version(injected) is None:
-                break  # not injected at all: the injector did not answer for this pod
+                # Not injected at all: the injector did not answer for this pod.
+                cause = f"a dry-run pod in namespace {where} came back without Linkerd's proxy"
+                break
             namespace = self.namespaces.get(workload.namespace)
             mismatch = desired.proxy.mismatch(injected, namespace)
             if mismatch is None:
-                return True, ""
-            return False, f"the proxy injector does not inject it yet: {mismatch}"
+                return True, "", ""
+            return False, f"the proxy injector does not inject it yet: {mismatch}", ""
         written_at = self._of(desired.config_hash).written_at
         waited = 0.0 if written_at is None else self.monotonic() - written_at
         if waited >= self.options.injector_wait:
-            return True, (
-                f"could not confirm the injector's version by dry-run; restarted after "
-                f"waiting {self.options.injector_wait:.0f}s"
+            return (
+                True,
+                f"could not confirm the injector's version by dry-run ({cause}); restarted "
+                f"after waiting {self.options.injector_wait:.0f}s",
+                cause,
             )
-        return False, (
-            f"cannot confirm the injector's version by dry-run; waiting "
-            f"{self.options.injector_wait - waited:.0f}s more before restarting"
+        return (
+            False,
+            f"cannot confirm the injector's version by dry-run ({cause}); waiting "
+            f"{self.options.injector_wait - waited:.0f}s more before restarting",
+            cause,
         )
 
     async def _candidate_pod(self, workload: rollout.Workload) -> Json | None:

@@ -150,6 +150,20 @@ def test_spam_filter_allows_a_burst_of_25_then_one_per_five_minutes() -> None:
     assert c.correlate(spec(message="m0")).action is Action.DROP
 
 
+def test_warnings_are_never_dropped_and_spend_no_budget() -> None:
+    clock = FakeClock(1_700_000_000.0)
+    c = correlator(clock, spam_burst=2)
+    assert c.correlate(spec()).action is Action.CREATE
+    assert c.correlate(spec()).action is Action.PATCH
+    assert c.correlate(spec()).action is Action.DROP  # Normal: the budget is spent
+    failures = [c.correlate(spec(message=f"w{i}", type="Warning")) for i in range(40)]
+    assert all(d.action is not Action.DROP for d in failures)
+    # Still bounded: beyond the similar-message threshold they share one combined Event.
+    assert len({d.name for d in failures}) == 10
+    assert failures[-1].message.startswith(AGGREGATE_PREFIX)
+    assert c.correlate(spec()).action is Action.DROP  # and Normal ones stay throttled
+
+
 def test_dropped_events_do_not_advance_counts() -> None:
     clock = FakeClock(1_700_000_000.0)
     c = correlator(clock, spam_burst=2)
@@ -311,5 +325,7 @@ async def test_spam_filtered_events_are_not_written() -> None:
     client = FakeClient()
     rec = EventRecorder(client, "c")  # type: ignore[arg-type]
     for _ in range(30):
-        rec.record(CM, "Warning", "Failing", "same")
+        rec.record(CM, "Normal", "Busy", "same")
     assert rec.stats["dropped_spam"] == 5 and rec.pending == 25
+    rec.record(CM, "Warning", "Failing", "same")  # a failure is never dropped
+    assert rec.stats["dropped_spam"] == 5 and rec.pending == 26

@@ -65,9 +65,13 @@ class FakeWriter:
 class FakeRecorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.full: list[tuple[str, str, str, str, str]] = []
+        """(kind, name, type, reason, message) of each."""
 
-    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
+    def record(self, involved: Any, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason))
+        kind = involved.get("kind", "LinkerdConfig")
+        self.full.append((kind, involved["metadata"]["name"], type_, reason, message))
 
 
 class World:
@@ -189,7 +193,10 @@ async def test_a_workload_changed_since_it_was_cached_is_not_counted() -> None:
     world.writer.conflicts.add("app-00")
     outcome = await world.roll()
     assert world.writer.patched == ["ns/app-01"] and outcome.restarted_total == 1
-    assert world.recorder.events == [("Normal", "WorkloadRestarted")]
+    assert world.recorder.events == [
+        ("Normal", "WorkloadRestarted"),
+        ("Normal", "WorkloadsRestarted"),
+    ]
 
 
 async def test_a_bare_pod_is_evicted_and_counted_from_status() -> None:
@@ -378,3 +385,60 @@ async def test_the_spec_sets_the_batch_and_the_interval_over_the_flags() -> None
     world.clock.now += 0.1
     await world.executor.roll(config, DESIRED)
     assert len(world.writer.patched) == 6
+
+
+# -- what users read: Events on each workload, one per pass on the LinkerdConfig, reasons -----
+
+
+async def test_each_restart_is_an_event_on_its_workload_and_each_pass_one_on_the_config() -> None:
+    world = World(12, max_restarts_per_pass=12)
+    await world.roll()
+    on_workloads = [e for e in world.recorder.full if e[0] == "Deployment"]
+    assert sorted(e[1] for e in on_workloads) == [f"app-{i:02d}" for i in range(12)]
+    assert {(e[2], e[3]) for e in on_workloads} == {("Normal", "WorkloadRestarted")}
+    assert "for proxy edge-19.12.3 (LinkerdConfig cfg" in on_workloads[0][4]
+    (on_config,) = [e for e in world.recorder.full if e[0] == "LinkerdConfig"]
+    assert on_config[2:4] == ("Normal", "WorkloadsRestarted")
+    assert on_config[4].startswith("restarted 12 workload(s) for proxy edge-19.12.3: ")
+    assert on_config[4].endswith("and 2 more")
+
+
+async def test_a_refused_restart_names_the_api_servers_reason_everywhere() -> None:
+    world = World(2)
+    world.writer.forbidden.add("app-00")
+    outcome = await world.roll()
+    assert world.writer.patched == ["ns/app-01"]
+    warnings = [e for e in world.recorder.full if e[2] == "Warning"]
+    assert [(e[0], e[1], e[3]) for e in warnings] == [
+        ("Deployment", "app-00", "RestartFailed"),
+        ("LinkerdConfig", "cfg", "RestartFailed"),
+    ]
+    assert all("403 Forbidden" in e[4] for e in warnings)
+    assert "1 restart(s) refused" in outcome.message and "403 Forbidden" in outcome.message
+
+
+async def test_a_refused_injector_probe_says_why_in_status_and_one_event() -> None:
+    world = World(2, injector_wait=60.0)
+
+    async def refused(_resource: Any, namespace: str, _pod: Json) -> Json:
+        raise ApiError(
+            403,
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods",
+            {"reason": "Forbidden", "message": 'pods "x" is forbidden: exceeded quota: q'},
+            None,
+        )
+
+    world.writer.dry_run_create = refused  # type: ignore[method-assign,assignment]
+    world.executor.found(HASH)
+    waiting = await world.roll()
+    assert waiting.reason == "WaitingForInjector"
+    assert "exceeded quota: q" in waiting.message and "403 Forbidden" in waiting.message
+    world.clock.now += PROBE_SPACING
+    await world.roll()
+    probe_events = [e for e in world.recorder.full if e[3] == "InjectorUnconfirmed"]
+    assert len(probe_events) == 1  # once per cause, not once per question
+    assert probe_events[0][2] == "Warning" and "exceeded quota: q" in probe_events[0][4]
+    world.clock.now += 60.0
+    after = await world.roll()
+    assert len(world.writer.patched) == 2 and "exceeded quota: q" in after.message
