@@ -99,7 +99,9 @@ async def read_cluster(settings: Settings) -> ClusterView:
 
 
 def defaults_of(settings: Settings) -> RolloutDefaults:
-    return RolloutDefaults(settings.max_restarts_per_pass, settings.restart_interval)
+    return RolloutDefaults(
+        settings.max_restarts_per_pass, settings.restart_interval, settings.restart_namespaces
+    )
 
 
 # -- plan ------------------------------------------------------------------------------------

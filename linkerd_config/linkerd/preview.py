@@ -14,8 +14,9 @@ workloads in sorted order. A plan's batches hold while nothing else changes mean
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
@@ -89,6 +90,11 @@ class RolloutDefaults:
 
     max_restarts_per_pass: int = 10
     restart_interval: float = 5.0
+    restart_namespaces: LabelSelector = EVERYTHING
+
+    def restricted(self, desired: Desired) -> Desired:
+        """``desired`` as the controller rolls it out: only where it may restart."""
+        return replace(desired, proxy=desired.proxy.restarting_in(self.restart_namespaces))
 
 
 @dataclass(frozen=True)
@@ -224,6 +230,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     if isinstance(decided, Problem):
         return Plan(name, decided)
     desired, configmaps = decided
+    desired = defaults.restricted(desired)
     target = desired.target
     current = configmaps.get(target.name)
     annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
@@ -409,6 +416,7 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     if isinstance(decided, Problem):
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided
+    desired = defaults.restricted(desired)
     standing = view.standing(desired)  # one pass over the pods: the stale ones are in it
     stale = tuple(
         WorkloadLine(w, rollout.STALE, states[rollout.STALE])
