@@ -58,6 +58,11 @@ OVERLAY_VALUES: dict[str, list[str]] = {
         "podMonitor.enabled=true",
         "metrics.secure=true",
     ],
+    "restart-namespaces": [
+        "webhook.certManager.enabled=true",
+        "podMonitor.enabled=true",
+        "restartNamespaces={emojivoto}",
+    ],
 }
 SAME_IMAGE = ["controllerImageVersion=latest"]
 

@@ -20,9 +20,11 @@ import yaml
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
+from linkerd_config.linkerd.reconcile import desired_config, preserved_name
+from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL, selected_for_restarts
 from linkerd_config.settings import Settings, parse
 from tests.support import scenario
-from tests.support.samples import SAMPLES
+from tests.support.samples import SAMPLES, install_configmap, modern_install, sample
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -207,6 +209,7 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
     roles = [o for o in objs if o["kind"] in ("ClusterRole", "Role")]
     assert {(o["kind"], o["metadata"]["name"]) for o in roles} == {
         ("ClusterRole", "linkerd-config"),
+        ("ClusterRole", "linkerd-config-restart"),
         ("Role", "linkerd-config"),
         ("Role", "linkerd-config-events"),
         ("Role", "linkerd-config-probe"),
@@ -240,6 +243,91 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
         if role["kind"] == "Role":
             assert role["metadata"]["namespace"] == binding["metadata"]["namespace"]
     one(objs, "ServiceAccount", "linkerd-config", "linkerd")
+
+
+def written_configmaps() -> list[str]:
+    """What the controller writes for a LinkerdConfig with the default ConfigMap, in either
+    format (the target, what it writes beside it, what its injector needs) and the copies
+    of each, as reconcile names them."""
+    legacy = desired_config(
+        sample("edge_19.12.3.yaml"), {"linkerd-config": dict(install_configmap()["data"])}
+    )
+    modern = desired_config(
+        {"metadata": {"name": "modern"}, "spec": {"proxy": {"proxyVersion": "edge-26.8.4"}}},
+        {d["metadata"]["name"]: dict(d["data"]) for d in modern_install()},
+    )
+    names: set[str] = set()
+    for desired in (legacy, modern):
+        for name in (desired.target.name, *desired.companions, *desired.depends_on):
+            names |= {name, preserved_name(name)}
+    return sorted(names)
+
+
+def test_rbac_names_every_object_it_may_change_in_linkerd(rendered: dict[str, str]) -> None:
+    """In Linkerd's namespace only create and the ConfigMap informer are unnamed (RBAC cannot
+    name a create, and a create never changes an existing object); the rest names exactly
+    the ConfigMaps the controller writes and its own Lease, as its defaults say."""
+    role = one(objects(rendered["rbac"]), "Role", "linkerd-config", "linkerd")
+    names: dict[tuple[str, str], list[str] | None] = {}
+    for rule in role["rules"]:
+        for resource in rule["resources"]:
+            for verb in rule["verbs"]:
+                names[(resource, verb)] = rule.get("resourceNames")
+    unnamed = {k for k, v in names.items() if v is None}
+    assert unnamed == {
+        ("configmaps", "list"),
+        ("configmaps", "watch"),
+        ("configmaps", "create"),
+        ("leases", "create"),
+    }
+    assert sorted(names[("configmaps", "patch")] or []) == written_configmaps()
+    lease = parse([], {}).lease_name
+    for verb in ("get", "list", "watch", "update"):
+        assert names[("leases", verb)] == [lease], verb
+
+
+async def test_restart_namespaces_binds_the_restart_where_the_controller_restarts(
+    control_plane: LocalControlPlane, rendered: dict[str, str]
+) -> None:
+    """components/restart-namespaces: the cluster-wide restart binding replaced by
+    RoleBindings, and the controller's --restart-namespace-selector selecting exactly the
+    namespaces bound (the two lists the component asks you to keep together agree)."""
+    overlay = objects(
+        await kubectl(control_plane, "kustomize", str(MANIFESTS / "restart-namespaces"))
+    )
+    default = objects(rendered["default"])
+
+    def ids(objs: list[Obj]) -> set[tuple[str, str, str]]:
+        return {
+            (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs
+        }
+
+    bindings = [
+        o
+        for o in overlay
+        if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == "linkerd-config-restart"
+    ]
+    assert bindings
+    for binding in bindings:
+        assert binding["roleRef"]["kind"] == "ClusterRole"
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "linkerd-config", "namespace": "linkerd"}
+        ]
+    assert ids(overlay) - ids(default) == ids(bindings)
+    assert ids(default) - ids(overlay) == {("ClusterRoleBinding", "", "linkerd-config-restart")}
+
+    args = one(overlay, "Deployment", "linkerd-config")["spec"]["template"]["spec"]["containers"][
+        0
+    ]["args"]
+    assert args[0] == "run"
+    selector = parse(args[1:], {}).restart_namespaces
+    bound = {b["metadata"]["namespace"] for b in bindings}
+    (requirement,) = selector.requirements
+    assert (requirement.key, requirement.operator) == (NAMESPACE_NAME_LABEL, "in")
+    assert set(requirement.values) == bound
+    for namespace in (*bound, "kube-system", "linkerd", "default"):
+        assert selected_for_restarts(namespace, None, selector) is (namespace in bound)
+    assert parse([], {}).restart_namespaces.everything  # without it: every namespace
 
 
 # -- static checks: the Deployment -----------------------------------------------------------
