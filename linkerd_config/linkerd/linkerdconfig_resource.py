@@ -42,6 +42,9 @@ DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
 VERSION_PATTERN = r"^(edge-[0-9]+\.[0-9]+\.[0-9]+|stable-[0-9]+\.[0-9]+\.[0-9]+)$"
 PORT_OR_RANGE_PATTERN = r"^[0-9]{1,5}(-[0-9]{1,5})?$"
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+MAX_DURATION_CHARS = 64
+MAX_QUANTITY_CHARS = 64
+MAX_VERSION_CHARS = 64
 
 
 # -- schema building blocks ------------------------------------------------------------------
@@ -75,10 +78,15 @@ def _image(what: str) -> dict[str, Any]:
     )
 
 
+def _duration(description: str) -> dict[str, Any]:
+    return _str(description, pattern=DURATION_PATTERN, maxLength=MAX_DURATION_CHARS)
+
+
 def _quantity(description: str) -> dict[str, Any]:
     return {
         "anyOf": [{"type": "integer"}, {"type": "string"}],
         "pattern": QUANTITY_PATTERN,
+        "maxLength": MAX_QUANTITY_CHARS,
         "x-kubernetes-int-or-string": True,
         "description": description,
     }
@@ -116,10 +124,8 @@ def spec_schema() -> dict[str, Any]:
                 "already in the cluster's linkerd-config is kept.",
                 maxLength=65536,
             ),
-            "issuanceLifeTime": _str(
-                "Lifetime of issued certificates, e.g. 86400s.", pattern=DURATION_PATTERN
-            ),
-            "clockSkewAllowance": _str("Tolerated clock skew, e.g. 20s.", pattern=DURATION_PATTERN),
+            "issuanceLifeTime": _duration("Lifetime of issued certificates, e.g. 86400s."),
+            "clockSkewAllowance": _duration("Tolerated clock skew, e.g. 20s."),
             "scheme": _str("Identity scheme.", enum=["linkerd.io/tls"]),
         },
     )
@@ -139,6 +145,7 @@ def spec_schema() -> dict[str, Any]:
                 "Linkerd version, e.g. edge-19.12.3 or edge-26.8.3; picks the config format. "
                 "Leave it out to follow the version the cluster's linkerd-config declares.",
                 pattern=VERSION_PATTERN,
+                maxLength=MAX_VERSION_CHARS,
             ),
             "identityContext": identity,
             "omitWebhookSideEffects": _bool("Declare webhooks without side effects."),
@@ -193,13 +200,11 @@ def spec_schema() -> dict[str, Any]:
                 maxLength=4096,
             ),
             "logFormat": _str("Proxy log format (edge-20.7.1 on).", enum=["plain", "json"]),
-            "outboundConnectTimeout": _str(
-                "Proxy outbound connect timeout, e.g. 1000ms (edge-20.7.5 on).",
-                pattern=DURATION_PATTERN,
+            "outboundConnectTimeout": _duration(
+                "Proxy outbound connect timeout, e.g. 1000ms (edge-20.7.5 on)."
             ),
-            "inboundConnectTimeout": _str(
-                "Proxy inbound connect timeout, e.g. 100ms (edge-20.7.5 on).",
-                pattern=DURATION_PATTERN,
+            "inboundConnectTimeout": _duration(
+                "Proxy inbound connect timeout, e.g. 100ms (edge-20.7.5 on)."
             ),
         },
         # proxyInitImageVersion is required by the legacy format only (validation says so):

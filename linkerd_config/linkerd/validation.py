@@ -14,6 +14,7 @@ never trusts the schema: any JSON at all comes back as errors, never as an excep
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ from linkerd_config.linkerd.formats import (
     version_hint,
 )
 from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.linkerdconfig_resource import spec_schema
 from linkerd_config.linkerd.reconcile import owner_among, target_of
 
 __all__ = [
@@ -70,7 +72,6 @@ _MAX_PORT: Final = 65535
 # Port numbers are at most five digits: longer strings are refused before int() sees them.
 _PORT_ENTRY: Final = re.compile(r"(0|[1-9][0-9]{0,4})(?:-(0|[1-9][0-9]{0,4}))?")
 _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
 _DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS_SUBDOMAIN: Final = re.compile(
     r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
@@ -83,6 +84,15 @@ _IMAGE_NAME: Final = re.compile(
     rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
 )
 _MAX_IMAGE_NAME: Final = 255
+_MAX_NETWORKS: Final = 256
+
+# Every string field is checked against the CRD schema's own bounds (maxLength, enum) and
+# for control characters: Unicode category Cc and lone surrogates, which no Linkerd setting
+# holds. A multi-line field (the PEM bundle) keeps tab, line feed and carriage return.
+_SPEC_SCHEMA: Final = spec_schema()
+_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_MULTILINE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+_MULTILINE: Final = frozenset({TRUST_ANCHOR})
 _MAX_DNS_SUBDOMAIN: Final = 253
 
 _LOG_LEVELS: Final = ("trace", "debug", "info", "warn", "error", "off")
@@ -232,8 +242,12 @@ class _Checker:
         self.now = now
         self.errors: list[FieldError] = []
         self._seen: set[FieldError] = set()
+        self._settled: set[str] = set()
+        """Fields refused by ``strings``: no further message about them."""
 
     def fail(self, field: str, message: str) -> None:
+        if field in self._settled:
+            return
         if len(message) > _MAX_MESSAGE_CHARS:  # messages quote input, which may be huge
             message = f"{message[: _MAX_MESSAGE_CHARS - 3]}..."
         error = FieldError(field, message)
@@ -256,6 +270,7 @@ class _Checker:
         return value
 
     def check(self, spec: Mapping[str, Any]) -> None:
+        self.strings(spec, _SPEC_SCHEMA, "spec")
         global_ = self.section(spec, "global", "spec")
         proxy = self.section(spec, "proxy", "spec")
         identity = self.section(global_, "identityContext", "spec.global")
@@ -267,14 +282,23 @@ class _Checker:
         for key in _IGNORE_FIELDS:
             self.ignored_ports(proxy.get(key), f"spec.proxy.{key}")
         self.log_level(proxy.get("logLevel"))
-        for key in ("proxyImage", "proxyInitImage"):
+        for key in ("proxyImage", "proxyInitImage", "debugImage"):
             image = self.section(proxy, key, "spec.proxy")
             self.image_name(image.get("name"), f"spec.proxy.{key}.name")
-            policy = image.get("pullPolicy")
-            if policy is not None and policy not in _PULL_POLICIES:
-                self.fail(
-                    f"spec.proxy.{key}.pullPolicy", f"must be one of {', '.join(_PULL_POLICIES)}"
-                )
+            self.one_of(image, "pullPolicy", f"spec.proxy.{key}")
+        self.one_of(identity, "scheme", "spec.global.identityContext")
+        self.one_of(proxy, "logFormat", "spec.proxy")
+        debug_version = proxy.get("debugImageVersion")
+        if debug_version not in (None, "") and not (
+            isinstance(debug_version, str) and _IMAGE_TAG.fullmatch(debug_version)
+        ):
+            self.fail(
+                "spec.proxy.debugImageVersion",
+                f"{_show(debug_version)} is not an image tag, e.g. stable-2.7.0",
+            )
+        self.networks(proxy.get("destinationGetNetworks"))
+        for key in ("outboundConnectTimeout", "inboundConnectTimeout"):
+            self.duration(proxy, key, "spec.proxy")
         self.resources(proxy.get("resource"))
         rollout = self.section(spec, "rollout", "spec")
         self.duration(rollout, "restartInterval", "spec.rollout")
@@ -289,6 +313,29 @@ class _Checker:
                 "spec.rollout.maxRestartsPerPass",
                 f"{_show(batch)} must be a whole number of at least 1",
             )
+
+    # -- every string: the schema's bounds, no control characters --------------------------
+
+    def strings(self, value: Any, schema: Mapping[str, Any], path: str) -> None:
+        """Each string of ``value`` against its field's schema: at most ``maxLength``, no
+        control character. Follows the schema's own properties only: its depth bounds the
+        walk (unknown fields are the format's to name)."""
+        if isinstance(value, Mapping):
+            properties = schema.get("properties") or {}
+            for key, child in value.items():
+                if key in properties:
+                    self.strings(child, properties[key], f"{path}.{key}")
+            return
+        if isinstance(value, list):
+            items = schema.get("items")
+            if isinstance(items, Mapping):
+                for index, item in enumerate(value):
+                    self.strings(item, items, f"{path}[{index}]")
+            return
+        problem = _string_problem(value, schema, path)
+        if problem is not None:
+            self.fail(path, problem)
+            self._settled.add(path)
 
     # -- trust anchor --------------------------------------------------------------------
 
@@ -406,6 +453,37 @@ class _Checker:
                 f"{_show(value)} is not an image name ([registry[:port]/]path of lower-case "
                 "components, no tag), e.g. gcr.io/linkerd-io/proxy",
             )
+
+    def one_of(self, parent: Mapping[str, Any], key: str, path: str) -> None:
+        """A field with a closed set of values: the schema's ``enum`` (its one owner)."""
+        value = parent.get(key)
+        allowed = _schema_at(f"{path}.{key}").get("enum") or []
+        if value is not None and value not in allowed:
+            self.fail(f"{path}.{key}", f"must be one of {', '.join(map(str, allowed))}")
+
+    def networks(self, value: Any) -> None:
+        """``destinationGetNetworks`` (values: ``clusterNetworks``): comma-separated CIDRs, as
+        Linkerd's own install checks them (Go's ``net.ParseCIDR``: host bits may be set)."""
+        field = "spec.proxy.destinationGetNetworks"
+        if value is None:
+            return
+        if not isinstance(value, str):
+            self.fail(field, "must be a string of comma-separated CIDRs, e.g. 10.0.0.0/8")
+            return
+        entries = value.split(",")
+        if len(entries) > _MAX_NETWORKS:
+            self.fail(field, f"must have at most {_MAX_NETWORKS} networks")
+            return
+        for index, entry in enumerate(entries):
+            try:
+                ipaddress.ip_network(entry.strip(), strict=False)
+            except ValueError:
+                self.fail(
+                    field,
+                    f"network {index + 1}, {_show(entry)}, is not a CIDR such as 10.0.0.0/8 "
+                    "or fd00::/8",
+                )
+                return
 
     # -- durations, ports, log level, resources ---------------------------------------------
 
@@ -615,6 +693,31 @@ class _PemBlock:
     begin: str
     end: str
     text: str
+
+
+def _string_problem(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
+    """What is wrong with ``value`` as the field ``schema`` describes (None if nothing this
+    checks): longer than its maxLength, or a control character."""
+    if not isinstance(value, str):
+        return None  # a type the field's own check names (or an int-or-string's integer)
+    limit = schema.get("maxLength")
+    if isinstance(limit, int) and len(value) > limit:
+        return f"is longer than {limit} characters"
+    control = (_CONTROL_MULTILINE if path in _MULTILINE else _CONTROL).search(value)
+    if control is not None:
+        return (
+            f"must not contain control characters (U+{ord(control.group()):04X} at "
+            f"character {control.start() + 1})"
+        )
+    return None
+
+
+def _schema_at(path: str) -> Mapping[str, Any]:
+    """The schema of field ``path`` (``spec.proxy.logFormat``)."""
+    schema: Mapping[str, Any] = _SPEC_SCHEMA
+    for key in path.split(".")[1:]:
+        schema = (schema.get("properties") or {})[key]
+    return schema
 
 
 def _dns_subdomain(value: Any) -> bool:

@@ -509,7 +509,7 @@ def test_resource_quantities_are_accepted(resource: Json) -> None:
     [("lots", "not a quantity"), ("1e2.5", "not a quantity"), ("1Qi", "not a quantity"),
      ("1 Gi", "not a quantity"), ("-1", "must not be negative"), (-1, "must not be negative"),
      (True, "must be a quantity"), (1.5, "must be a quantity"), (None, "must be a quantity"),
-     ("1e99999", "out of range"), ("1" * 200, "too many digits")],
+     ("1e99999", "out of range"), ("1" * 200, "is longer than 64 characters")],
 )  # fmt: skip
 def test_bad_quantities_are_refused(quantity: Any, phrase: str) -> None:
     errors = with_spec(lambda s: s["proxy"].update(resource={"limits": {"memory": quantity}}))
@@ -633,10 +633,9 @@ def test_every_error_is_reported_at_once_with_its_path() -> None:
     assert len(set(errors)) == len(errors)
 
 
-def test_messages_quoting_huge_input_are_cut_short() -> None:
+def test_messages_about_huge_input_are_short() -> None:
     errors = with_spec(lambda s: s["global"].update(version="edge-" + "9" * 60_000))
-    assert fields(errors) == ["spec.global.version"]
-    assert len(errors[0].message) <= 300 and errors[0].message.endswith("...")
+    assert errors == [FieldError("spec.global.version", "is longer than 64 characters")]
     identity = "spec.global.identityContext"
     errors = with_spec(
         lambda s: s["global"]["identityContext"].update(clockSkewAllowance="1s" * 10**4)

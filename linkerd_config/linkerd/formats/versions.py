@@ -18,7 +18,7 @@ __all__ = ["Channel", "LinkerdVersion", "VersionError", "first_of", "firsts", "p
 
 Channel = Literal["edge", "stable"]
 
-_NUMBER = r"(0|[1-9][0-9]*)"
+_NUMBER = r"(0|[1-9][0-9]{0,8})"  # nine digits at most: int() stays cheap, never refuses
 _EDGE = re.compile(rf"edge-([0-9]{{2}})\.([1-9]|1[0-2])\.{_NUMBER}")
 _STABLE = re.compile(rf"stable-{_NUMBER}\.{_NUMBER}\.{_NUMBER}")
 

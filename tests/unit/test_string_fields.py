@@ -1,0 +1,211 @@
+"""Every string field of a LinkerdConfig is validated (issue 22, finding 3): control characters
+and over-long values are refused, each naming the field, in both formats.
+
+The fields are enumerated from the generated CRD schema, so a field added to the schema is
+covered here at once: without an example below the test says so, and without validation it
+fails. Hypothesis places the control character and picks the value.
+"""
+
+from __future__ import annotations
+
+import copy
+import unicodedata
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkerd_config.linkerd.formats import FieldError, VersionError, parse_version
+from linkerd_config.linkerd.linkerdconfig_resource import crd
+from linkerd_config.linkerd.validation import validate
+from tests.support.samples import sample
+
+Json = dict[str, Any]
+
+# A valid value of each string field: the hostile values are built around it, so only the
+# control character (or the length) makes them wrong.
+EXAMPLES: dict[str, str] = {
+    "spec.global.linkerdNamespace": "linkerd",
+    "spec.global.version": "",  # per format: see ``base``
+    "spec.global.identityContext.trustDomain": "cluster.local",
+    "spec.global.identityContext.trustAnchorsPEM": "",  # the sample's own anchor
+    "spec.global.identityContext.issuanceLifeTime": "86400s",
+    "spec.global.identityContext.clockSkewAllowance": "20s",
+    "spec.global.identityContext.scheme": "linkerd.io/tls",
+    "spec.global.clusterDomain": "cluster.local",
+    "spec.global.configMap": "linkerd-config",
+    "spec.proxy.proxyImage.name": "gcr.io/linkerd-io/proxy",
+    "spec.proxy.proxyImage.pullPolicy": "IfNotPresent",
+    "spec.proxy.proxyInitImage.name": "gcr.io/linkerd-io/proxy-init",
+    "spec.proxy.proxyInitImage.pullPolicy": "IfNotPresent",
+    "spec.proxy.ignoreInboundPorts[]": "4190",
+    "spec.proxy.ignoreOutboundPorts[]": "4567-4568",
+    "spec.proxy.logLevel": "warn,linkerd2_proxy=info",
+    "spec.proxy.proxyVersion": "",  # per format
+    "spec.proxy.proxyInitImageVersion": "v1.2.0",
+    "spec.proxy.resource.requests.cpu": "100m",
+    "spec.proxy.resource.requests.memory": "20Mi",
+    "spec.proxy.resource.limits.cpu": "1",
+    "spec.proxy.resource.limits.memory": "250Mi",
+    "spec.proxy.debugImage.name": "gcr.io/linkerd-io/debug",
+    "spec.proxy.debugImage.pullPolicy": "IfNotPresent",
+    "spec.proxy.debugImageVersion": "edge-20.1.3",
+    "spec.proxy.destinationGetNetworks": "10.0.0.0/8,fd00::/8",
+    "spec.proxy.logFormat": "json",
+    "spec.proxy.outboundConnectTimeout": "1000ms",
+    "spec.proxy.inboundConnectTimeout": "100ms",
+    "spec.rollout.restartInterval": "30s",
+}
+
+MULTILINE = frozenset({"spec.global.identityContext.trustAnchorsPEM"})
+"""Fields whose values span lines: tab, line feed and carriage return are theirs."""
+
+
+def string_fields(schema: Json, path: str = "spec") -> Iterator[tuple[str, Json]]:
+    """Every field of ``schema`` that holds a string: ``(path, its schema)``; a list of
+    strings as ``path[]``."""
+    if schema.get("type") == "string" or schema.get("x-kubernetes-int-or-string"):
+        yield path, schema
+    elif schema.get("type") == "array":
+        yield from string_fields(schema["items"], f"{path}[]")
+    for key, child in (schema.get("properties") or {}).items():
+        yield from string_fields(child, f"{path}.{key}")
+
+
+SPEC_SCHEMA = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+FIELDS = dict(string_fields(SPEC_SCHEMA))
+
+
+def base(fmt: str) -> Json:
+    """A complete, valid LinkerdConfig: the edge-19.12.3 sample (legacy format), or the same
+    for Linkerd edge-26.8.3 (values format; no proxy-init version, which it cannot carry)."""
+    obj = copy.deepcopy(sample("edge_19.12.3.yaml"))
+    obj["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    if fmt == "values":
+        obj["spec"]["global"]["version"] = "edge-26.8.3"
+        obj["spec"]["proxy"]["proxyVersion"] = "edge-26.8.4"
+        for key in ("proxyInitImageVersion", "proxyInitImage", "omitWebhookSideEffects"):
+            obj["spec"]["proxy"].pop(key, None)
+        obj["spec"]["global"].pop("omitWebhookSideEffects", None)
+    assert validate(obj) == [], validate(obj)
+    return obj
+
+
+def example(obj: Json, path: str) -> str:
+    current = at(obj, path)
+    if isinstance(current, str) and current:
+        return current
+    return EXAMPLES[path]
+
+
+def at(obj: Json, path: str) -> Any:
+    node: Any = obj
+    for key in path.removesuffix("[]").split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if path.endswith("[]"):
+        return node[0] if isinstance(node, list) and node else None
+    return node
+
+
+def with_value(obj: Json, path: str, value: str) -> Json:
+    changed = copy.deepcopy(obj)
+    keys = path.removesuffix("[]").split(".")
+    node = changed
+    for key in keys[:-1]:
+        node = node.setdefault(key, {})
+    node[keys[-1]] = [value] if path.endswith("[]") else value
+    return changed
+
+
+def named(errors: list[Any], path: str) -> bool:
+    """Whether an error names ``path`` (a list's entry as ``path[0]``)."""
+    wanted = path.replace("[]", "[0]")
+    return any(e.field in (wanted, path.removesuffix("[]")) for e in errors)
+
+
+CONTROL = st.characters(categories=["Cc"])
+NOT_LINE_CONTROL = CONTROL.filter(lambda c: c not in "\t\n\r")
+
+
+def test_every_string_field_has_an_example_and_a_bound() -> None:
+    """A new string field needs an example above; and a maximum length (or a closed set of
+    values) in the schema, which the API server enforces and validation repeats."""
+    assert set(FIELDS) == set(EXAMPLES)
+    unbounded = [p for p, s in FIELDS.items() if "maxLength" not in s and "enum" not in s]
+    assert unbounded == []
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+@pytest.mark.parametrize("path", sorted(FIELDS))
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_every_string_field_refuses_control_characters(
+    fmt: str, path: str, data: st.DataObject
+) -> None:
+    obj = base(fmt)
+    valid = example(obj, path)
+    char = data.draw(NOT_LINE_CONTROL if path in MULTILINE else CONTROL, label="control")
+    where = data.draw(st.integers(0, len(valid)), label="where")
+    hostile = valid[:where] + char + valid[where:]
+    errors = validate(with_value(obj, path, hostile))
+    assert named(errors, path), (unicodedata.name(char, hex(ord(char))), errors)
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+@pytest.mark.parametrize("path", sorted(FIELDS))
+@settings(max_examples=10, deadline=None)
+@given(extra=st.integers(1, 100))
+def test_every_string_field_refuses_over_long_values(fmt: str, path: str, extra: int) -> None:
+    obj = base(fmt)
+    valid = example(obj, path)
+    limit = FIELDS[path].get("maxLength", 64)  # an enum's longest value is far shorter
+    filler = "0" if valid[-1:].isdigit() else "a"
+    hostile = valid + filler * (limit - len(valid) + extra)
+    errors = validate(with_value(obj, path, hostile))
+    assert named(errors, path), errors
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+@pytest.mark.parametrize(
+    "name", ["gcr.io/linkerd-io/debug\n", "gcr.io/linkerd-io/\x00debug", "a" * 200_000]
+)
+def test_the_debug_image_name_is_checked_like_the_proxy_image_name(fmt: str, name: str) -> None:
+    """The issue's own examples: a newline, a NUL, 200 KB."""
+    errors = validate(with_value(base(fmt), "spec.proxy.debugImage.name", name))
+    assert named(errors, "spec.proxy.debugImage.name"), errors
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        ("spec.proxy.debugImage.name", "Not An Image", "is not an image name"),
+        ("spec.proxy.debugImage.pullPolicy", "Sometimes", "must be one of Always, IfNotPresent"),
+        ("spec.proxy.debugImageVersion", "no tag!", "is not an image tag"),
+        ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,10.0.0.0/33", "network 2, '10.0.0.0/33'"),
+        ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,,", "network 2, ''"),
+        ("spec.proxy.logFormat", "xml", "must be one of plain, json"),
+        ("spec.global.identityContext.scheme", "spiffe", "must be one of linkerd.io/tls"),
+        ("spec.proxy.outboundConnectTimeout", "soon", "is not a duration"),
+        ("spec.proxy.inboundConnectTimeout", "0s", "must be a positive duration"),
+        ("spec.global.version", "stable-1234567890.0.0", "is not a Linkerd version"),
+    ],
+)
+def test_each_grammar_refuses_what_it_does_not_describe(
+    fmt: str, path: str, value: str, message: str
+) -> None:
+    errors = validate(with_value(base(fmt), path, value))
+    assert [e.field for e in errors if message in e.message] == [path], errors
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+def test_a_version_of_five_thousand_digits_is_an_answer_not_a_crash(fmt: str) -> None:
+    """Python refuses int() of more than 4300 digits with a ValueError, which validation
+    (and the webhook) would not have caught: a version's numbers are at most nine digits."""
+    huge = "stable-" + "1" * 5000 + ".0.0"
+    with pytest.raises(VersionError):
+        parse_version(huge)
+    errors = validate(with_value(base(fmt), "spec.global.version", huge))
+    assert FieldError("spec.global.version", "is longer than 64 characters") in errors
