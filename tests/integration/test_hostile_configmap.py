@@ -2,13 +2,15 @@
 
 Linkerd edge-26.8.3's own ConfigMaps are installed, the controller runs as a process with its
 webhooks registered on the API server and its health server, and a LinkerdConfig manages the
-ConfigMap. Then someone with edit rights writes a "billion laughs" into ``values`` (11 levels
+ConfigMap (a debug image name with a newline is refused by the webhook, naming the field:
+finding 3). Then someone with edit rights writes a "billion laughs" into ``values`` (11 levels
 of 9 aliases, ~8.5 KB: before the fix, ~70 s of the event loop comparing the alias graph as a
 tree, and the bomb written back). Rewritten again and again, so the controller is reconciling
 it throughout, while ``/healthz`` and an admission review through the API server are timed:
 each must answer within the issue's 100 ms. The ConfigMap keeps exactly what was written
 (never the bomb written back), the LinkerdConfig's status names the ConfigMap and key, and
-``plan``/``status`` exit 1/2 naming it, quickly and within a memory limit.
+``plan``/``status`` exit 1/2 naming it, quickly and within a memory limit. A key written
+twice into ``values`` is refused the same way, never resolved (finding 4).
 """
 
 from __future__ import annotations
@@ -206,6 +208,20 @@ async def test_an_alias_bomb_in_values_is_refused_while_health_and_admission_sta
                 aiohttp.ClientSession() as http,
             ):
                 await eventually(lambda: webhook_refuses(kube), timeout=60, what="webhooks")
+                # Finding 3 through the API server: the debug image's name is checked too.
+                hostile = linkerdconfig("debug-image")
+                hostile["spec"]["proxy"]["debugImage"] = {"name": "gcr.io/linkerd-io/debug\n"}
+                with pytest.raises(ApiError) as refused_name:
+                    await kube.request(
+                        "POST",
+                        LINKERD_CONFIGS.path(),
+                        params={"dryRun": "All"},
+                        body=hostile,
+                        fenced=False,
+                    )
+                assert "spec.proxy.debugImage.name: must not contain control characters" in (
+                    refused_name.value.message
+                ), refused_name.value
                 await scenario.create(kube, LINKERD_CONFIGS.path(), linkerdconfig("modern"))
                 await eventually(
                     lambda: ready(kube, "modern", "True", "Ready"), timeout=60, what="Ready"
@@ -266,6 +282,25 @@ async def test_an_alias_bomb_in_values_is_refused_while_health_and_admission_sta
                 stated, took = await asyncio.to_thread(inspect, cp.kubeconfig, "status")
                 assert stated.returncode == 2, stated
                 assert VALUES_AT in stated.stdout, stated
+
+                # A key twice (finding 4): refused naming the ConfigMap, never resolved.
+                twice = installed_values() + "linkerdVersion: edge-1.0.0\n"
+                await kube.request(
+                    "PATCH",
+                    CM_PATH,
+                    body={"data": {"values": twice}},
+                    content_type=MERGE_PATCH,
+                    fenced=False,
+                )
+
+                async def duplicate_reported() -> Obj | None:
+                    cond = await ready(kube, "modern", "False", "InstalledConfigUnreadable")
+                    return cond if cond and "appears twice" in cond["message"] else None
+
+                cond = await eventually(duplicate_reported, timeout=30, what="key twice refused")
+                assert cond["message"].startswith(f"{VALUES_AT}: line "), cond
+                assert "spec.global.version" not in cond["message"], cond
+                assert (await kube.request("GET", CM_PATH))["data"]["values"] == twice
 
                 # Linkerd's own values back: the controller applies the LinkerdConfig again.
                 await kube.request(
