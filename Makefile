@@ -74,6 +74,7 @@ bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results in bench/r
 	PYTHONPATH=. $(PY) bench/informer_bench.py
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
 	PYTHONPATH=. $(PY) bench/decision_bench.py
+	PYTHONPATH=. $(PY) bench/hostile_input_bench.py
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 
