@@ -11,6 +11,12 @@ renders, on a control plane of this module's own (KCM, scheduler and kwok includ
    step was for does not happen (an informer never syncs or goes stale, no leadership, a
    status or Event not written, a ConfigMap not reverted or recreated, a workload not
    restarted). A completeness test makes sure every verb of every rule has such a case.
+3. What it may change is named: as the ServiceAccount, a write to a ConfigMap in ``linkerd``
+   other than the ones it manages, or to a Lease other than its own, is refused (403).
+4. With ``manifests/restart-namespaces`` (the restart bound per namespace, and the
+   controller's --restart-namespace-selector naming the same namespaces), a stale workload
+   in a namespace not listed is excluded and not restarted (and the ServiceAccount could not
+   patch it: 403), while one in a listed namespace is.
 
 Linkerd's real proxy injector and all setup use the admin client.
 """
@@ -81,6 +87,11 @@ HOLD = 1.0
 DENIAL_TIMEOUT = 15.0
 KUBECTL_TIMEOUT = 60.0
 
+RESTART_ROLE = "linkerd-config-restart"
+"""The ClusterRole of the restart (bound cluster-wide, or per namespace)."""
+WORKLOAD_EVENTS = "events-on-workloads"
+"""How the restart role's Events (in the workloads' namespaces) are told from the
+LinkerdConfig's (in "default") in a case's name."""
 KINDS_NS = "rbac-kinds"
 """Scenario extras beside emojivoto: a StatefulSet, a DaemonSet and a bare pod, opted in."""
 HIDDEN = {
@@ -220,9 +231,13 @@ class Permission:
     group: str
     resource: str
     verb: str
+    names: tuple[str, ...] = ()
+    """The rule's resourceNames: only these objects (none: every object)."""
 
     @property
     def id(self) -> str:
+        if self.resource == "events" and self.role == RESTART_ROLE:
+            return f"{self.verb} {WORKLOAD_EVENTS}"  # beside the Role's in "default"
         return f"{self.verb} {self.resource}"
 
     def __str__(self) -> str:
@@ -255,6 +270,7 @@ def permissions(objs: list[Obj]) -> list[Permission]:
                                 group,
                                 resource,
                                 verb,
+                                tuple(rule.get("resourceNames") or ()),
                             )
                         )
     return found
@@ -322,6 +338,8 @@ async def authorized(kube: KubeClient, perm: Permission) -> bool:
         attributes["subresource"] = subresource
     if perm.namespace:
         attributes["namespace"] = perm.namespace
+    if perm.names:
+        attributes["name"] = perm.names[0]
     review = await kube.review_access(
         {"user": SA_USER, "groups": SA_GROUPS, "resourceAttributes": attributes}
     )
@@ -420,9 +438,10 @@ class Run:
 
 @contextlib.asynccontextmanager
 async def controller(
-    world: World, identity: str, *, injector_wait: float = 30.0
+    world: World, identity: str, *flags: str, injector_wait: float = 30.0
 ) -> AsyncIterator[Run]:
-    """`linkerd-config run` in-process, as the ServiceAccount (its token's kubeconfig)."""
+    """`linkerd-config run` in-process, as the ServiceAccount (its token's kubeconfig), with
+    ``flags`` besides the test's own."""
     settings = scenario.local_settings(
         world.kubeconfig,
         "--leader-elect",
@@ -435,11 +454,15 @@ async def controller(
         "0.5s",
         "--identity",
         identity,
+        *flags,
     )
     app = await build(
         settings,
         RolloutOptions(
-            restart_interval=0.5, injector_wait=injector_wait, probe_namespace=PROBE_NAMESPACE
+            restart_interval=0.5,
+            injector_wait=injector_wait,
+            probe_namespace=PROBE_NAMESPACE,
+            restart_namespaces=settings.restart_namespaces,
         ),
     )
     denials = Denials(app.client)
@@ -676,13 +699,25 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
             found = {e["reason"] for e in events if e["involvedObject"]["name"] == CONFIG}
             wanted = {
                 "ConfigMapUpdated",
-                "WorkloadRestarted",
+                "WorkloadsRestarted",
                 "ConfigMapReverted",
                 "ConfigMapCreated",
             }
             return found if wanted <= found else None
 
         await eventually(reasons, timeout=10, what="Events in namespace default")
+
+        async def on_workloads() -> set[str] | None:  # each restart, on its workload
+            events = (await admin.request("GET", EVENTS.path(scenario.EMOJIVOTO)))["items"]
+            found = {
+                e["involvedObject"]["name"]
+                for e in events
+                if e["reason"] == "WorkloadRestarted"
+                and e["involvedObject"]["kind"] == "Deployment"
+            }
+            return found if set(scenario.OPTED_IN) <= found else None
+
+        await eventually(on_workloads, timeout=10, what="WorkloadRestarted on each Deployment")
         assert run.denials.seen == []
         assert refused_requests(run.app) == 0
 
@@ -1021,6 +1056,74 @@ async def bare_pod_not_evicted(world: World, perm: Permission) -> None:
     await restart_refused(world, perm, "Pod", lambda ns, name: PODS.path(ns, name, "eviction"))
 
 
+@contextlib.asynccontextmanager
+async def stale_alone(world: World, namespace: str, name: str) -> AsyncIterator[str]:
+    """A Deployment of a namespace of its own, its pod without a proxy (made while hidden),
+    then shown: the only stale workload. Hidden again after (restarted or not). Yields its
+    path."""
+    admin = world.admin
+    await create_namespace(admin, namespace, hidden=True)
+    await scenario.create(admin, DEPLOYMENTS.path(namespace), workload("Deployment", name))
+    await scenario.wait_settled(admin, namespace, expected=1)
+    await set_hidden(admin, namespace, False)
+    try:
+        yield DEPLOYMENTS.path(namespace, name)
+    finally:
+        await set_hidden(admin, namespace, True)
+
+
+async def workload_events(kube: KubeClient, namespace: str, name: str, reason: str) -> list[Obj]:
+    items: list[Obj] = (await kube.request("GET", EVENTS.path(namespace)))["items"]
+    return [e for e in items if e["involvedObject"]["name"] == name and e["reason"] == reason]
+
+
+@case(f"create {WORKLOAD_EVENTS}")
+async def restart_not_told_on_its_workload(world: World, perm: Permission) -> None:
+    namespace, name = "rbac-events-create", "rbac-told"
+    async with (
+        stale_alone(world, namespace, name) as path,
+        controller(world, identity(perm), injector_wait=600) as run,
+    ):
+        await run.refused(perm, EVENTS.path(namespace))
+
+        async def restarted() -> bool:  # the restart went through; only its Event did not
+            obj = await world.admin.request("GET", path)
+            return rollout.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
+
+        await eventually(restarted, timeout=10, what=f"{path} restarted")
+
+        async def untold() -> bool:
+            return not await workload_events(world.admin, namespace, name, "WorkloadRestarted")
+
+        await holds(untold, f"no WorkloadRestarted Event on {path}")
+
+
+@case(f"patch {WORKLOAD_EVENTS}")
+async def refusal_not_counted_on_its_workload(world: World, perm: Permission) -> None:
+    """A restart refused every pass (its patch revoked too) is one Warning on the workload,
+    repeated: a PATCH of its count, refused, so the count stays 1."""
+    namespace, name = "rbac-events-patch", "rbac-refused"
+    (restart,) = [p for p in permissions(world.rbac) if p.id == "patch deployments"]
+    await apply(world.admin, without(without(world.rbac, perm), restart))
+
+    async def both_revoked() -> bool:
+        return not await authorized(world.admin, restart)
+
+    await eventually(both_revoked, timeout=10, what=f"{restart} revoked too")
+    async with (
+        stale_alone(world, namespace, name),
+        controller(world, identity(perm), injector_wait=600) as run,
+    ):
+        denied = await run.refused(perm)
+        assert denied.path.startswith(EVENTS.path(namespace) + "/"), denied
+
+        async def counted_once() -> bool:
+            found = await workload_events(world.admin, namespace, name, "RestartFailed")
+            return len(found) == 1 and found[0]["count"] == 1
+
+        await holds(counted_once, "the repeated RestartFailed Event stays at count 1")
+
+
 @pytest.fixture(scope="module")
 async def baseline(world: World) -> None:
     """The LinkerdConfig applied and the ConfigMap converged (test 1 normally did both)."""
@@ -1038,13 +1141,32 @@ def test_every_verb_of_every_rule_has_a_case(world: World) -> None:
     )
 
 
+def covering(objs: list[Obj], perm: Permission) -> list[Permission]:
+    """Other grants of what a namespaced ``perm`` grants: the restart ClusterRole's Events,
+    when bound cluster-wide, reach namespace "default" too. They go with it, as in the
+    per-namespace mode (components/restart-namespaces), where the Role is the only grant."""
+    if not perm.namespace:
+        return []
+    return [
+        p
+        for p in permissions(objs)
+        if p != perm
+        and not p.namespace
+        and not p.names
+        and (p.group, p.resource, p.verb) == (perm.group, perm.resource, perm.verb)
+    ]
+
+
 @pytest.mark.parametrize("rule", list(CASES), ids=lambda r: r.replace(" ", "-").replace("/", "-"))
 async def test_without_it_the_step_that_needs_it_fails(
     world: World, baseline: None, rule: str
 ) -> None:
     (perm,) = [p for p in permissions(world.rbac) if p.id == rule]
     await delete_lease(world.admin)
-    await apply(world.admin, without(world.rbac, perm))
+    revoked_roles = without(world.rbac, perm)
+    for wider in covering(world.rbac, perm):
+        revoked_roles = without(revoked_roles, wider)
+    await apply(world.admin, revoked_roles)
 
     async def revoked() -> bool:
         return not await authorized(world.admin, perm)
@@ -1053,3 +1175,243 @@ async def test_without_it_the_step_that_needs_it_fails(
     started = time.monotonic()
     await CASES[rule](world, perm)
     print(f"\nwithout {perm}: refused and shown in {time.monotonic() - started:.2f}s")
+
+
+# -- 3. only what it manages, by name --------------------------------------------------------
+
+OTHER_CONFIGMAP = "linkerd-other-config"
+"""Another ConfigMap of Linkerd's namespace (as Linkerd's own, e.g. its Prometheus config)."""
+OTHER_LEASE = "other-controller-leader"
+"""Another controller's Lease in the same namespace."""
+POKE: Obj = {"metadata": {"annotations": {POKE_ANNOTATION: "rbac"}}}
+DRY_RUN = {"dryRun": "All"}
+"""Authorized exactly as the real request, and persists nothing."""
+
+
+@contextlib.asynccontextmanager
+async def as_service_account(world: World) -> AsyncIterator[KubeClient]:
+    access = token_access(world.cp.server, world.cp.ca_pem, world.token)
+    async with KubeClient(access, user_agent="rbac-tests-as-sa") as sa:
+        yield sa
+
+
+async def forbidden(request: Awaitable[Obj]) -> ApiError:
+    """The API server's 403 for ``request``; fails if it was allowed."""
+    try:
+        await request
+    except ApiError as exc:
+        assert exc.status == 403, exc
+        return exc
+    raise AssertionError("allowed, but should have been refused (403)")
+
+
+async def test_it_may_change_no_other_configmap_and_no_other_lease(
+    world: World, baseline: None
+) -> None:
+    admin = world.admin
+    await scenario.create(
+        admin,
+        CONFIGMAPS.path("linkerd"),
+        {"metadata": {"name": OTHER_CONFIGMAP}, "data": {"a": "b"}},
+    )
+    await scenario.create(
+        admin,
+        LEASES.path("linkerd"),
+        {"metadata": {"name": OTHER_LEASE}, "spec": {"holderIdentity": "another-controller"}},
+    )
+    await scenario.create(admin, LEASES.path("linkerd"), {"metadata": {"name": LEASE_NAME}})
+    try:
+        async with as_service_account(world) as sa:
+            # The ConfigMaps it manages (the preserved copy was written by the baseline's run).
+            for name in ("linkerd-config", "linkerd-config-preserved"):
+                await sa.request(
+                    "PATCH",
+                    CONFIGMAPS.path("linkerd", name),
+                    params=DRY_RUN,
+                    body=POKE,
+                    content_type=MERGE_PATCH,
+                )
+            denied = await forbidden(
+                sa.request(
+                    "PATCH",
+                    CONFIGMAPS.path("linkerd", OTHER_CONFIGMAP),
+                    params=DRY_RUN,
+                    body=POKE,
+                    content_type=MERGE_PATCH,
+                )
+            )
+            assert 'cannot patch resource "configmaps"' in denied.message, denied.message
+            # A create is not named, but it cannot change one that exists: 409, not a write.
+            with pytest.raises(ApiError) as exists:
+                await sa.request(
+                    "POST",
+                    CONFIGMAPS.path("linkerd"),
+                    params=DRY_RUN,
+                    body={"metadata": {"name": OTHER_CONFIGMAP}, "data": {"a": "changed"}},
+                )
+            assert exists.value.conflict, exists.value
+
+            own = await sa.request("GET", LEASE_PATH)
+            await sa.request("PUT", LEASE_PATH, params=DRY_RUN, body=own)
+            other = await admin.request("GET", LEASES.path("linkerd", OTHER_LEASE))
+            denied = await forbidden(
+                sa.request("PUT", LEASES.path("linkerd", OTHER_LEASE), params=DRY_RUN, body=other)
+            )
+            assert 'cannot update resource "leases"' in denied.message, denied.message
+            denied = await forbidden(sa.request("GET", LEASES.path("linkerd", OTHER_LEASE)))
+            assert 'cannot get resource "leases"' in denied.message, denied.message
+        after = await admin.request("GET", CONFIGMAPS.path("linkerd", OTHER_CONFIGMAP))
+        assert after["data"] == {"a": "b"} and not after["metadata"].get("annotations")
+    finally:
+        await admin.request("DELETE", CONFIGMAPS.path("linkerd", OTHER_CONFIGMAP))
+        await admin.request("DELETE", LEASES.path("linkerd", OTHER_LEASE))
+        await delete_lease(admin)
+
+
+# -- 4. restarts only where it is bound ------------------------------------------------------
+
+RBAC_KINDS = frozenset(
+    {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"}
+)
+UNLISTED_NS = "rbac-unlisted"
+LISTED_APP, UNLISTED_APP = "rbac-listed", "rbac-unlisted"
+
+
+def identities(objs: list[Obj]) -> set[tuple[str, str, str]]:
+    return {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in objs}
+
+
+async def delete_bindings(kube: KubeClient, objs: list[Obj], keep: list[Obj]) -> None:
+    """Delete the (Cluster)RoleBindings of ``objs`` that ``keep`` has not."""
+    kept = identities(keep)
+    for obj in objs:
+        meta = obj["metadata"]
+        if obj["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        if (obj["kind"], meta.get("namespace", ""), meta["name"]) not in kept:
+            path = RBAC_RESOURCES[obj["kind"]].path(meta.get("namespace"), meta["name"])
+            await kube.request("DELETE", path)
+
+
+async def app_pods(kube: KubeClient, namespace: str, app: str) -> list[Obj]:
+    return [
+        p
+        for p in await scenario.running_pods(kube, namespace)
+        if p["metadata"]["labels"].get("app") == app
+    ]
+
+
+async def stale_deployment(kube: KubeClient, namespace: str, name: str) -> set[str]:
+    """A Deployment whose pod runs no proxy (made while the namespace was hidden from the
+    injector), the namespace then shown again: stale, with an injectable template."""
+    await set_hidden(kube, namespace, True)
+    try:
+        await scenario.wait_admits_pods(kube, namespace, injected=False)
+        await scenario.create(
+            kube, DEPLOYMENTS.path(namespace), scenario.deployment(name, opted_in=True, replicas=1)
+        )
+
+        async def running() -> list[Obj] | None:
+            pods = await app_pods(kube, namespace, name)
+            return pods if len(pods) == 1 else None
+
+        (pod,) = await eventually(running, timeout=60, what=f"{namespace}/{name} running")
+        assert rollout.proxy_version(pod) is None
+    finally:
+        await set_hidden(kube, namespace, False)
+    await scenario.wait_admits_pods(kube, namespace, injected=True)
+    return {pod["metadata"]["uid"]}
+
+
+def template_annotations(obj: Obj) -> dict[str, str]:
+    return obj["spec"]["template"]["metadata"].get("annotations") or {}
+
+
+async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
+    world: World, baseline: None
+) -> None:
+    admin = world.admin
+    overlay = await render(world.cp, REPO / "manifests" / "restart-namespaces")
+    rbac = [o for o in overlay if o["kind"] in RBAC_KINDS]
+    (deployment,) = [o for o in overlay if o["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    (flag,) = [a for a in args if a.startswith("--restart-namespace-selector=")]
+    listed = {
+        o["metadata"]["namespace"]
+        for o in rbac
+        if o["kind"] == "RoleBinding" and o["roleRef"]["name"] == RESTART_ROLE
+    }
+    assert listed == {scenario.EMOJIVOTO}  # the shipped example: the README scenario's
+    await create_namespace(admin, UNLISTED_NS, hidden=True)
+    listed_before = await stale_deployment(admin, scenario.EMOJIVOTO, LISTED_APP)
+    unlisted_before = await stale_deployment(admin, UNLISTED_NS, UNLISTED_APP)
+    unlisted_path = DEPLOYMENTS.path(UNLISTED_NS, UNLISTED_APP)
+    listed_path = DEPLOYMENTS.path(scenario.EMOJIVOTO, LISTED_APP)
+
+    await delete_bindings(admin, world.rbac, keep=rbac)  # the cluster-wide restart binding
+    await apply(admin, rbac)
+    patch = Permission("ClusterRole", UNLISTED_NS, RESTART_ROLE, "apps", "deployments", "patch")
+
+    async def bound_per_namespace() -> bool:
+        here = Permission(
+            "ClusterRole", scenario.EMOJIVOTO, RESTART_ROLE, "apps", "deployments", "patch"
+        )
+        return await authorized(admin, here) and not await authorized(admin, patch)
+
+    await eventually(bound_per_namespace, timeout=10, what="the restart bound in emojivoto only")
+    try:
+        async with as_service_account(world) as sa:
+            denied = await forbidden(
+                sa.request(
+                    "PATCH", unlisted_path, params=DRY_RUN, body=POKE, content_type=MERGE_PATCH
+                )
+            )
+            assert patch.refusal in denied.message, denied.message
+            await sa.request(
+                "PATCH", listed_path, params=DRY_RUN, body=POKE, content_type=MERGE_PATCH
+            )
+
+        await delete_lease(admin)
+        async with controller(world, "rbac-restart-namespaces", flag, injector_wait=600) as run:
+
+            async def listed_restarted() -> bool:
+                obj = await admin.request("GET", listed_path)
+                pods = await app_pods(admin, scenario.EMOJIVOTO, LISTED_APP)
+                return (
+                    rollout.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
+                    and len(pods) == 1
+                    and not uids(pods) & listed_before
+                    and rollout.proxy_version(pods[0]) == NEW
+                )
+
+            await eventually(listed_restarted, timeout=60, what=f"{listed_path} restarted")
+
+            async def unlisted_untouched() -> bool:
+                obj = await admin.request("GET", unlisted_path)
+                pods = await app_pods(admin, UNLISTED_NS, UNLISTED_APP)
+                return (
+                    rollout.RESTARTED_FOR_ANNOTATION not in template_annotations(obj)
+                    and uids(pods) == unlisted_before
+                    and rollout.proxy_version(pods[0]) is None  # stale, and left so
+                )
+
+            await holds(unlisted_untouched, f"{unlisted_path} is not restarted", seconds=2 * HOLD)
+
+            async def up_to_date() -> Obj | None:
+                obj = await admin.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
+                status = obj.get("status") or {}
+                return status if status.get("outdatedWorkloads") == 0 else None
+
+            # Excluded, not outdated: nothing left to do for this controller.
+            await eventually(up_to_date, timeout=30, what="no outdated workload in status")
+            assert run.denials.seen == []  # it never asked where it may not
+    finally:
+        await delete_bindings(admin, rbac, keep=world.rbac)  # the RoleBinding in emojivoto
+        await apply(admin, world.rbac)
+
+        async def granted() -> bool:
+            return await authorized(admin, patch)
+
+        await eventually(granted, timeout=10, what="the restart bound cluster-wide again")
+        await set_hidden(admin, UNLISTED_NS, True)
+        await admin.request("DELETE", listed_path)
