@@ -135,20 +135,25 @@ def _assemble(
             "health", lambda: serve(probes.health_app(), hhost, hport, name="health")
         )
     manager.add_server("events", recorder.run)
-    if settings.leader_elect:
-        health = WatchHealth(
-            client,
-            settings.namespace,
-            settings.lease_name,
-            silence=settings.lease_duration + 2 * settings.retry_period,
-            on_silence=client.renew_connections,
-        )
+    # Under election the elector's Lease requests and the Lease's renewals are the signs of
+    # a live path; without it, a heartbeat request of the same period is.
+    health = WatchHealth(
+        client,
+        settings.namespace,
+        settings.lease_name,
+        silence=settings.lease_duration + 2 * settings.retry_period,
+        on_silence=client.renew_connections,
+        heartbeat=None if settings.leader_elect else settings.retry_period,
+        heartbeat_timeout=min(5.0, settings.lease_duration / 2),
+        on_recovered=manager.retry_informers,
+    )
+    if health.informer is not None:
         manager.add_informer(health.informer)
-        manager.add_server("watch-health", health.run)
-        probes.ready_checks["watch-path"] = health.healthy
-        app.watch_health = health
-        if isinstance(leadership, LeaderElector):
-            leadership.on_unreachable = lambda: health.suspect("a Lease request got no answer")
+    manager.add_server("watch-health", health.run)
+    probes.ready_checks["watch-path"] = health.healthy
+    app.watch_health = health
+    if isinstance(leadership, LeaderElector):
+        leadership.on_unreachable = lambda: health.suspect("a Lease request got no answer")
     if settings.enable_webhooks:
         app.admission = _admission(settings, controller, registry)
         manager.add_server("webhooks", app.admission.run)

@@ -81,6 +81,11 @@ class Manager:
     ) -> None:
         self._leader_work.append(_LeaderWork(controller, initial_keys))
 
+    def retry_informers(self) -> None:
+        """The API server answers again: every informer waiting out a backoff retries now."""
+        for informer in self._informers:
+            informer.retry_now()
+
     def ready(self) -> bool:
         """Synced, every informer following (none failing its list/watch), every component
         running."""

@@ -178,8 +178,13 @@ class KubeClient:
         self._user_agent = user_agent
         self._pool_size = pool_size
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
+        # Invariant: both open or both None. The probe session holds one connection of its
+        # own, kept alive by ``probe``: one that existed before any fault, as watches do.
         self._closing: set[asyncio.Task[None]] = set()
         # Invariant: sessions dropped by renew_connections whose close has not finished.
+        self._streams: set[aiohttp.StreamReader] = set()
+        # Invariant: the bodies of the streams (watches) being read right now.
 
     async def __aenter__(self) -> KubeClient:
         self.open()
@@ -190,32 +195,49 @@ class KubeClient:
 
     def open(self) -> None:
         if self._session is None:
-            connector = aiohttp.TCPConnector(
-                ssl=self.access.ssl_context,
-                limit=self._pool_size,
-                keepalive_timeout=60,
-                socket_factory=_keepalive_socket,
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                headers={"User-Agent": self._user_agent},
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-            )
+            self._session = self._new_session(self._pool_size)
+            self._probe_session = self._new_session(1)
+
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            ssl=self.access.ssl_context,
+            limit=limit,
+            keepalive_timeout=60,
+            socket_factory=_keepalive_socket,
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            headers={"User-Agent": self._user_agent},
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+        )
 
     def renew_connections(self) -> None:
         """Drop every pooled connection, presumed dead: new requests open new ones, and
-        requests in flight on the old ones (watches included) fail now, not at their timeout."""
-        old, self._session = self._session, None
+        requests in flight on the old ones (watches included) fail now, not at their timeout.
+
+        A stream is failed here, by its reader: closing a connection detaches its body from
+        it (aiohttp 3.14), so a watch read on it would otherwise wait out its own inactivity
+        deadline, blind, while reporting nothing wrong."""
+        old = (self._session, self._probe_session)
+        self._session = self._probe_session = None
+        dropped = aiohttp.ClientConnectionError(
+            "connection dropped: the path to the API server was presumed dead"
+        )
+        for body in self._streams:
+            body.set_exception(dropped)
         self.open()
-        if old is not None:
-            task = asyncio.get_running_loop().create_task(old.close(), name="close-old-session")
+        for session in old:
+            if session is None:
+                continue
+            task = asyncio.get_running_loop().create_task(session.close(), name="close-old-session")
             self._closing.add(task)
             task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._probe_session):
+            if session is not None:
+                await session.close()
+        self._session = self._probe_session = None
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
@@ -299,6 +321,27 @@ class KubeClient:
         finally:
             self._observe(method, code, started)
 
+    async def probe(self, path: str, *, timeout: float) -> int:
+        """A GET of ``path`` on a connection of its own that stays open between probes (so a
+        path that froze under the connections already open freezes it too, where a request
+        on the pool might get a new one): the answer's HTTP status, whatever it is.
+        TimeoutError (or aiohttp's ClientError) when no answer comes."""
+        if self._probe_session is None:
+            raise RuntimeError("KubeClient used before open() or after close()")
+        headers = await self._headers(None, APPLICATION_JSON)
+        limit = aiohttp.ClientTimeout(total=timeout, connect=min(timeout, self.timeouts.connect))
+        started = time.monotonic()
+        code = "<error>"
+        try:
+            async with self._probe_session.get(
+                self.access.server + path, headers=headers, timeout=limit
+            ) as resp:
+                code = str(resp.status)
+                await resp.read()
+                return resp.status
+        finally:
+            self._observe("GET", code, started)
+
     async def review_token(self, token: str, *, timeout: float | None = None) -> Json:
         """Who the API server says ``token`` belongs to: a TokenReview's ``status``
         (``authenticated``, ``user``, ``error``), for the API server's own audiences.
@@ -348,7 +391,11 @@ class KubeClient:
                 code = str(resp.status)
                 if resp.status >= 300:
                     raise _api_error(resp, "GET", path, await resp.read())
-                yield resp.content
+                self._streams.add(resp.content)
+                try:
+                    yield resp.content
+                finally:
+                    self._streams.discard(resp.content)
         finally:
             self._observe("WATCH", code, started)
 

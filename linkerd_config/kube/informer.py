@@ -284,6 +284,8 @@ class Informer:
         self._relisted = asyncio.Event()
         self._failing = False
         # Invariant: True from a failed list/watch until a LIST or watch succeeds again.
+        self._wake = asyncio.Event()
+        # Invariant: set by ``retry_now`` to cut short the backoff sleep under way, if any.
         self._backoff = backoff or JitteredBackoff(rng=rng, max_retry_after=MAX_RETRY_AFTER)
         self._rng = rng or random.Random()
         self.metrics = InformerMetrics.of(client.registry)
@@ -327,6 +329,11 @@ class Informer:
         connection: for a path presumed dead although this stream saw no error."""
         if self._body is not None:
             self._body.set_exception(WatchInterrupted(reason))
+
+    def retry_now(self) -> None:
+        """The API server answers again (someone saw it): retry at once instead of sleeping
+        out a backoff grown while it was away."""
+        self._wake.set()
 
     async def relist(self, reason: str, timeout: float) -> None:
         """A fresh LIST now (not a resume): returns once the cache reflects it."""
@@ -392,6 +399,10 @@ class Informer:
 
     async def _list_and_watch(self) -> None:
         relist: str | None = None if (self.has_synced and self._resource_version) else "initial"
+        relisted_at_once = float("-inf")
+        # Invariant: monotonic time of the last relist made without a backoff sleep (after a
+        # 410: the server answered, the path works). At most one per HEALTHY_WATCH_SECONDS,
+        # so a server that keeps answering 410 is retried with backoff like any failure.
         while True:
             retry_after: float | None = None
             if self._relist_reason is not None:
@@ -407,6 +418,9 @@ class Informer:
             except _Relist as exc:
                 relist = exc.reason
                 log.info("watch cannot resume", resource=self.name, reason=exc.reason)
+                if time.monotonic() - relisted_at_once >= HEALTHY_WATCH_SECONDS:
+                    relisted_at_once = time.monotonic()
+                    continue
             except WatchInterrupted as exc:
                 log.info("watch ended by request", resource=self.name, reason=str(exc))
                 continue  # at once, on a new connection; a relist asked for happens first
@@ -436,7 +450,10 @@ class Informer:
             self._failing = True
             delay = self._backoff.next(retry_after)
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
-            await asyncio.sleep(delay)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     async def list_once(self) -> None:
         """Fill the cache from one LIST and stop there (no watch, no handlers called): a

@@ -11,18 +11,18 @@ review cannot be made the answer is 500, never the metrics.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from linkerd_config.kube.delegated_auth import DelegatedAuth, ReviewError, bearer_token
+from linkerd_config.kube.serving import Handler
 
 log = structlog.get_logger(__name__)
 
 Check = Callable[[], bool]
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Probes:

@@ -1,12 +1,27 @@
 """Run an aiohttp application until cancelled, and always clean it up; over TLS with a
-certificate that may change (files rotated by cert-manager) or not (made in memory)."""
+certificate that may change (files rotated by cert-manager) or not (made in memory).
+
+Every server this process runs (webhooks, metrics, health) holds the same fixed limits
+(``LIMITS``) against clients that connect and then do nothing, or dribble: the values
+kube-apiserver and controller-runtime give Go's ``net/http.Server``, plus what Go leaves
+out (a TLS handshake deadline and a cap on open connections, which Python needs more:
+asyncio gives each TLS connection a 256 KiB read buffer up front).
+
+The listener is our own accept loop rather than ``loop.create_server``: only so can a
+connection still in its TLS handshake be counted against the cap, and be closed to make room.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import socket
 import ssl
-from collections.abc import Callable
-from typing import Protocol
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol, cast
 
 import structlog
 from aiohttp import web
@@ -14,6 +29,323 @@ from aiohttp import web
 from linkerd_config.kube.tls import load_chain_from_memory
 
 log = structlog.get_logger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+"""An aiohttp request handler (or one a middleware wraps)."""
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """What one client connection may hold on a server, and for how long."""
+
+    max_connections: int = 128
+    """Open connections (handshaking ones included). One more closes another to make room:
+    the oldest that has not sent a request yet (a squatter), else the least recently used
+    of those answered at least ``grace`` ago; never one with a request in progress or bytes
+    waiting to be read. When none may be closed, the newcomer is. So a client that uses its
+    connections (an API server, a kubelet) keeps them, and its new ones are let in."""
+    grace: float = 1.0
+    """A connection answered less than this ago is not closed to make room: its client
+    may be sending the next request on it right now."""
+    handshake_timeout: float = 10.0
+    """TLS: from accept to the end of the handshake."""
+    header_timeout: float = 32.0
+    """From a connection's start, or from the first byte of a later request, to the end
+    of the request's headers: Go's ``ReadHeaderTimeout`` as both set it."""
+    idle_timeout: float = 90.0
+    """From the end of a request to the first byte of the next (Go's ``IdleTimeout``, as
+    both set it, matching the API server's client keeping idle connections 90 s)."""
+    close_timeout: float = 5.0
+    """TLS: how long a closing connection waits for the client's close_notify."""
+    max_header_line: int = 8190
+    """Bytes in the request line and in each header line (aiohttp's default) ..."""
+    max_headers: int = 128
+    """... and header lines: about 1 MiB of headers at most, Go's ``MaxHeaderBytes``."""
+    backlog: int = socket.SOMAXCONN
+    """Connections the kernel queues before accept: as many as it allows, as Go asks."""
+
+
+LIMITS = ConnectionLimits()
+
+
+class _Connection(asyncio.Protocol):
+    """One accepted connection: the server's protocol inside, the connection's deadline,
+    and whether a request is in progress (told by the listener's middleware)."""
+
+    def __init__(self, listener: _Listener, inner: asyncio.Protocol, sock: socket.socket) -> None:
+        self.listener = listener
+        self.inner = inner
+        self.sock = sock
+        self.transport: asyncio.Transport | None = None
+        self.handshake: asyncio.Task[None] | None = None
+        self.requests = 0
+        """In progress."""
+        self.served = 0
+        self.since = time.monotonic()
+        """When the last request was answered."""
+        self.reading_headers = True
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol, passed on to the server's protocol ----------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self._arm(self.listener.limits.header_timeout, "headers not received in time")
+        self.inner.connection_made(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        if self.requests == 0 and not self.reading_headers:
+            self.reading_headers = True  # a next request's first byte: its headers are due
+            self._arm(self.listener.limits.header_timeout, "headers not received in time")
+        self.inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self.inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self.listener.forget(self)
+        self.inner.connection_lost(exc)
+
+    # -- requests, told by the listener's middleware -------------------------------------------
+
+    def request_started(self) -> None:
+        self.requests += 1
+        self.reading_headers = False
+        self._disarm()
+        self.listener.used(self)
+
+    def request_finished(self) -> None:
+        self.requests -= 1
+        self.served += 1
+        self.since = time.monotonic()
+        if self.requests == 0 and self.transport is not None:
+            self._arm(self.listener.limits.idle_timeout, "idle", polite=True)
+        self.listener.used(self)
+
+    def closable(self, now: float) -> bool:
+        """No request in progress, none just answered, no bytes sent and not yet read."""
+        if self.requests or (self.served and now - self.since < self.listener.limits.grace):
+            return False
+        try:
+            waiting = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return True
+        except OSError:  # reset already: closing it is what is left to do
+            return True
+        return not waiting  # b"": the client has closed its side
+
+    def evict(self) -> None:
+        """Close now: the connection is in a handshake or has no request in progress."""
+        self._disarm()
+        if self.transport is not None:
+            self.transport.abort()
+        elif self.handshake is not None:
+            self.handshake.cancel()
+
+    def _arm(self, seconds: float, why: str, *, polite: bool = False) -> None:
+        self._disarm()
+        loop = asyncio.get_running_loop()
+        self._deadline = loop.call_later(seconds, self._expire, why, polite)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self, why: str, polite: bool) -> None:
+        self._deadline = None
+        if self.transport is None or self.requests:
+            return
+        log.debug("closing connection", server=self.listener.name, reason=why)
+        if polite:  # a keep-alive client's idle connection: TLS close_notify, then FIN
+            self.transport.close()
+        else:
+            self.transport.abort()
+
+
+_ACCEPT_RESOURCE_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+class _Listener:
+    """Accepts on ``sockets`` until cancelled, holding every connection to ``limits``;
+    ``track`` (a middleware of the application) tells it which have a request in progress."""
+
+    def __init__(
+        self,
+        name: str,
+        sockets: list[socket.socket],
+        protocol_factory: Callable[[], asyncio.Protocol],
+        ssl_context: ssl.SSLContext | None,
+        limits: ConnectionLimits,
+    ) -> None:
+        self.name = name
+        self.sockets = sockets
+        self.protocol_factory = protocol_factory
+        self.ssl_context = ssl_context
+        self.limits = limits
+        self.open: OrderedDict[_Connection, None] = OrderedDict()
+        """Open connections, least recently used first."""
+        self._by_protocol: dict[object, _Connection] = {}
+        self._handshakes: set[asyncio.Task[None]] = set()
+        self.evicted = 0
+        self.refused = 0
+        self._reported = 0.0
+
+    async def track(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Run ``handler`` with its connection marked as having a request in progress."""
+        connection = self._by_protocol.get(request.protocol)
+        if connection is None:  # gone already (evicted while the request was parsed)
+            return await handler(request)
+        connection.request_started()
+        try:
+            return await handler(request)
+        finally:
+            connection.request_finished()
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as group:
+                for sock in self.sockets:
+                    group.create_task(self._accept(sock), name=f"{self.name}-accept")
+        finally:
+            for sock in self.sockets:
+                sock.close()
+            for task in list(self._handshakes):
+                task.cancel()
+            if self._handshakes:
+                await asyncio.wait(self._handshakes, timeout=self.limits.close_timeout)
+
+    def used(self, connection: _Connection) -> None:
+        if connection in self.open:
+            self.open.move_to_end(connection)
+
+    def forget(self, connection: _Connection) -> None:
+        self.open.pop(connection, None)
+        self._by_protocol.pop(connection.inner, None)
+
+    async def _accept(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except (ConnectionAbortedError, InterruptedError):
+                continue
+            except OSError as exc:
+                if exc.errno not in _ACCEPT_RESOURCE_ERRORS:
+                    raise
+                # Out of file descriptors or memory: what asyncio's own server does, wait.
+                log.error("cannot accept connections", server=self.name, error=str(exc))
+                await asyncio.sleep(1.0)
+                continue
+            self._admit(conn)
+            # Then whatever else is queued, as asyncio's own server does: a flood of
+            # connections must not leave a kubelet's probe waiting in a full backlog.
+            for _ in range(self.limits.backlog):
+                try:
+                    conn, _ = sock.accept()
+                except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                    break
+                except OSError as exc:
+                    if exc.errno not in _ACCEPT_RESOURCE_ERRORS:
+                        raise
+                    break
+                self._admit(conn)
+
+    def _admit(self, conn: socket.socket) -> None:
+        if len(self.open) >= self.limits.max_connections and not self._evict_one():
+            self.refused += 1
+            self._report()
+            conn.close()
+            return
+        conn.setblocking(False)
+        connection = _Connection(self, self.protocol_factory(), conn)
+        self.open[connection] = None
+        self._by_protocol[connection.inner] = connection
+        task = asyncio.create_task(self._start(connection, conn), name=f"{self.name}-handshake")
+        connection.handshake = task
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    def _evict_one(self) -> bool:
+        """Close the connection ``max_connections`` says to, if there is one."""
+        now = time.monotonic()
+        victim: _Connection | None = None
+        for connection in self.open:  # least recently used first
+            if connection.served and victim is not None:
+                continue  # a squatter is still looked for; this one would not be chosen
+            if connection.closable(now):
+                victim = connection
+                if not connection.served:
+                    break
+        if victim is None:
+            return False
+        self.forget(victim)
+        victim.evict()
+        self.evicted += 1
+        self._report()
+        return True
+
+    def _report(self) -> None:
+        now = time.monotonic()
+        if now - self._reported >= 60:
+            self._reported = now
+            log.warning(
+                "connection limit reached: closing idle connections to admit new ones",
+                server=self.name,
+                limit=self.limits.max_connections,
+                evicted=self.evicted,
+                refused_while_all_busy=self.refused,
+            )
+
+    async def _start(self, connection: _Connection, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        tls = self.ssl_context is not None
+        try:
+            await loop.connect_accepted_socket(
+                lambda: connection,
+                conn,
+                ssl=self.ssl_context,
+                ssl_handshake_timeout=self.limits.handshake_timeout if tls else None,
+                ssl_shutdown_timeout=self.limits.close_timeout if tls else None,
+            )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
+            log.debug("connection not established", server=self.name, error=str(exc))
+        finally:
+            connection.handshake = None
+            if connection.transport is None:  # failed, timed out, or evicted: never served
+                self.forget(connection)
+                conn.close()
+
+
+async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
+    """Listening sockets for every address ``host`` names, as ``loop.create_server`` binds."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(
+        host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 async def serve(
@@ -25,19 +357,46 @@ async def serve(
     ssl_context: ssl.SSLContext | None = None,
     on_bound: Callable[[int], None] | None = None,
     shutdown_timeout: float = 5.0,
+    limits: ConnectionLimits = LIMITS,
 ) -> None:
-    """Listen on host:port (0 picks a free port, reported to ``on_bound``) until cancelled."""
-    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=shutdown_timeout)
-    await runner.setup()
+    """Listen on host:port (0 picks a free port, reported to ``on_bound``) until cancelled,
+    every connection held to ``limits``. ``app`` is this server's alone: a middleware that
+    tells the limits when a request is in progress is put first in it."""
+    runner = web.AppRunner(
+        app,
+        handle_signals=False,
+        shutdown_timeout=shutdown_timeout,
+        # aiohttp's own deadline for a connection with no request: a backstop behind ours.
+        keepalive_timeout=limits.idle_timeout + limits.header_timeout,
+        max_line_size=limits.max_header_line,
+        max_field_size=limits.max_header_line,
+        max_headers=limits.max_headers,
+    )
+
+    def protocol() -> asyncio.Protocol:
+        assert runner.server is not None  # set up before the first accept
+        return runner.server()
+
+    listener = _Listener(
+        name, await _bind(host, port, limits.backlog), protocol, ssl_context, limits
+    )
+
+    @web.middleware
+    async def track(request: web.Request, handler: Handler) -> web.StreamResponse:
+        return await listener.track(request, handler)
+
+    app.middlewares.insert(0, track)
     try:
-        site = web.TCPSite(runner, host, port, ssl_context=ssl_context, reuse_address=True)
-        await site.start()
-        bound = int(runner.addresses[0][1]) if runner.addresses else port
+        await runner.setup()
+        bound = int(listener.sockets[0].getsockname()[1])
         log.info("serving", server=name, host=host, port=bound, tls=ssl_context is not None)
-        if on_bound is not None:
-            on_bound(bound)
-        await asyncio.Event().wait()
+        async with asyncio.TaskGroup() as group:
+            group.create_task(listener.run(), name=f"{name}-listener")
+            if on_bound is not None:
+                on_bound(bound)
     finally:
+        for sock in listener.sockets:
+            sock.close()
         await asyncio.shield(runner.cleanup())
         log.info("stopped serving", server=name)
 

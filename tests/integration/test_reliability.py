@@ -610,11 +610,14 @@ async def test_a_missing_crd_is_one_line_then_waited_for(
 # -- 2. a frozen path to the API server is noticed, and recovered from -----------------------
 
 
+@pytest.mark.parametrize("elect", ["true", "false"], ids=["leader-elect", "no-leader-elect"])
 async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
-    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path, elect: str
 ) -> None:
     """Every connection the controller has is frozen (open, silent); new ones work. The
-    controller must notice, say so on /readyz, and revert a manual edit made meanwhile."""
+    controller must notice, say so on /readyz, and revert a manual edit made meanwhile, with
+    leader election (the Lease requests and renewals are the signs) and without it (one
+    replica, or a local run: a heartbeat request is)."""
     await ensure_applied(kube)
     proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
     port = await proxy.start()
@@ -625,7 +628,13 @@ async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
     ready_url = f"http://127.0.0.1:{health}/readyz"
     # Default lease timings (15 s / 10 s / 2 s): the promise is for what users run.
     settings = scenario.local_settings(
-        kubeconfig, "--identity", "frozen", "--health-probe-bind-address", f"127.0.0.1:{health}"
+        kubeconfig,
+        "--identity",
+        f"frozen-{elect}",
+        "--health-probe-bind-address",
+        f"127.0.0.1:{health}",
+        "--leader-elect",
+        elect,
     )
     app = await build(settings)
     try:
@@ -649,7 +658,10 @@ async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
 
             await eventually(reverted, timeout=45, interval=0.5, what="the edit reverted")
             took = time.monotonic() - edited
-            print(f"\nfrozen path: unready after {unready_seen}s, edit reverted after {took:.1f}s")
+            print(
+                f"\nfrozen path ({elect=}): unready after {unready_seen}s, "
+                f"edit reverted after {took:.1f}s"
+            )
             assert unready_seen, "readiness never said the caches were blind"
             assert took <= 30 + 10  # detection (<= 19 s with these timings) plus recovery
     finally:

@@ -1,0 +1,187 @@
+"""Each of ``serve``'s connection limits, one at a time, over real sockets on loopback.
+
+The limits are shrunk (``SMALL``) so that each is seen in a second or two; the controller runs
+with ``LIMITS`` (test_idle_connections.py runs it so). Bounds on time are generous: a limit
+is shown to act (the connection ends long before it would without it), not timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from aiohttp import web
+
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
+
+SMALL = ConnectionLimits(
+    max_connections=4,
+    grace=0.2,
+    handshake_timeout=0.5,
+    header_timeout=0.5,
+    idle_timeout=1.0,
+    close_timeout=0.5,
+)
+ENDS_WITHIN = 5.0
+"""Generous: without the limit under test the connection would stay open for an hour."""
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+async def _slow(request: web.Request) -> web.Response:
+    await asyncio.sleep(float(request.query.get("s", "1")))
+    return web.Response(text="done")
+
+
+async def _fast(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+@contextlib.asynccontextmanager
+async def server(tls: Path | None = None) -> AsyncIterator[int]:
+    """``serve`` with SMALL limits on a free port; with ``tls`` (a folder), over TLS."""
+    app = web.Application()
+    app.router.add_get("/fast", _fast)
+    app.router.add_get("/slow", _slow)
+    context = None
+    if tls is not None:
+        write_serving_pair(tls, ["localhost"], ["127.0.0.1"])
+        context = server_context()
+        context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        serve(
+            app,
+            "127.0.0.1",
+            0,
+            name="limits-test",
+            ssl_context=context,
+            on_bound=bound.set_result,
+            limits=SMALL,
+        )
+    )
+    try:
+        yield await asyncio.wait_for(bound, 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def connect(port: int) -> Streams:
+    return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+
+
+async def ask(streams: Streams, path: str) -> bytes:
+    """One keep-alive GET on ``streams``; its status line and body."""
+    reader, writer = streams
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        return head.split(b"\r\n")[0] + b" " + await reader.readexactly(length)
+
+
+async def ended(streams: Streams, within: float = ENDS_WITHIN) -> bool:
+    """Whether the server ends the connection (EOF or reset) within ``within`` seconds."""
+    reader, _ = streams
+    try:
+        async with asyncio.timeout(within):
+            return await reader.read(1) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+async def test_a_tls_client_that_never_says_hello_is_cut_at_the_handshake_timeout(
+    tmp_path: Path,
+) -> None:
+    async with server(tls=tmp_path) as port:
+        silent = await connect(port)  # TCP only: no ClientHello ever
+        assert await ended(silent)
+        # A real client still gets through.
+        context = ssl.create_default_context(cafile=None)
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        assert await ask((reader, writer), "/fast") == b"HTTP/1.1 200 OK ok"
+        writer.close()
+
+
+async def test_headers_sent_a_line_at_a_time_are_cut_at_the_header_timeout() -> None:
+    async with server() as port:
+        reader, writer = await connect(port)
+        writer.write(b"GET /fast HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+
+        async def dribble() -> None:
+            with contextlib.suppress(ConnectionError):
+                while True:
+                    writer.write(b"X-Slow: yes\r\n")
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+
+        dripping = asyncio.create_task(dribble())
+        try:
+            assert await ended((reader, writer))
+        finally:
+            dripping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await dripping
+        # Cut for being slow, not for its size: a dozen short lines were sent at most.
+        assert time.monotonic() - started < ENDS_WITHIN
+
+
+async def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout() -> None:
+    async with server() as port:
+        streams = await connect(port)
+        assert await ask(streams, "/fast") == b"HTTP/1.1 200 OK ok"
+        assert await ended(streams)
+
+
+async def test_a_request_in_progress_outlives_the_header_and_idle_timeouts() -> None:
+    """The deadlines are for waiting on a client, not on a handler."""
+    async with server() as port:
+        streams = await connect(port)
+        wait = SMALL.idle_timeout + SMALL.header_timeout + 0.5
+        assert await ask(streams, f"/slow?s={wait}") == b"HTTP/1.1 200 OK done"
+
+
+async def test_at_the_cap_squatters_make_room_and_a_used_connection_is_kept() -> None:
+    async with server() as port:
+        user = await connect(port)
+        assert await ask(user, "/fast") == b"HTTP/1.1 200 OK ok"
+        squatters = [await connect(port) for _ in range(SMALL.max_connections - 1)]
+        await asyncio.sleep(SMALL.grace * 2)
+        # Twice the cap of newcomers: each closes the oldest squatter, never the user's.
+        newcomers = [await connect(port) for _ in range(2 * SMALL.max_connections)]
+        for squatter in squatters:
+            assert await ended(squatter)
+        assert await ask(user, "/fast") == b"HTTP/1.1 200 OK ok"
+        # The newest newcomer was let in and is served.
+        assert await ask(newcomers[-1], "/fast") == b"HTTP/1.1 200 OK ok"
+
+
+async def test_a_request_in_progress_is_never_closed_to_make_room() -> None:
+    async with server() as port:
+        busy = [await connect(port) for _ in range(SMALL.max_connections)]
+        answers = [asyncio.create_task(ask(streams, "/slow?s=1")) for streams in busy]
+        await asyncio.sleep(0.3)  # every request is in its handler
+        # With every connection busy, a newcomer is the one refused.
+        refused = await connect(port)
+        assert await ended(refused, within=1.0)
+        assert await asyncio.gather(*answers) == [b"HTTP/1.1 200 OK done"] * len(busy)
+        # Then there is room again.
+        await asyncio.sleep(SMALL.grace * 2)
+        assert await ask(await connect(port), "/fast") == b"HTTP/1.1 200 OK ok"
