@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import socket
 import ssl
 import time
@@ -271,7 +272,18 @@ class _Listener:
         task = asyncio.create_task(self._start(connection, conn), name=f"{self.name}-handshake")
         connection.handshake = task
         self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
+        # A callback, not a ``finally``: a task cancelled before its first step (a connection
+        # admitted and evicted in one burst of accepts) never runs its body.
+        task.add_done_callback(functools.partial(self._started, connection, conn))
+
+    def _started(
+        self, connection: _Connection, conn: socket.socket, task: asyncio.Task[None]
+    ) -> None:
+        self._handshakes.discard(task)
+        connection.handshake = None
+        if connection.transport is None:  # failed, timed out, or evicted: never served
+            self.forget(connection)
+            conn.close()  # any transport over it is closed already; this closes the rest
 
     def _evict_one(self) -> bool:
         """Close the connection ``max_connections`` says to, if there is one."""
@@ -316,12 +328,7 @@ class _Listener:
                 ssl_shutdown_timeout=self.limits.close_timeout if tls else None,
             )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
-            log.debug("connection not established", server=self.name, error=str(exc))
-        finally:
-            connection.handshake = None
-            if connection.transport is None:  # failed, timed out, or evicted: never served
-                self.forget(connection)
-                conn.close()
+            log.debug("connection not established", server=self.name, error=repr(exc))
 
 
 async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -185,3 +186,33 @@ async def test_a_request_in_progress_is_never_closed_to_make_room() -> None:
         # Then there is room again.
         await asyncio.sleep(SMALL.grace * 2)
         assert await ask(await connect(port), "/fast") == b"HTTP/1.1 200 OK ok"
+
+
+async def test_a_burst_beyond_the_cap_is_accepted_and_closed_to_the_last_connection() -> None:
+    """Connections queued while the server was busy are accepted in one go, and some are
+    closed to make room before they were ever started: those must be closed too, not left
+    open and forgotten."""
+    async with server() as port:
+        # Connected without yielding to the loop: the kernel queues them all, the server
+        # accepts them in one burst.
+        burst = [
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+            for _ in range(3 * SMALL.max_connections)
+        ]
+        loop = asyncio.get_running_loop()
+
+        async def ends(sock: socket.socket) -> bool:
+            sock.setblocking(False)
+            try:
+                async with asyncio.timeout(ENDS_WITHIN):
+                    return await loop.sock_recv(sock, 1) == b""
+            except ConnectionResetError:
+                return True
+            except TimeoutError:
+                return False
+
+        try:
+            assert await asyncio.gather(*(ends(s) for s in burst)) == [True] * len(burst)
+        finally:
+            for sock in burst:
+                sock.close()
