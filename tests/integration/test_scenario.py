@@ -127,7 +127,15 @@ async def test_original_readme_scenario(kube: KubeClient, controller_app: App) -
 
     events = (await kube.request("GET", EVENTS.path("default")))["items"]
     reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == "edge-19.12.3"}
-    assert {"ConfigMapUpdated", "WorkloadRestarted"} <= reasons
+    assert {"ConfigMapUpdated", "WorkloadsRestarted"} <= reasons  # one a pass
+    # And one on each workload restarted, where `kubectl describe deployment` shows it.
+    on_workloads = (await kube.request("GET", EVENTS.path(scenario.EMOJIVOTO)))["items"]
+    restarted = {
+        e["involvedObject"]["name"]
+        for e in on_workloads
+        if e["reason"] == "WorkloadRestarted" and e["involvedObject"]["kind"] == "Deployment"
+    }
+    assert restarted == set(scenario.OPTED_IN)
 
 
 async def test_applying_the_same_config_again_restarts_nothing(
