@@ -211,6 +211,15 @@ async def test_idle_connections_neither_exhaust_memory_nor_block_reviews(
                 peak = max(peak, rss(proc.pid))
                 await asyncio.sleep(0.1)
             during = dict(squatters.latest)
+            print(
+                f"RSS before {mib(before)}, peak while squatted {mib(peak)}; {reviews} review "
+                f"pairs answered meanwhile; squatters: {during}"
+            )
+            assert reviews > 0
+            assert peak - before < RSS_GROWTH_BOUND, (mib(before), mib(peak))
+            # TLS connections are made by our accept, so the client's count is the server's.
+            webhook = f"127.0.0.1:{ports['webhook']}"
+            assert during[webhook]["most_open"] <= LIMITS.max_connections, during
             await squatters.stop_reopening()
 
             async def all_closed_by_the_server() -> dict[str, Json]:
@@ -237,12 +246,7 @@ async def test_idle_connections_neither_exhaust_memory_nor_block_reviews(
         after = rss(proc.pid)
         await reviewed(kube)
 
-        print(
-            f"RSS before {mib(before)}, peak {mib(peak)}, after {mib(after)}; "
-            f"{reviews} review pairs answered meanwhile; squatters: {during}"
-        )
-        assert reviews > 0
-        webhook = f"127.0.0.1:{ports['webhook']}"
+        print(f"RSS after the squatters left {mib(after)}, peak {mib(peak)}")
         for event in after_squat.values():
             # Every connection the client had was closed by the server, none by the client,
             # and none was left open longer than the header timeout (plus slack for a
@@ -250,7 +254,6 @@ async def test_idle_connections_neither_exhaust_memory_nor_block_reviews(
             assert event["established"] >= IDLE, event
             assert event["closed_by_server"] == event["established"], event
             assert event["longest"] < LIMITS.header_timeout + 10, event
-        # TLS connections are made by our accept, so the client's count is the server's.
         assert after_squat[webhook]["most_open"] <= LIMITS.max_connections, after_squat
         assert peak - before < RSS_GROWTH_BOUND, (mib(before), mib(peak), mib(after))
 
