@@ -58,6 +58,12 @@ OVERLAY_VALUES: dict[str, list[str]] = {
         "podMonitor.enabled=true",
         "metrics.secure=true",
     ],
+    "network-policy": [
+        "webhook.certManager.enabled=true",
+        "podMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+        "networkPolicy.apiServerCIDRs={192.0.2.0/24}",
+    ],
     "restart-namespaces": [
         "webhook.certManager.enabled=true",
         "podMonitor.enabled=true",

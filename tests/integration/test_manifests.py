@@ -33,7 +33,14 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 BASES = ("crd", "rbac", "manager", "webhook")
 COMPONENTS = ("cert-manager", "prometheus", "secure-metrics")
-OVERLAYS = ("default", "no-monitoring", "own-certs", "no-webhooks", "secure-metrics")
+OVERLAYS = (
+    "default",
+    "no-monitoring",
+    "own-certs",
+    "no-webhooks",
+    "secure-metrics",
+    "network-policy",
+)
 KUBECTL_TIMEOUT = 60.0
 SA_USER = "system:serviceaccount:linkerd:linkerd-config"
 STAND_IN_LABEL = "linkerd-config.test/stand-in"
