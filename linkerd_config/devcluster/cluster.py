@@ -52,6 +52,9 @@ _CONTROLLERS = ",".join(
         "pod-garbage-collector-controller",
         "serviceaccount-controller",
         "root-ca-certificate-publisher-controller",
+        # Quotas are enforced as a cluster enforces them: admission charges a pod against
+        # a quota's status, which only this controller fills.
+        "resourcequota-controller",
     ]
 )
 

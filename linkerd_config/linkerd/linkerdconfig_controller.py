@@ -206,10 +206,13 @@ class LinkerdConfigController:
         self.configs.add_handler(by_name, lambda _o, n: by_name(n), by_name)
 
         def owners_of_configmap(obj: Json) -> None:
-            meta = obj["metadata"]
+            # Every ConfigMap of the target's namespace counts, not only the target: the
+            # trust roots (written, or depended on), the preserved copies. Linkerd keeps a
+            # handful there, so a spare reconcile costs little, and a missed one a lot.
+            namespace = obj["metadata"]["namespace"]
             for name in self.config_names():
                 cfg = self.configs.store.get(name)
-                if cfg is not None and _targets(cfg, meta["namespace"], meta["name"]):
+                if cfg is not None and _targets(cfg, namespace):
                     self.controller.enqueue(name)
 
         self.configmaps.add_handler(
@@ -561,9 +564,10 @@ class LinkerdConfigController:
         self._status_written[config["metadata"]["name"]] = self.monotonic()
 
 
-def _targets(config: Json, namespace: str, name: str) -> bool:
+def _targets(config: Json, namespace: str) -> bool:
+    """Whether ``config`` writes in ``namespace``."""
     try:
         target = target_of(config)
     except ValueError:
         return False
-    return target.namespace == namespace and target.name == name
+    return target.namespace == namespace

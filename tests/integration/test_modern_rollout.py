@@ -1,0 +1,297 @@
+"""Today's Linkerd (edge-26.8.3, the Helm ``values`` format) under what once went wrong on it,
+with its real injector and its own ``linkerd install`` ConfigMaps, on a control plane of this
+module's own:
+
+* ``spec.rollout`` pauses and paces a rollout (it was refused as a Helm value);
+* each restart is an Event on its workload, and each pass one on the LinkerdConfig;
+* a refused injector probe says why (the API server's reason) in status and an Event;
+* a deleted ``linkerd-identity-trust-roots`` comes back whole, the install's labels and
+  annotations included, or, with no copy of it kept, ``Ready=False`` names it and nothing
+  restarts.
+
+The tests run in order on one cluster; each moves the proxy to a version of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from linkerd_config.app import App, build, running
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
+from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
+from linkerd_config.kube.kubeconfig import load_access
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from tests.support import scenario
+from tests.support.audit import received_at, successful_writes
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+NS = "shop"
+APPS = ("web", "api")
+NAME = "modern"
+AGENT = "linkerd-config/"
+ROOTS = "linkerd-identity-trust-roots"
+PROBE_NS = "probe-quota"
+
+
+@pytest.fixture(scope="module")
+def cp() -> Iterator[LocalControlPlane]:
+    with LocalControlPlane(ControlPlaneOptions(workloads=True)) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+async def world(cp: LocalControlPlane) -> AsyncIterator[tuple[KubeClient, LinkerdInstall]]:
+    """edge-26.8.3 installed by its own CLI's rendering, its injector serving, two opted-in
+    Deployments in a meshed namespace."""
+    install = await asyncio.to_thread(render_install, "edge-26.8.3")
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="modern-rollout-tests") as kube:
+        await scenario.install_crd(kube)
+        await scenario.install_linkerd(kube, install)
+        template = install.injector_webhook
+        async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
+            meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}
+            await scenario.create(kube, NAMESPACES.path(), meshed)
+            await scenario.wait_admits_pods(kube, NS, injected=True)
+            for app in APPS:
+                await scenario.create(
+                    kube, DEPLOYMENTS.path(NS), scenario.deployment(app, True, replicas=1)
+                )
+            await scenario.wait_settled(kube, NS, expected=len(APPS))
+            yield kube, install
+
+
+@contextlib.asynccontextmanager
+async def controller(cp: LocalControlPlane, **options: Any) -> AsyncIterator[App]:
+    settings = scenario.local_settings(cp.kubeconfig, "--identity", "modern-rollout")
+    app = await build(settings, RolloutOptions(**options))
+    async with running(app):
+        yield app
+
+
+async def apply(kube: KubeClient, spec: Json) -> None:
+    obj = {
+        "apiVersion": "config.linkerd.io/v1alpha1",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": NAME},
+        "spec": spec,
+    }
+    await kube.request(
+        "PATCH",
+        LINKERD_CONFIGS.path(name=NAME),
+        body=obj,
+        content_type=APPLY_PATCH,
+        params={"fieldManager": "user", "force": "true"},
+    )
+
+
+async def condition(kube: KubeClient, type_: str) -> Json:
+    return await scenario.condition(kube, NAME, type_)
+
+
+async def ready(kube: KubeClient) -> Json | None:
+    cond = await condition(kube, "Ready")
+    current = cond.get("status") == "True" and cond.get("observedGeneration") == cond["generation"]
+    return cond if current else None
+
+
+async def values(kube: KubeClient) -> Json:
+    cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+    loaded: Json = yaml.safe_load(cm["data"]["values"])
+    return loaded
+
+
+def restarts(cp: LocalControlPlane) -> list[Json]:
+    return successful_writes(cp, "patch", "deployments", NS, AGENT)
+
+
+async def events(kube: KubeClient, namespace: str, reason: str) -> list[Json]:
+    items = (await kube.request("GET", EVENTS.path(namespace)))["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+# -- 1. spec.rollout pauses and paces a modern rollout; Events where users look ----------------
+
+
+async def test_spec_rollout_pauses_and_paces_a_values_rollout_with_events_on_each_workload(
+    cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
+) -> None:
+    kube, _ = world
+    async with controller(cp, restart_interval=0.5, injector_wait=600):
+        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.4"}, "rollout": {"paused": True}})
+
+        async def written() -> bool:
+            return bool((await values(kube))["proxy"]["image"]["version"] == "edge-26.8.4")
+
+        await eventually(written, timeout=60, what="values written while paused")
+
+        async def paused() -> Json | None:
+            up = await condition(kube, "DataPlaneUpToDate")
+            return up if up.get("reason") == "Paused" else None
+
+        held = await eventually(paused, timeout=60, what="status says Paused")
+        assert f"{len(APPS)} workload(s)" in held["message"]
+        await asyncio.sleep(3.0)  # several intervals: still nothing restarted
+        assert restarts(cp) == []
+
+        pacing = {"paused": False, "maxRestartsPerPass": 1, "restartInterval": "3s"}
+        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.4"}, "rollout": pacing})
+        await eventually(lambda: ready(kube), timeout=120, what="rolled out")
+        patched = restarts(cp)
+        assert sorted(e["objectRef"]["name"] for e in patched) == sorted(APPS)
+        gap = received_at(patched[1]) - received_at(patched[0])
+        assert gap >= 2.9, f"passes {gap:.2f}s apart, the spec says 3s"
+
+        on_workloads = await events(kube, NS, "WorkloadRestarted")
+        assert sorted(e["involvedObject"]["name"] for e in on_workloads) == sorted(APPS)
+        assert {e["involvedObject"]["kind"] for e in on_workloads} == {"Deployment"}
+        assert all("edge-26.8.4" in e["message"] for e in on_workloads)
+        passes = [
+            e
+            for e in await events(kube, "default", "WorkloadsRestarted")
+            if e["involvedObject"]["name"] == NAME
+        ]
+        assert len(passes) == len(APPS)  # one pass each: one restart per pass
+
+
+# -- 2. a refused injector probe says why --------------------------------------------------
+
+
+async def test_a_refused_injector_probe_names_the_api_servers_reason(
+    cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
+) -> None:
+    kube, _ = world
+    annotated = {"metadata": {"name": PROBE_NS, "annotations": {"linkerd.io/inject": "enabled"}}}
+    await scenario.create(kube, NAMESPACES.path(), annotated)
+    quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
+    quotas = f"/api/v1/namespaces/{PROBE_NS}/resourcequotas"
+    await scenario.create(kube, quotas, quota)
+
+    async def enforced() -> bool:  # admission charges pods once the quota has a status
+        found = await kube.request("GET", f"{quotas}/no-pods")
+        return bool((found.get("status") or {}).get("hard"))
+
+    await eventually(enforced, timeout=30, what="the quota enforced")
+    async with controller(cp, restart_interval=0.5, injector_wait=8.0, probe_namespace=PROBE_NS):
+        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.5"}})
+
+        async def waiting() -> Json | None:
+            up = await condition(kube, "DataPlaneUpToDate")
+            return up if "exceeded quota" in up.get("message", "") else None
+
+        cond = await eventually(waiting, timeout=60, what="status names the refusal")
+        assert cond["reason"] == "WaitingForInjector"
+        assert "403" in cond["message"] and PROBE_NS in cond["message"]
+
+        async def warned() -> list[Json] | None:
+            found = [
+                e
+                for e in await events(kube, "default", "InjectorUnconfirmed")
+                if e["involvedObject"]["name"] == NAME
+            ]
+            return found or None
+
+        (event,) = await eventually(warned, timeout=30, what="a Warning Event with the reason")
+        assert event["type"] == "Warning" and "exceeded quota" in event["message"]
+        # The fallback wait still ends it, and says why it was needed.
+        await eventually(lambda: ready(kube), timeout=120, what="rolled out after the wait")
+
+
+# -- 3. deleted trust roots ------------------------------------------------------------------
+
+
+async def delete_configmaps(kube: KubeClient, *names: str) -> None:
+    for name in names:
+        with contextlib.suppress(ApiError):
+            await kube.request("DELETE", CONFIGMAPS.path("linkerd", name))
+
+
+async def status_command(cp: LocalControlPlane) -> tuple[int, list[Json]]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "linkerd_config",
+        "status",
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(cp.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    found: list[Json] = json.loads(out)
+    return proc.returncode, found
+
+
+async def test_deleted_trust_roots_come_back_whole_or_are_named(
+    cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
+) -> None:
+    kube, install = world
+    original = install.get("ConfigMap", ROOTS)
+    async with controller(cp, restart_interval=0.5, injector_wait=600):
+        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.6"}})
+        await eventually(lambda: ready(kube), timeout=120, what="rolled out")
+
+        async def copied() -> bool:
+            with contextlib.suppress(ApiError):
+                await kube.request("GET", CONFIGMAPS.path("linkerd", f"{ROOTS}-preserved"))
+                return True
+            return False
+
+        await eventually(copied, timeout=30, what="the trust roots kept aside")
+
+    # With the controller stopped, both ConfigMaps Linkerd's injector reads are deleted.
+    await delete_configmaps(kube, "linkerd-config", ROOTS)
+    async with controller(cp, restart_interval=0.5, injector_wait=600):
+
+        async def restored() -> Json | None:
+            with contextlib.suppress(ApiError):
+                found: Json = await kube.request("GET", CONFIGMAPS.path("linkerd", ROOTS))
+                return found
+            return None
+
+        roots = await eventually(restored, timeout=60, what="the trust roots restored")
+        assert roots["data"] == original["data"]
+        for field in ("labels", "annotations"):
+            assert roots["metadata"].get(field) == original["metadata"][field], field
+        await eventually(lambda: ready(kube), timeout=60, what="Ready again")
+        assert (await values(kube))["proxy"]["image"]["version"] == "edge-26.8.6"
+
+    # And with no copy of them either: named, and nothing restarted.
+    await delete_configmaps(kube, ROOTS, f"{ROOTS}-preserved")
+    before = len(restarts(cp))
+    async with controller(cp, restart_interval=0.5, injector_wait=600):
+        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.7"}})
+
+        async def named() -> Json | None:
+            cond = await condition(kube, "Ready")
+            return cond if cond.get("reason") == "ConfigMapMissing" else None
+
+        cond = await eventually(named, timeout=60, what="Ready=False naming the trust roots")
+        assert cond["status"] == "False" and f"linkerd/{ROOTS}" in cond["message"]
+        code, report = await status_command(cp)
+        assert code == 2
+        (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
+        assert mine["missing"] == [ROOTS]
+        await asyncio.sleep(2.0)
+        assert len(restarts(cp)) == before  # no pod could be injected: none restarted
+
+        # `linkerd upgrade` (here: the install's own object) puts it back; all proceeds.
+        await scenario.create(kube, CONFIGMAPS.path("linkerd"), original)
+        await eventually(lambda: ready(kube), timeout=120, what="Ready once it is back")
+        assert len(restarts(cp)) > before
