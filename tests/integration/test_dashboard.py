@@ -35,9 +35,7 @@ from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, Sc
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import (
-    DEPLOYMENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
-    NAMESPACES,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
@@ -157,12 +155,7 @@ async def test_every_panel_returns_data_from_a_real_prometheus(
         await scenario.install_crd(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
         async with scenario.linkerd_injector(cp):
-            meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}
-            await scenario.create(kube, NAMESPACES.path(), meshed)
-            await scenario.wait_admits_pods(kube, NS, injected=True)
-            web = scenario.deployment("web", opted_in=True, replicas=1)
-            await scenario.create(kube, DEPLOYMENTS.path(NS), web)
-            before = await scenario.wait_settled(kube, NS, expected=1)
+            before = await scenario.meshed_namespace(kube, NS, ["web"], replicas=1)
             assert set(scenario.proxy_versions(before).values()) == {"edge-19.12.1"}
 
             cert_dir = tmp_path / "webhook"

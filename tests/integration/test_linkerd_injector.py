@@ -237,13 +237,7 @@ async def test_values_and_trust_roots_drive_the_real_injector(
     await scenario.install_linkerd(kube, install)
     template = install.injector_webhook
     async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
-        meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}
-        await scenario.create(kube, NAMESPACES.path(), meshed)
-        await scenario.wait_admits_pods(kube, NS, injected=True)
-        for name in OPTED_IN:
-            await scenario.create(kube, DEPLOYMENTS.path(NS), scenario.deployment(name, True))
-        await scenario.create(kube, DEPLOYMENTS.path(NS), scenario.deployment(NOT_OPTED_IN, False))
-        before = await scenario.wait_settled(kube, NS, expected=6)
+        before = await scenario.meshed_namespace(kube, NS, OPTED_IN, [NOT_OPTED_IN])
         assert {p["metadata"]["annotations"]["linkerd.io/proxy-version"] for p in before} == {
             "edge-26.8.3"
         }

@@ -29,7 +29,7 @@ from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlP
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
+from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
@@ -63,14 +63,7 @@ async def world(cp: LocalControlPlane) -> AsyncIterator[tuple[KubeClient, Linker
         await scenario.install_linkerd(kube, install)
         template = install.injector_webhook
         async with scenario.linkerd_injector(cp, "edge-26.8.3", webhook_template=template):
-            meshed = {"metadata": {"name": NS, "annotations": {"linkerd.io/inject": "enabled"}}}
-            await scenario.create(kube, NAMESPACES.path(), meshed)
-            await scenario.wait_admits_pods(kube, NS, injected=True)
-            for app in APPS:
-                await scenario.create(
-                    kube, DEPLOYMENTS.path(NS), scenario.deployment(app, True, replicas=1)
-                )
-            await scenario.wait_settled(kube, NS, expected=len(APPS))
+            await scenario.meshed_namespace(kube, NS, APPS, replicas=1)
             yield kube, install
 
 

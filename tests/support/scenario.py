@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,6 +173,24 @@ async def wait_admits_pods(kube: KubeClient, namespace: str, injected: bool) -> 
         return (proxy_container(pod) is not None) == injected
 
     await eventually(ready, timeout=60, what=f"pods admitted in namespace {namespace}")
+
+
+async def meshed_namespace(
+    kube: KubeClient,
+    namespace: str,
+    opted_in: Sequence[str],
+    not_opted_in: Sequence[str] = (),
+    replicas: int = 2,
+) -> list[dict[str, Any]]:
+    """A namespace annotated for injection, once the injector admits pods there, with a
+    Deployment of ``replicas`` pods for each name; returns the pods once they all run."""
+    meshed = {"metadata": {"name": namespace, "annotations": {"linkerd.io/inject": "enabled"}}}
+    await create(kube, NAMESPACES.path(), meshed)
+    await wait_admits_pods(kube, namespace, injected=True)
+    for name, opted in [*((n, True) for n in opted_in), *((n, False) for n in not_opted_in)]:
+        await create(kube, DEPLOYMENTS.path(namespace), deployment(name, opted, replicas))
+    expected = replicas * (len(opted_in) + len(not_opted_in))
+    return await wait_settled(kube, namespace, expected=expected)
 
 
 async def install_workloads(kube: KubeClient) -> None:
