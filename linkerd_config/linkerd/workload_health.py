@@ -1,0 +1,179 @@
+"""Whether a restarted workload came back: pure verdicts over a workload's cached state.
+
+A restart is complete when the owner's own rollout is, decided the way ``kubectl rollout
+status`` decides (kubectl ``pkg/polymorphichelpers/rollout_status.go``), and when the pods it
+runs now carry the proxy the configuration asks for (a pod the injector missed is a failure,
+not a success: linkerd2 #13702). A workload that is paused or already unhealthy before its
+restart is not restarted at all (``preflight``): its trouble is not the new configuration's.
+
+Everything here reads plain JSON (a cached owner, its pods' metadata) and returns a
+``Verdict``; nothing waits, nothing is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from linkerd_config.kube.resource import Json
+
+State = Literal["done", "waiting", "failed"]
+
+TIMED_OUT: Final = "ProgressDeadlineExceeded"
+"""The reason the Deployment controller gives ``Progressing=False`` past its deadline."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A workload's restart: done, still waiting (``why``: what it waits for), or failed
+    (``why``: what a person reads in status and the Event)."""
+
+    state: State
+    why: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "failed"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, Mapping) and condition.get("type") == type_:
+            return condition
+    return None
+
+
+def _observed(obj: Json) -> bool:
+    """The controller has seen the newest spec (for a StatefulSet, seen anything at all)."""
+    generation = _int((obj.get("metadata") or {}).get("generation"))
+    observed = _int((obj.get("status") or {}).get("observedGeneration"))
+    return observed > 0 and generation <= observed
+
+
+def rollout_status(kind: str, obj: Json) -> Verdict:
+    """The owner's own rollout, as ``kubectl rollout status`` reads it."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    if kind == "Deployment":
+        return _deployment(spec, status, _observed(obj))
+    if kind == "StatefulSet":
+        return _statefulset(spec, status, _observed(obj))
+    if kind == "DaemonSet":
+        return _daemonset(status, _observed(obj))
+    raise ValueError(f"no rollout status for kind {kind!r}")
+
+
+def _deployment(spec: Json, status: Json, observed: bool) -> Verdict:
+    if not observed:
+        return Verdict("waiting", "the Deployment controller has not seen the restart yet")
+    progressing = _condition(status, "Progressing")
+    if progressing is not None and progressing.get("reason") == TIMED_OUT:
+        return Verdict("failed", _deadline_message(status, progressing))
+    refused = _condition(status, "ReplicaFailure")
+    if refused is not None and refused.get("status") == "True":
+        return Verdict("failed", f"new pods refused: {refused.get('message') or 'no reason'}")
+    wanted = _int(spec.get("replicas"), 1)
+    updated = _int(status.get("updatedReplicas"))
+    if updated < wanted:
+        return Verdict("waiting", f"{updated} of {wanted} new replicas updated")
+    old = _int(status.get("replicas")) - updated
+    if old > 0:
+        return Verdict("waiting", f"{old} old replica(s) pending termination")
+    available = _int(status.get("availableReplicas"))
+    if available < updated:
+        return Verdict("waiting", f"{available} of {updated} updated replicas available")
+    return Verdict("done")
+
+
+def _deadline_message(status: Json, progressing: Mapping[str, Any]) -> str:
+    available = _int(status.get("availableReplicas"))
+    updated = _int(status.get("updatedReplicas"))
+    detail = progressing.get("message") or "no progress"
+    return f"{available} of {updated} new pod(s) available: {detail} ({TIMED_OUT})"
+
+
+def _statefulset(spec: Json, status: Json, observed: bool) -> Verdict:
+    strategy = spec.get("updateStrategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        # OnDelete: a restart changes nothing until someone deletes the pods; kubectl cannot
+        # tell either. Done here: the preflight already said what it would do.
+        return Verdict("done")
+    if not observed:
+        return Verdict("waiting", "the StatefulSet controller has not seen the restart yet")
+    wanted = _int(spec.get("replicas"), 1)
+    ready = _int(status.get("readyReplicas"))
+    if ready < wanted:
+        return Verdict("waiting", f"{wanted - ready} pod(s) not ready")
+    partition = _int(((strategy.get("rollingUpdate") or {}).get("partition")), -1)
+    if partition >= 0:
+        updated = _int(status.get("updatedReplicas"))
+        if updated < wanted - partition:
+            return Verdict("waiting", f"{updated} of {wanted - partition} new pods updated")
+        return Verdict("done")
+    if status.get("updateRevision") != status.get("currentRevision"):
+        updated = _int(status.get("updatedReplicas"))
+        return Verdict("waiting", f"{updated} pod(s) at revision {status.get('updateRevision')}")
+    return Verdict("done")
+
+
+def _daemonset(status: Json, observed: bool) -> Verdict:
+    if not observed:
+        return Verdict("waiting", "the DaemonSet controller has not seen the restart yet")
+    desired = _int(status.get("desiredNumberScheduled"))
+    updated = _int(status.get("updatedNumberScheduled"))
+    if updated < desired:
+        return Verdict("waiting", f"{updated} of {desired} new pods scheduled")
+    available = _int(status.get("numberAvailable"))
+    if available < desired:
+        return Verdict("waiting", f"{available} of {desired} updated pods available")
+    return Verdict("done")
+
+
+def preflight(kind: str, obj: Json) -> str | None:
+    """Why a workload must not be restarted now (None: it may be): paused, or already
+    unhealthy, so a restart would not tell the new configuration's health from its own."""
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    if kind == "Deployment" and spec.get("paused") is True:
+        return "paused (spec.paused)"
+    if not _observed(obj):
+        return None  # a change of its own in flight: its rollout status says more later
+    before = rollout_status(kind, obj)
+    if before.failed:
+        return f"already failing before its restart: {before.why}"
+    if kind == "Deployment":
+        available = _condition(status, "Available")
+        if available is not None and available.get("status") == "False":
+            return f"not available before its restart: {available.get('message') or ''}".strip()
+    if not before.done:
+        return f"still rolling out a change of its own: {before.why}"
+    return None
+
+
+def restart_verdict(
+    kind: str, obj: Json, pods: Iterable[Json], stale: Iterable[Json], missed: str | None
+) -> Verdict:
+    """A restarted workload's verdict: its own rollout's, and, once that is done, whether its
+    running pods carry the desired proxy. ``pods`` are its running opted-in pods, ``stale``
+    those of them not on the desired proxy, ``missed`` why the first of those is stale."""
+    own = rollout_status(kind, obj)
+    if not own.done:
+        return own
+    left = list(stale)
+    if left:
+        names = ", ".join(sorted(str((p.get("metadata") or {}).get("name")) for p in left))
+        return Verdict(
+            "failed",
+            f"{len(left)} of {len(list(pods))} pod(s) came back without the desired proxy "
+            f"({names}): {missed or 'stale'}",
+        )
+    return Verdict("done")

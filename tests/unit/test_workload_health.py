@@ -1,0 +1,247 @@
+"""A restarted workload's verdict from its cached state, as tables: kubectl's own rollout-status
+cases for each kind (``pkg/polymorphichelpers/rollout_status_test.go``: generation, replicas,
+updated, available, old replicas, partitions, revisions), the failures kubectl only reports
+(a progress deadline exceeded, new pods refused), the proxy check on the pods that came back,
+and the pre-flight that keeps an already unhealthy or paused workload out of a rollout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from linkerd_config.linkerd.workload_health import (
+    Verdict,
+    preflight,
+    restart_verdict,
+    rollout_status,
+)
+
+TIMED_OUT = {
+    "type": "Progressing",
+    "status": "False",
+    "reason": "ProgressDeadlineExceeded",
+    "message": 'ReplicaSet "foo-1" has timed out progressing.',
+}
+REFUSED = {
+    "type": "ReplicaFailure",
+    "status": "True",
+    "reason": "FailedCreate",
+    "message": 'pods "foo-1-x" is forbidden: exceeded quota: q',
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "state", "why"),
+    [
+        # kubectl's cases.
+        (
+            {
+                "metadata": {"generation": 0},
+                "spec": {"replicas": 1},
+                "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 0,
+                           "availableReplicas": 1},
+            },
+            "waiting", "0 of 1 new replicas updated",
+        ),
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {"replicas": 1},
+                "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1,
+                           "availableReplicas": 2},
+            },
+            "waiting", "1 old replica(s) pending termination",
+        ),
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                           "availableReplicas": 1},
+            },
+            "waiting", "1 of 2 updated replicas available",
+        ),
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                           "availableReplicas": 2},
+            },
+            "done", "",
+        ),
+        (
+            {
+                "metadata": {"generation": 2},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+                           "availableReplicas": 2},
+            },
+            "waiting", "not seen the restart yet",
+        ),
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {"replicas": 1},
+                "status": {"observedGeneration": 1, "conditions": [TIMED_OUT]},
+            },
+            "failed", "timed out progressing. (ProgressDeadlineExceeded)",
+        ),
+        # What kubectl only reports, and we act on: new pods refused.
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 1,
+                           "availableReplicas": 2, "conditions": [REFUSED]},
+            },
+            "failed", "new pods refused: pods \"foo-1-x\" is forbidden: exceeded quota: q",
+        ),
+        # A default of one replica when spec.replicas is left out.
+        (
+            {
+                "metadata": {"generation": 1},
+                "spec": {},
+                "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                           "availableReplicas": 1},
+            },
+            "done", "",
+        ),
+    ],
+)  # fmt: skip
+def test_deployment_rollout_status(obj: dict[str, Any], state: str, why: str) -> None:
+    verdict = rollout_status("Deployment", obj)
+    assert verdict.state == state
+    assert why in verdict.why
+
+
+def daemonset(generation: int = 1, observed: int = 1, **status: int) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"updateStrategy": {"type": "RollingUpdate"}},
+        "status": {"observedGeneration": observed, **status},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "state", "why"),
+    [
+        (daemonset(updatedNumberScheduled=0, numberAvailable=0, desiredNumberScheduled=1),
+         "waiting", "0 of 1 new pods scheduled"),
+        (daemonset(updatedNumberScheduled=1, numberAvailable=0, desiredNumberScheduled=1),
+         "waiting", "0 of 1 updated pods available"),
+        (daemonset(updatedNumberScheduled=1, numberAvailable=1, desiredNumberScheduled=1),
+         "done", ""),
+        (daemonset(updatedNumberScheduled=0, numberAvailable=0, desiredNumberScheduled=0),
+         "done", ""),
+        (daemonset(generation=2, updatedNumberScheduled=1, numberAvailable=1,
+                   desiredNumberScheduled=1), "waiting", "not seen"),
+    ],
+)  # fmt: skip
+def test_daemonset_rollout_status(obj: dict[str, Any], state: str, why: str) -> None:
+    verdict = rollout_status("DaemonSet", obj)
+    assert (verdict.state, why in verdict.why) == (state, True)
+
+
+def statefulset(
+    replicas: int = 3,
+    partition: int | None = None,
+    generation: int = 1,
+    observed: int = 1,
+    strategy: str = "RollingUpdate",
+    **status: Any,
+) -> dict[str, Any]:
+    update: dict[str, Any] = {"type": strategy}
+    if partition is not None:
+        update["rollingUpdate"] = {"partition": partition}
+    return {
+        "metadata": {"generation": generation},
+        "spec": {"replicas": replicas, "updateStrategy": update},
+        "status": {"observedGeneration": observed, **status},
+    }
+
+
+@pytest.mark.parametrize(
+    ("obj", "state", "why"),
+    [
+        (statefulset(observed=0, readyReplicas=3), "waiting", "not seen"),
+        (statefulset(generation=2, readyReplicas=3), "waiting", "not seen"),
+        (statefulset(readyReplicas=1), "waiting", "2 pod(s) not ready"),
+        (statefulset(readyReplicas=3, updatedReplicas=1, updateRevision="r2",
+                     currentRevision="r1"), "waiting", "1 pod(s) at revision r2"),
+        (statefulset(readyReplicas=3, updatedReplicas=3, updateRevision="r2",
+                     currentRevision="r2"), "done", ""),
+        (statefulset(partition=2, readyReplicas=3, updatedReplicas=0), "waiting",
+         "0 of 1 new pods updated"),
+        (statefulset(partition=2, readyReplicas=3, updatedReplicas=1), "done", ""),
+        (statefulset(strategy="OnDelete", readyReplicas=0), "done", ""),
+    ],
+)  # fmt: skip
+def test_statefulset_rollout_status(obj: dict[str, Any], state: str, why: str) -> None:
+    verdict = rollout_status("StatefulSet", obj)
+    assert (verdict.state, why in verdict.why) == (state, True)
+
+
+def test_an_unknown_kind_has_no_rollout_status() -> None:
+    with pytest.raises(ValueError, match="CronJob"):
+        rollout_status("CronJob", {})
+
+
+HEALTHY: dict[str, Any] = {
+    "metadata": {"name": "foo", "generation": 1},
+    "spec": {"replicas": 2},
+    "status": {"observedGeneration": 1, "replicas": 2, "updatedReplicas": 2,
+               "availableReplicas": 2},
+}  # fmt: skip
+UNAVAILABLE = {
+    "type": "Available",
+    "status": "False",
+    "reason": "MinimumReplicasUnavailable",
+    "message": "Deployment does not have minimum availability.",
+}
+
+
+@pytest.mark.parametrize(
+    ("kind", "obj", "why"),
+    [
+        ("Deployment", HEALTHY, None),
+        ("Deployment", {**HEALTHY, "spec": {"replicas": 2, "paused": True}}, "paused"),
+        ("Deployment", {**HEALTHY, "status": {**HEALTHY["status"],
+                                              "conditions": [TIMED_OUT]}},
+         "already failing before its restart"),
+        ("Deployment", {**HEALTHY, "status": {**HEALTHY["status"],
+                                              "conditions": [UNAVAILABLE]}},
+         "not available before its restart"),
+        ("Deployment", {**HEALTHY, "status": {**HEALTHY["status"], "availableReplicas": 1}},
+         "still rolling out a change of its own"),
+        ("Deployment", {**HEALTHY, "metadata": {"generation": 2}}, None),
+        ("StatefulSet", statefulset(readyReplicas=1), "still rolling out"),
+        ("DaemonSet", daemonset(updatedNumberScheduled=1, numberAvailable=1,
+                                desiredNumberScheduled=1), None),
+    ],
+)  # fmt: skip
+def test_preflight(kind: str, obj: dict[str, Any], why: str | None) -> None:
+    found = preflight(kind, obj)
+    assert (found is None) == (why is None), found
+    if why is not None:
+        assert found is not None and why in found
+
+
+def pod(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}}
+
+
+def test_a_restart_is_done_when_its_rollout_is_and_every_pod_has_the_proxy() -> None:
+    pods = [pod("a"), pod("b")]
+    assert restart_verdict("Deployment", HEALTHY, pods, [], None) == Verdict("done")
+    waiting = {**HEALTHY, "status": {**HEALTHY["status"], "availableReplicas": 1}}
+    assert restart_verdict("Deployment", waiting, pods, [pod("b")], "x").state == "waiting"
+    missed = restart_verdict(
+        "Deployment", HEALTHY, pods, [pod("b")], "proxy version edge-1.0.0 → edge-1.0.1"
+    )
+    assert missed.failed
+    assert missed.why == (
+        "1 of 2 pod(s) came back without the desired proxy (b): "
+        "proxy version edge-1.0.0 → edge-1.0.1"
+    )
