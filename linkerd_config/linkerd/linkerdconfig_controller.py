@@ -222,7 +222,8 @@ class LinkerdConfigController:
         def everyone(_obj: Json) -> None:
             self.controller.enqueue_all(self.config_names())
 
-        for informer in (self.pods, self.namespaces):
+        # Restarted workloads' status is the rollout's health gate: their changes wake it too.
+        for informer in (self.pods, self.namespaces, *self.workloads.values()):
             informer.add_handler(everyone, lambda _o, n: everyone(n), everyone)
 
     # -- the reconcile --------------------------------------------------------------------
@@ -305,12 +306,12 @@ class LinkerdConfigController:
         conditions = set_condition(
             conditions,
             DATA_PLANE_UP_TO_DATE,
-            outcome.outdated == 0,
+            outcome.up_to_date,
             outcome.reason,
             outcome.message,
             generation,
         )
-        ready = outcome.outdated == 0
+        ready = outcome.up_to_date
         conditions = set_condition(
             conditions,
             READY,
@@ -330,6 +331,7 @@ class LinkerdConfigController:
             "outdatedWorkloads": outcome.outdated,
             "restartedWorkloads": outcome.restarted_total,
             "evictedPods": outcome.evicted,
+            **outcome.status,
         }
         name = config["metadata"]["name"]
         since = self.monotonic() - self._status_written.get(name, float("-inf"))

@@ -235,7 +235,16 @@ def spec_schema() -> dict[str, Any]:
                 "description": "Workloads restarted per pass.",
             },
             "restartInterval": _str(
-                "Time from one pass's last restart to the next pass, e.g. 30s or 2m.",
+                "The least time from one pass's last restart to the next pass, e.g. 30s or "
+                "2m; a pass also waits until every workload restarted so far is healthy.",
+                pattern=DURATION_PATTERN,
+                maxLength=32,
+            ),
+            "progressDeadline": _str(
+                "How long a restarted workload may take to be healthy again (its rollout "
+                "complete, its pods on the desired proxy) before the rollout halts; default "
+                "10m, a Deployment's own default. A Deployment fails earlier when its "
+                "progressDeadlineSeconds says so.",
                 pattern=DURATION_PATTERN,
                 maxLength=32,
             ),
@@ -404,6 +413,10 @@ class Target:
         return f"{self.namespace}/{self.name}"
 
 
+DEFAULT_PROGRESS_DEADLINE = 600.0
+"""Seconds, as a Deployment's progressDeadlineSeconds defaults."""
+
+
 @dataclass(frozen=True)
 class RolloutSpec:
     """A LinkerdConfig's ``spec.rollout``; None where it leaves the controller's setting."""
@@ -411,16 +424,21 @@ class RolloutSpec:
     paused: bool = False
     max_restarts_per_pass: int | None = None
     restart_interval: float | None = None
+    progress_deadline: float = DEFAULT_PROGRESS_DEADLINE
 
     @classmethod
     def of(cls, config: Json) -> RolloutSpec:
         """From an admitted object (validation has checked the types and the duration)."""
         section = (config.get("spec") or {}).get("rollout") or {}
         interval = section.get("restartInterval")
+        deadline = section.get("progressDeadline")
         return cls(
             paused=bool(section.get("paused", False)),
             max_restarts_per_pass=section.get("maxRestartsPerPass"),
             restart_interval=None if interval is None else parse_go_duration(interval) / 1e9,
+            progress_deadline=DEFAULT_PROGRESS_DEADLINE
+            if deadline is None
+            else parse_go_duration(deadline) / 1e9,
         )
 
     def batch_size(self, default: int) -> int:

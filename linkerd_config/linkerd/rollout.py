@@ -412,8 +412,16 @@ def moved_pod(pod: Json, namespace: str) -> Json:
     return {**pod, "metadata": {**pod["metadata"], "namespace": namespace}, "spec": spec}
 
 
-WORKLOAD_FIELDS = ("spec.template.metadata.annotations",)
-"""All a workload cache needs (besides name, namespace, uid, resourceVersion): the record."""
+WORKLOAD_FIELDS = (
+    "spec.template.metadata.annotations",
+    "metadata.generation",
+    "spec.replicas",
+    "spec.paused",
+    "spec.updateStrategy",
+    "status",
+)
+"""All a workload cache needs (besides name, namespace, uid, resourceVersion): the restart
+record, and what ``workload_health`` reads to tell a finished rollout from a stuck one."""
 
 
 def restart_patch(config_hash: str, resource_version: str, at: float) -> Json:
@@ -445,20 +453,21 @@ def already_restarted(workload_obj: Json, config_hash: str) -> bool:
     return _template_annotations(workload_obj).get(RESTARTED_FOR_ANNOTATION) == config_hash
 
 
+def restart_time(workload_obj: Json) -> float | None:
+    """When the workload's record says it was last restarted (None: no readable time)."""
+    stamp = str(_template_annotations(workload_obj).get(RESTARTED_AT_ANNOTATION, ""))
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def restart_times(workload_objs: Iterable[Json], config_hash: str) -> list[float]:
     """When each workload recorded as restarted for ``config_hash`` was restarted (a record
     without a readable time counts, at time 0)."""
-    times = []
-    for obj in workload_objs:
-        annotations = _template_annotations(obj)
-        if annotations.get(RESTARTED_FOR_ANNOTATION) != config_hash:
-            continue
-        try:
-            stamp = str(annotations.get(RESTARTED_AT_ANNOTATION, ""))
-            times.append(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
-        except ValueError:
-            times.append(0.0)
-    return times
+    return [
+        restart_time(obj) or 0.0 for obj in workload_objs if already_restarted(obj, config_hash)
+    ]
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
@@ -28,10 +28,11 @@ from linkerd_config.kube.resource import (
     STATEFULSETS,
     ApiResource,
     Json,
+    rfc3339,
 )
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd import rollout, workload_health
 from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.reconcile import Desired
 
@@ -64,6 +65,17 @@ class RolloutMetrics(ComponentMetrics):
             ["kind"],
             registry=registry,
         )
+        self.halts = Counter(
+            "linkerd_config_rollouts_halted_total",
+            "Rollouts halted because a restarted workload failed or missed its deadline",
+            registry=registry,
+        )
+        self.halted = Gauge(
+            "linkerd_config_rollout_halted",
+            "1 while a LinkerdConfig's rollout is halted (as this replica last saw it)",
+            ["linkerdconfig"],
+            registry=registry,
+        )
         for kind in self.KINDS:  # every series from the first scrape
             self.restarts.labels(kind)
             self.restart_failures.labels(kind)
@@ -73,6 +85,12 @@ PROBE_SPACING = 2.0
 """Seconds between two questions to the injector about one configuration while it still
 injects the old proxy (every pod event wakes a reconcile; the answer changes only when the
 injector has re-read its files)."""
+
+UP_TO_DATE = "UpToDate"
+HALTED = "RolloutHalted"
+HEALTH_RECHECK = 5.0
+"""While restarted workloads come back, look again at least this often (their informers
+wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
 
 RESTART_CONCURRENCY = 10
 """Restarts of one pass in flight at once: a batch of 50 takes about five request times, not
@@ -85,6 +103,34 @@ class _Restart:
 
     done: bool = False
     refused: str = ""
+
+
+RESUME_HINT = (
+    "Fix the workloads, then change the LinkerdConfig's spec (a new attempt) or annotate it "
+    f"{workload_health.RESUME_ANNOTATION}=<anything new> (resume, the failed ones forgiven)"
+)
+
+
+def _waiting_message(waiting: tuple[tuple[str, str], ...], version: str) -> str:
+    shown = [f"{w}: {why}" for w, why in waiting]
+    return (
+        f"{len(waiting)} restarted workload(s) not healthy on proxy {version} yet, the next "
+        f"pass waits for them: {_listed(shown, 5)}"
+    )
+
+
+def _skipped_message(skipped: list[tuple[str, str]]) -> str:
+    if not skipped:
+        return ""
+    shown = [f"{w}: {why}" for w, why in skipped]
+    return f"Skipped, not restarted: {_listed(shown, 5)}."
+
+
+def _parse_workload(text: str) -> rollout.Workload:
+    kind, namespace, name = text.split("/", 2)
+    return rollout.Workload(
+        next((k for k in RolloutMetrics.KINDS if k.lower() == kind), kind), namespace, name
+    )
 
 
 def _listed(items: list[str], limit: int = 10) -> str:
@@ -136,6 +182,12 @@ class RolloutOutcome:
     reason: str
     message: str
     requeue_after: float | None = None
+    status: Json = field(default_factory=dict)
+    """Status fields of the rollout's own state (its halt), to write with the rest."""
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.reason == UP_TO_DATE
 
 
 def evictions_reported(status: Json, config_hash: str) -> int:
@@ -198,11 +250,12 @@ class RolloutExecutor:
         if progress.written_at is None:
             progress.written_at = self.monotonic()
 
-    async def roll(self, config: Json, desired: Desired) -> RolloutOutcome:
+    def _plan(self, desired: Desired) -> rollout.RolloutPlan:
+        """The stale workloads, decided again only when a cache it reads changed."""
+
         def replicaset(ns: str, name: str) -> Json | None:
             return self.replicasets.get(f"{ns}/{name}")
 
-        config_hash, version = desired.config_hash, desired.proxy.version
         proxy = desired.proxy.restarting_in(self.options.restart_namespaces)
         plan_key = (
             self.pods.revision,
@@ -214,24 +267,54 @@ class RolloutExecutor:
             namespaces = {n["metadata"]["name"]: n for n in self.namespaces.list()}
             plan = rollout.plan_rollout(self.pods.list(), namespaces, proxy, replicaset)
             self._plans = (plan_key, plan)
-        plan = self._plans[1]
+        return self._plans[1]
+
+    def _recorded(self, config_hash: str) -> list[float]:
+        """When each owner restarted for ``config_hash`` was, read again only on a change."""
         records_key = (*(s.revision for s in self.workloads.values()), config_hash)
         if self._records is None or self._records[0] != records_key:
             times = rollout.restart_times(self._workload_objects(), config_hash)
             self._records = (records_key, times)
-        recorded = self._records[1]
+        return self._records[1]
+
+    async def roll(self, config: Json, desired: Desired) -> RolloutOutcome:
+        """One pass; its outcome carries the status of the rollout's halt (kept, set, or
+        cleared by a resume or a new attempt) whatever the pass found."""
+        halt = workload_health.halt_state(config, desired.config_hash)
+        outcome = await self._roll(config, desired, halt)
+        return replace(outcome, status={**halt.status, **outcome.status})
+
+    async def _roll(
+        self, config: Json, desired: Desired, halt: workload_health.HaltState
+    ) -> RolloutOutcome:
+        config_hash, version = desired.config_hash, desired.proxy.version
+        plan = self._plan(desired)
+        recorded = self._recorded(config_hash)
         evicted, evicted_at = self._evictions(config, config_hash)
-        if not plan.workloads:
-            return RolloutOutcome(
-                0,
-                len(recorded) + evicted,
-                evicted,
-                "UpToDate",
-                f"every opted-in pod runs proxy {version}",
-            )
         spec = RolloutSpec.of(config)
         batch = spec.batch_size(self.options.max_restarts_per_pass)
         interval = spec.interval(self.options.restart_interval)
+        counts = (len(plan.workloads), len(recorded) + evicted, evicted)
+        name = str(config["metadata"]["name"])
+        if halt.halted is not None:
+            self.metrics.halted.labels(name).set(1)
+            failed = "; ".join(halt.halted.get("failed") or ())
+            return RolloutOutcome(
+                *counts, HALTED, f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}"
+            )  # fmt: skip
+        self.metrics.halted.labels(name).set(0)
+        checked = workload_health.gate(
+            self._restarted(config_hash, plan), self.wall(), spec.progress_deadline, halt.forgiven
+        )
+        if checked.failed:
+            return self._halt(config, config_hash, version, checked.failed, counts)
+        if not plan.workloads and checked.open:
+            return RolloutOutcome(*counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}")
+        if checked.waiting:
+            return RolloutOutcome(
+                *counts, "RollingOut", _waiting_message(checked.waiting, version),
+                requeue_after=min(HEALTH_RECHECK, interval or HEALTH_RECHECK),
+            )  # fmt: skip
         if spec.paused:
             return RolloutOutcome(
                 len(plan.workloads), len(recorded) + evicted, evicted, "Paused",
@@ -239,7 +322,7 @@ class RolloutExecutor:
                 f"would be restarted for proxy {version}; set spec.rollout.paused to false "
                 "to resume",
             )  # fmt: skip
-        todo = rollout.pending(plan.workloads, self._record, config_hash)
+        todo, skipped = self._preflight(rollout.pending(plan.workloads, self._record, config_hash))
         progress = self._of(config_hash)
         finished = progress.pass_finished
         pace = rollout.pace(
@@ -257,35 +340,14 @@ class RolloutExecutor:
         )
         if not todo or not pace.allowed:
             return self._rolling(
-                plan, len(recorded) + evicted, evicted, version, pace.wait or interval, ""
-            )
-        confirmed, why = True, ""
-        if not progress.injector_confirmed:
-            since = self.monotonic() - progress.probed_at
-            if since < PROBE_SPACING:
-                # Asked moments ago (other events woke this reconcile): not again yet.
-                return RolloutOutcome(
-                    len(plan.workloads), len(recorded) + evicted, evicted,
-                    "WaitingForInjector", progress.waiting_why,
-                    requeue_after=PROBE_SPACING - since,
-                )  # fmt: skip
-            progress.probed_at = self.monotonic()
-            confirmed, why, cause = await self._injector_ready(desired, todo)
-            progress.waiting_why, progress.injector_confirmed = why, confirmed
-            if cause and cause != progress.probe_failure:
-                self.recorder.record(
-                    config,
-                    "Warning",
-                    "InjectorUnconfirmed",
-                    f"cannot ask Linkerd's proxy injector which proxy it injects now: {cause}; "
-                    f"restarting after {self.options.injector_wait:.0f}s without its answer",
-                )
-            progress.probe_failure = cause
-        if not confirmed:
-            return RolloutOutcome(
-                len(plan.workloads), len(recorded) + evicted, evicted, "WaitingForInjector", why,
-                requeue_after=2.0,
+                plan, len(recorded) + evicted, evicted, version, pace.wait or interval,
+                _skipped_message(skipped),
             )  # fmt: skip
+        asked = await self._ask_injector(config, desired, todo, progress)
+        if isinstance(asked, float):
+            why = progress.waiting_why
+            return RolloutOutcome(*counts, "WaitingForInjector", why, requeue_after=asked)
+        why = asked
         gate = asyncio.Semaphore(RESTART_CONCURRENCY)
         batch_now = todo[: pace.allowed]
 
@@ -308,7 +370,106 @@ class RolloutExecutor:
             )
         evicted, _ = self._evictions(config, config_hash)
         total = len(recorded) + owners_restarted + evicted
+        why = f"{why} {_skipped_message(skipped)}".strip()
         return self._rolling(plan, total, evicted, version, interval, why)
+
+    async def _ask_injector(
+        self,
+        config: Json,
+        desired: Desired,
+        todo: list[rollout.Workload],
+        progress: _ConfigProgress,
+    ) -> str | float:
+        """Whether the injector injects the desired proxy now: what status says of it when it
+        does (or when waiting longer is pointless), else the seconds to wait before asking
+        again (``progress.waiting_why`` says why)."""
+        if progress.injector_confirmed:
+            return ""
+        since = self.monotonic() - progress.probed_at
+        if since < PROBE_SPACING:
+            # Asked moments ago (other events woke this reconcile): not again yet.
+            return PROBE_SPACING - since
+        progress.probed_at = self.monotonic()
+        confirmed, why, cause = await self._injector_ready(desired, todo)
+        progress.waiting_why, progress.injector_confirmed = why, confirmed
+        if cause and cause != progress.probe_failure:
+            self.recorder.record(
+                config,
+                "Warning",
+                "InjectorUnconfirmed",
+                f"cannot ask Linkerd's proxy injector which proxy it injects now: {cause}; "
+                f"restarting after {self.options.injector_wait:.0f}s without its answer",
+            )
+        progress.probe_failure = cause
+        return why if confirmed else 2.0
+
+    def _restarted(
+        self, config_hash: str, plan: rollout.RolloutPlan
+    ) -> list[workload_health.Restarted]:
+        """The owners restarted for ``config_hash`` and how each stands now."""
+        found = []
+        for kind, store in self.workloads.items():
+            for obj in store.list():
+                if not rollout.already_restarted(obj, config_hash):
+                    continue
+                meta = obj["metadata"]
+                workload = rollout.Workload(kind, meta["namespace"], meta["name"])
+                at = rollout.restart_time(obj)
+                verdict = workload_health.restart_verdict(
+                    kind, obj, plan.reasons.get(workload) or {}
+                )
+                # A record without a readable time starts its deadline now.
+                found.append(workload_health.Restarted(str(workload), at or self.wall(), verdict))
+        return found
+
+    def _preflight(
+        self, workloads: list[rollout.Workload]
+    ) -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
+        """Of the workloads to restart, those that may be (a bare pod always may), and the
+        others with why not: paused or already unhealthy, their trouble is not ours."""
+        ready, skipped = [], []
+        for workload in workloads:
+            obj = self._record(workload)
+            why = None if obj is None else workload_health.preflight(workload.kind, obj)
+            if why is None:
+                ready.append(workload)
+            else:
+                skipped.append((str(workload), why))
+        return ready, skipped
+
+    def _halt(
+        self,
+        config: Json,
+        config_hash: str,
+        version: str,
+        failed: tuple[tuple[str, str], ...],
+        counts: tuple[int, int, int],
+    ) -> RolloutOutcome:
+        """Stop the rollout: recorded in status (any leader reads it back), one Warning on
+        the LinkerdConfig and one on each failed workload, counted."""
+        name = str(config["metadata"]["name"])
+        record = workload_health.halt_record(config, config_hash, failed, rfc3339(self.wall()))
+        listed = "; ".join(f"{w}: {why}" for w, why in failed)
+        log.warning("rollout halted", linkerdconfig=name, failed=listed)
+        self.metrics.halts.inc()
+        self.metrics.halted.labels(name).set(1)
+        self.recorder.record(
+            config, "Warning", HALTED, f"rollout of proxy {version} halted: {listed}"
+        )
+        for workload, why in failed:
+            involved = self._involved(_parse_workload(workload))
+            if involved is not None:
+                self.recorder.record(
+                    involved,
+                    "Warning",
+                    HALTED,
+                    f"did not come back healthy on proxy {version} (LinkerdConfig {name}): "
+                    f"{why}; the rollout is halted",
+                )
+        return RolloutOutcome(
+            *counts, HALTED, f"rollout of proxy {version} halted: {listed}. {RESUME_HINT}",
+            status={workload_health.HALT_FIELD: record},
+        )  # fmt: skip
 
     def _report_pass(
         self,

@@ -302,6 +302,7 @@ class _Checker:
         self.resources(proxy.get("resource"))
         rollout = self.section(spec, "rollout", "spec")
         self.duration(rollout, "restartInterval", "spec.rollout")
+        self.duration(rollout, "progressDeadline", "spec.rollout")
         paused = rollout.get("paused")
         if paused is not None and not isinstance(paused, bool):
             self.fail("spec.rollout.paused", "must be true or false")

@@ -159,21 +159,153 @@ def preflight(kind: str, obj: Json) -> str | None:
     return None
 
 
-def restart_verdict(
-    kind: str, obj: Json, pods: Iterable[Json], stale: Iterable[Json], missed: str | None
-) -> Verdict:
+def restart_verdict(kind: str, obj: Json, stale: Mapping[str, int]) -> Verdict:
     """A restarted workload's verdict: its own rollout's, and, once that is done, whether its
-    running pods carry the desired proxy. ``pods`` are its running opted-in pods, ``stale``
-    those of them not on the desired proxy, ``missed`` why the first of those is stale."""
+    running pods carry the desired proxy (``stale``: its pods that do not, counted by why).
+
+    A finished rollout whose pods are not all on the desired proxy yet is still waiting, not
+    failed: the pod cache may lag the workload's (they are separate watches), and old pods
+    linger while they terminate. A pod the injector really missed stays so, and the deadline
+    (``gate``) fails it."""
     own = rollout_status(kind, obj)
     if not own.done:
         return own
-    left = list(stale)
+    left = sum(stale.values())
     if left:
-        names = ", ".join(sorted(str((p.get("metadata") or {}).get("name")) for p in left))
-        return Verdict(
-            "failed",
-            f"{len(left)} of {len(list(pods))} pod(s) came back without the desired proxy "
-            f"({names}): {missed or 'stale'}",
-        )
+        reasons = "; ".join(f"{why} ({n})" for why, n in sorted(stale.items()))
+        return Verdict("waiting", f"{left} pod(s) not on the desired proxy yet: {reasons}")
     return Verdict("done")
+
+
+@dataclass(frozen=True)
+class Restarted:
+    """A workload restarted for the configuration being rolled out, and how it stands."""
+
+    name: str
+    """How status and Events name it (``deployment/ns/name``)."""
+    restarted_at: float
+    verdict: Verdict
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Whether the next pass may start: only when every workload restarted so far is done."""
+
+    waiting: tuple[tuple[str, str], ...] = ()
+    """(workload, what it waits for), not past its deadline."""
+    failed: tuple[tuple[str, str], ...] = ()
+    """(workload, why it failed): its own failure, or its deadline passed while waiting."""
+
+    @property
+    def open(self) -> bool:
+        return not self.waiting and not self.failed
+
+
+def gate(
+    restarted: Iterable[Restarted],
+    now: float,
+    deadline: float,
+    forgiven: frozenset[str] = frozenset(),
+) -> Gate:
+    """The rollout's gate over what it has restarted: a workload that failed, or is not done
+    ``deadline`` seconds after its restart, fails the rollout; one still within it holds the
+    next pass. ``forgiven`` workloads (failed before an explicit resume) hold nothing."""
+    waiting: list[tuple[str, str]] = []
+    failed: list[tuple[str, str]] = []
+    for item in sorted(restarted, key=lambda r: r.name):
+        if item.name in forgiven or item.verdict.done:
+            continue
+        if item.verdict.failed:
+            failed.append((item.name, item.verdict.why))
+        elif now - item.restarted_at >= deadline:
+            failed.append(
+                (item.name, f"not complete {_duration(deadline)} after its restart: "
+                 f"{item.verdict.why}")
+            )  # fmt: skip
+        else:
+            waiting.append((item.name, item.verdict.why))
+    return Gate(tuple(waiting), tuple(failed))
+
+
+def _duration(seconds: float) -> str:
+    """As Go prints a time.Duration of whole seconds (10m0s, 1h0m0s, 30s)."""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes}m{secs}s"
+    if minutes:
+        return f"{minutes}m{secs}s"
+    return f"{secs}s"
+
+
+# -- the halt: a small state kept in the LinkerdConfig's status, so any leader reads it -----
+
+RESUME_ANNOTATION = "config.linkerd.io/resume-rollout"
+"""Set (or changed) on a LinkerdConfig to resume its halted rollout, the failed workloads
+forgiven: ``kubectl annotate lc NAME config.linkerd.io/resume-rollout=$(date +%s) --overwrite``."""
+HALT_FIELD = "rolloutHalt"
+FORGIVEN_FIELD = "rolloutForgiven"
+
+
+def _resume_token(config: Json) -> str:
+    annotations = (config.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(RESUME_ANNOTATION, ""))
+
+
+def _generation(config: Json) -> int:
+    return _int((config.get("metadata") or {}).get("generation"))
+
+
+@dataclass(frozen=True)
+class HaltState:
+    """Where a LinkerdConfig's rollout of ``config_hash`` stands as to halting."""
+
+    halted: Json | None
+    """The halt in force (the status record as it stands), None if none."""
+    forgiven: frozenset[str]
+    """Workloads an explicit resume forgave: the gate holds nothing for them."""
+    status: Json
+    """What the status must say of it (a field set to None is removed)."""
+
+
+def halt_state(config: Json, config_hash: str) -> HaltState:
+    """Read the halt back from status. A halt holds for its configuration and generation
+    until the resume annotation changes (then its failed workloads are forgiven); a new
+    generation or configuration is a new attempt, with nothing forgiven."""
+    status = config.get("status") or {}
+    record = status.get(HALT_FIELD)
+    forgiven_record = status.get(FORGIVEN_FIELD)
+    forgiven: frozenset[str] = frozenset()
+    if isinstance(forgiven_record, Mapping) and forgiven_record.get("configHash") == config_hash:
+        forgiven = frozenset(str(w) for w in forgiven_record.get("workloads") or ())
+    if not isinstance(record, Mapping):
+        return HaltState(None, forgiven, {HALT_FIELD: None} if record is not None else {})
+    same = record.get("configHash") == config_hash and _int(
+        record.get("generation")
+    ) == _generation(config)
+    if not same:
+        return HaltState(None, frozenset(), {HALT_FIELD: None, FORGIVEN_FIELD: None})
+    if record.get("resumeToken", "") == _resume_token(config):
+        return HaltState(dict(record), forgiven, {})
+    resumed = forgiven | {str(w).split(":", 1)[0] for w in record.get("failed") or ()}
+    return HaltState(
+        None,
+        resumed,
+        {
+            HALT_FIELD: None,
+            FORGIVEN_FIELD: {"configHash": config_hash, "workloads": sorted(resumed)},
+        },
+    )
+
+
+def halt_record(config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str) -> Json:
+    """The status record of a new halt: what failed and why, for this configuration,
+    generation and resume token."""
+    return {
+        "configHash": config_hash,
+        "generation": _generation(config),
+        "resumeToken": _resume_token(config),
+        "failed": [f"{name}: {why}" for name, why in failed],
+        "at": at,
+    }

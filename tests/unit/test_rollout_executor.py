@@ -21,11 +21,20 @@ from linkerd_config.linkerd.rollout_executor import (
     RolloutExecutor,
     RolloutOptions,
 )
+from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support.clock import FakeClock
 
 NEW, OLD, HASH = "edge-19.12.3", "edge-19.12.1", "h1"
 CONFIG: Json = {"metadata": {"name": "cfg"}, "status": {}}
 DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, HASH, "Spec", DesiredProxy(NEW))
+
+
+HEALTHY_STATUS: Json = {
+    "observedGeneration": 1,
+    "replicas": 1,
+    "updatedReplicas": 1,
+    "availableReplicas": 1,
+}
 
 
 class FakeWriter:
@@ -105,8 +114,9 @@ class World:
     def add(self, name: str) -> None:
         template = {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}
         deployment = {
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1"},
-            "spec": {"template": template},
+            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "generation": 1},
+            "spec": {"replicas": 1, "template": template},
+            "status": HEALTHY_STATUS,
         }
         self.deployments.put(deployment)
         self.writer.deployments[f"ns/{name}"] = deployment
@@ -129,12 +139,19 @@ class World:
             }
         )
 
-    def record_restarts(self) -> None:
-        """What the workload informer shows after our patches: each one's restart record."""
+    def record_restarts(self, status: Json | None = None, proxy: str = NEW) -> None:
+        """What the informers show after our patches: each workload's restart record, and
+        (by default) its rollout complete, its pod back on the new proxy."""
         for key, patch in self.writer.patches:
             obj = self.deployments.get(key)
             assert obj is not None
-            self.deployments.put({**obj, "spec": {"template": patch["spec"]["template"]}})
+            spec = {**obj["spec"], "template": patch["spec"]["template"]}
+            self.deployments.put({**obj, "spec": spec, "status": status or HEALTHY_STATUS})
+            pod = self.pods.get(f"{key}-pod")
+            if pod is not None:
+                annotations = {**pod["metadata"]["annotations"]}
+                annotations[rollout.PROXY_VERSION_ANNOTATION] = proxy
+                self.pods.put({**pod, "metadata": {**pod["metadata"], "annotations": annotations}})
         self.writer.patches.clear()
 
     async def roll(self) -> Any:
@@ -259,7 +276,7 @@ async def test_restarts_and_refused_restarts_are_counted_by_kind() -> None:
         sample.labels["kind"]
         for family in world.executor.metrics.registry.collect()
         for sample in family.samples
-        if sample.name.endswith("_total")
+        if sample.name.startswith("linkerd_config_workload_restart")
     }
     assert kinds == {"Deployment", "StatefulSet", "DaemonSet", "Pod"}
 
@@ -442,3 +459,119 @@ async def test_a_refused_injector_probe_says_why_in_status_and_one_event() -> No
     world.clock.now += 60.0
     after = await world.roll()
     assert len(world.writer.patched) == 2 and "exceeded quota: q" in after.message
+
+
+# -- the health gate: a pass waits for what the last one restarted; failure halts ------------
+
+NOT_AVAILABLE: Json = {**HEALTHY_STATUS, "availableReplicas": 0}
+
+
+def with_status(config: Json, outcome: Any) -> Json:
+    """The LinkerdConfig as the controller leaves it: the outcome's status fields written."""
+    status = {**config.get("status", {}), **outcome.status}
+    return {**config, "status": {k: v for k, v in status.items() if v is not None}}
+
+
+async def test_a_pass_waits_until_the_workloads_it_restarted_are_healthy() -> None:
+    world = World(3, max_restarts_per_pass=1, restart_interval=1.0)
+    await world.executor.roll(CONFIG, DESIRED)
+    world.record_restarts(NOT_AVAILABLE, proxy=OLD)  # new pods not up yet
+    world.clock.now += 30.0  # far past the interval
+    held = await world.executor.roll(CONFIG, DESIRED)
+    assert world.writer.patched == ["ns/app-00"]
+    assert held.reason == "RollingOut" and "deployment/ns/app-00: 0 of 1 updated" in held.message
+    world.deployments.put({**world.deployments.get("ns/app-00"), "status": HEALTHY_STATUS})
+    held = await world.executor.roll(CONFIG, DESIRED)  # done, but its pod is still the old one
+    assert len(world.writer.patched) == 1 and "not on the desired proxy yet" in held.message
+    pod = world.pods.get("ns/app-00-pod")
+    annotations = {**pod["metadata"]["annotations"], rollout.PROXY_VERSION_ANNOTATION: NEW}
+    world.pods.put({**pod, "metadata": {**pod["metadata"], "annotations": annotations}})
+    await world.roll()
+    assert world.writer.patched == ["ns/app-00", "ns/app-01"]
+
+
+async def test_a_workload_not_healthy_by_the_deadline_halts_the_rollout_for_good() -> None:
+    world = World(3, max_restarts_per_pass=1, restart_interval=1.0)
+    config = with_rollout(progressDeadline="30s")
+    config["metadata"]["generation"] = 1
+    await world.executor.roll(config, DESIRED)
+    world.record_restarts(NOT_AVAILABLE, proxy=OLD)
+    world.clock.now += 29.0
+    assert (await world.executor.roll(config, DESIRED)).reason == "RollingOut"
+    world.clock.now += 1.0
+    halted = await world.executor.roll(config, DESIRED)
+    assert halted.reason == "RolloutHalted" and halted.outdated == 3
+    assert "deployment/ns/app-00: not complete 30s after its restart: 0 of 1" in halted.message
+    record = halted.status["rolloutHalt"]
+    assert record["configHash"] == HASH and record["generation"] == 1
+    warnings = [(e[0], e[1], e[3]) for e in world.recorder.full if e[2] == "Warning"]
+    assert warnings == [
+        ("LinkerdConfig", "cfg", "RolloutHalted"),
+        ("Deployment", "app-00", "RolloutHalted"),
+    ]
+    assert world.executor.metrics.halts._value.get() == 1.0  # type: ignore[attr-defined]
+    # Held across reconciles and leaders (read back from status), even once it recovers.
+    config = with_status(config, halted)
+    world.deployments.put({**world.deployments.get("ns/app-00"), "status": HEALTHY_STATUS})
+    world.clock.now += 60.0
+    again = await world.executor.roll(config, DESIRED)
+    assert again.reason == "RolloutHalted" and world.writer.patched == ["ns/app-00"]
+    assert len([e for e in world.recorder.full if e[2] == "Warning"]) == 2  # said once
+
+
+async def test_a_resume_forgives_the_failed_and_a_new_generation_is_a_new_attempt() -> None:
+    world = World(3, max_restarts_per_pass=1, restart_interval=1.0)
+    config = with_rollout(progressDeadline="10s")
+    config["metadata"] = {"name": "cfg", "generation": 1}
+    await world.executor.roll(config, DESIRED)
+    world.record_restarts(NOT_AVAILABLE, proxy=OLD)
+    world.clock.now += 10.0
+    config = with_status(config, await world.executor.roll(config, DESIRED))
+    assert "rolloutHalt" in config["status"]
+    # A new generation that still finds it failing: halted again.
+    retried = {**config, "metadata": {**config["metadata"], "generation": 2}}
+    again = await world.executor.roll(retried, DESIRED)
+    assert again.reason == "RolloutHalted" and again.status["rolloutHalt"]["generation"] == 2
+    retried = with_status(retried, again)
+    # An explicit resume: app-00 forgiven, the rollout goes on.
+    annotated = {
+        **retried,
+        "metadata": {**retried["metadata"], "annotations": {RESUME_ANNOTATION: "1"}},
+    }
+    resumed = await world.executor.roll(annotated, DESIRED)
+    assert resumed.status["rolloutHalt"] is None
+    assert resumed.status["rolloutForgiven"] == {
+        "configHash": HASH,
+        "workloads": ["deployment/ns/app-00"],
+    }
+    assert world.writer.patched == ["ns/app-00", "ns/app-01"]
+
+
+async def test_refused_new_pods_halt_at_once() -> None:
+    world = World(2, max_restarts_per_pass=1, restart_interval=1.0)
+    await world.executor.roll(CONFIG, DESIRED)
+    refused = {
+        "type": "ReplicaFailure",
+        "status": "True",
+        "reason": "FailedCreate",
+        "message": 'pods "app-00-x" is forbidden: ValidatingAdmissionPolicy says no',
+    }
+    world.record_restarts({**NOT_AVAILABLE, "conditions": [refused]}, proxy=OLD)
+    world.clock.now += 1.0
+    halted = await world.executor.roll(CONFIG, DESIRED)
+    assert halted.reason == "RolloutHalted"
+    assert 'new pods refused: pods "app-00-x" is forbidden' in halted.message
+    assert world.writer.patched == ["ns/app-00"]
+
+
+async def test_a_paused_or_unhealthy_workload_is_skipped_and_said_so() -> None:
+    world = World(3)
+    paused = world.deployments.get("ns/app-00")
+    world.deployments.put({**paused, "spec": {**paused["spec"], "paused": True}})
+    broken = world.deployments.get("ns/app-01")
+    world.deployments.put({**broken, "status": NOT_AVAILABLE})
+    outcome = await world.roll()
+    assert world.writer.patched == ["ns/app-02"]
+    assert outcome.outdated == 3  # still on the old proxy: not up to date
+    assert "Skipped, not restarted: deployment/ns/app-00: paused (spec.paused)" in outcome.message
+    assert "deployment/ns/app-01: still rolling out a change of its own" in outcome.message

@@ -57,6 +57,7 @@ EXAMPLES: dict[str, str] = {
     "spec.proxy.outboundConnectTimeout": "1000ms",
     "spec.proxy.inboundConnectTimeout": "100ms",
     "spec.rollout.restartInterval": "30s",
+    "spec.rollout.progressDeadline": "10m",
 }
 
 MULTILINE = frozenset({"spec.global.identityContext.trustAnchorsPEM"})
