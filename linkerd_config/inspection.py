@@ -158,6 +158,8 @@ def render_plan(result: Plan) -> str:
     pods = sum(w.pods for w in result.restarts)
     if result.restarts:
         held = "held while spec.rollout.paused is true; once resumed, " if result.paused else ""
+        if result.halted:
+            held = "held: this configuration's rollout is halted; once resumed, "
         add(
             f"Restarts: {len(result.restarts)} workload(s) ({pods} pod(s)) onto proxy "
             f"{result.proxy_version}, {held}in {result.batches} pass(es) of at most "
@@ -175,20 +177,31 @@ def render_plan(result: Plan) -> str:
         add("Not restarted (opted in):")
         lines.extend(f"  {_workload(w)}" for w in result.kept)
     add("")
+    lines.extend(_plan_summary(result))
+    return "\n".join(lines) + "\n"
+
+
+def _plan_summary(result: Plan) -> list[str]:
+    """The plan's last lines: a halt in force, and what applying it changes."""
+    lines: list[str] = []
     restarts = f"{len(result.restarts)} workload(s) to restart"
-    if result.paused and result.restarts:
-        restarts = f"{len(result.restarts)} workload(s) to restart once resumed (paused)"
+    why = "halted" if result.halted else "paused"
+    if result.held and result.restarts:
+        restarts = f"{len(result.restarts)} workload(s) to restart once resumed ({why})"
+    if result.halted:
+        lines.append("Rollout halted (config.linkerd.io/resume-rollout resumes it):")
+        lines.extend(f"  {failed}" for failed in result.halted)
     if result.changes:
         configmaps = len({k.configmap for k in result.keys})
-        add(
+        lines.append(
             f"Plan: {len(result.keys)} key(s) in {configmaps} ConfigMap(s) to change"
             f"{', our annotations to update' if result.metadata else ''}; {restarts}."
         )
     elif result.restarts:
-        add(f"No changes while paused: the ConfigMaps match; {restarts}.")
+        lines.append(f"No changes while {why}: the ConfigMaps match; {restarts}.")
     else:
-        add("No changes: the cluster already matches this LinkerdConfig.")
-    return "\n".join(lines) + "\n"
+        lines.append("No changes: the cluster already matches this LinkerdConfig.")
+    return lines
 
 
 def _value(value: Any) -> str:
@@ -253,6 +266,9 @@ def render_status(report: ConfigStatus) -> str:
         add(f"  ConfigMaps: {f'not as configured: {drift}' if drift else 'as configured'}")
         if report.missing:
             add(f"  Missing (Linkerd's injector needs them): {', '.join(report.missing)}")
+        if report.halted:
+            add("  Rollout HALTED (config.linkerd.io/resume-rollout resumes it):")
+            lines.extend(f"    {failed}" for failed in report.halted)
         rolled = report.rollout
         last = rolled.get("lastRestart")
         add(

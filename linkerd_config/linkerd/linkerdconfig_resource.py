@@ -303,6 +303,35 @@ def status_schema() -> dict[str, Any]:
                 **count,
                 "description": "Bare pods evicted for this config hash (they leave no record).",
             },
+            "rolloutHalt": _obj(
+                "The rollout of configHash is halted: a restarted workload failed or missed "
+                "its deadline. Held until the spec changes (a new generation) or the "
+                "annotation config.linkerd.io/resume-rollout does.",
+                {
+                    "configHash": _str("The configuration whose rollout halted."),
+                    "generation": {"type": "integer", "format": "int64", "minimum": 0},
+                    "resumeToken": _str(
+                        "The resume annotation's value when it halted.", maxLength=1024
+                    ),
+                    "failed": {
+                        "type": "array",
+                        "maxItems": 1000,
+                        "items": _str("A failed workload and why.", maxLength=4096),
+                    },
+                    "at": _str("When it halted.", format="date-time"),
+                },
+            ),
+            "rolloutForgiven": _obj(
+                "Workloads a resume forgave: the rollout of configHash no longer waits for them.",
+                {
+                    "configHash": _str("The configuration they were forgiven for."),
+                    "workloads": {
+                        "type": "array",
+                        "maxItems": 1000,
+                        "items": _str("kind/namespace/name", maxLength=1024),
+                    },
+                },
+            ),
         },
     )
 

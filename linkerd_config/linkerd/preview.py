@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd import rollout, workload_health
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -170,11 +170,19 @@ class Plan:
     batch_size: int = 0
     interval: float = 0.0
     paused: bool = False
+    halted: tuple[str, ...] = ()
+    """The stored object's rollout of this very spec is halted: each failed workload, why."""
+
+    @property
+    def held(self) -> bool:
+        """Restarts that applying it would not make now: paused, or halted."""
+        return self.paused or bool(self.halted)
 
     @property
     def changes(self) -> bool:
-        """Whether applying it changes anything now (a paused rollout restarts nothing)."""
-        return bool(self.keys or self.metadata or (self.restarts and not self.paused))
+        """Whether applying it changes anything now (a paused or halted rollout restarts
+        nothing)."""
+        return bool(self.keys or self.metadata or (self.restarts and not self.held))
 
     @property
     def batches(self) -> int:
@@ -198,6 +206,7 @@ class Plan:
                 "metadataChanges": [c.as_json() for c in self.metadata],
                 "rollout": {
                     "paused": self.paused,
+                    "halted": list(self.halted),
                     "maxRestartsPerPass": self.batch_size,
                     "restartIntervalSeconds": self.interval,
                     "batches": self.batches,
@@ -270,7 +279,18 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         batch_size=batch,
         interval=spec.interval(defaults.restart_interval),
         paused=spec.paused,
+        halted=_halted(old, config, desired.config_hash),
     )
+
+
+def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, ...]:
+    """The failed workloads of a halt that applying ``config`` would leave in force: the
+    stored object's, for the same configuration, when the spec is unchanged (a changed spec
+    is a new generation, a new attempt)."""
+    if stored is None or stored.get("spec") != config.get("spec"):
+        return ()
+    halted = workload_health.halt_state(stored, config_hash).halted
+    return tuple(str(f) for f in (halted or {}).get("failed") or ())
 
 
 def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]] | Problem:
@@ -350,6 +370,8 @@ class ConfigStatus:
     """ConfigMaps (by name) that do not hold what the LinkerdConfig says."""
     missing: tuple[str, ...] = ()
     """Of those, the ones Linkerd's injector needs that are not there at all."""
+    halted: tuple[str, ...] = ()
+    """The rollout of this configuration is halted: each failed workload, and why."""
     namespaces: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     stale: tuple[WorkloadLine, ...] = ()
     conditions: tuple[Json, ...] = ()
@@ -364,6 +386,8 @@ class ConfigStatus:
             found.append(self.problem.message)
         if self.missing:
             found.append(f"ConfigMap(s) {', '.join(self.missing)} missing")
+        if self.halted:
+            found.append(f"rollout halted: {'; '.join(self.halted)}")
         if set(self.drifted) - set(self.missing):
             found.append(f"ConfigMap(s) {', '.join(self.drifted)} not as configured")
         stale_pods = sum(w.pods for w in self.stale)
@@ -390,6 +414,7 @@ class ConfigStatus:
                 "configHash": self.config_hash,
                 "drifted": list(self.drifted),
                 "missing": list(self.missing),
+                "halted": list(self.halted),
                 "namespaces": {ns: dict(c) for ns, c in sorted(self.namespaces.items())},
                 "stale": [w.as_json() for w in self.stale],
                 "conditions": list(self.conditions),
@@ -436,6 +461,13 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         config_hash=desired.config_hash,
         drifted=tuple(drifted(configmaps, desired)),
         missing=tuple(missing(configmaps, desired)),
+        halted=tuple(
+            str(f)
+            for f in (workload_health.halt_state(config, desired.config_hash).halted or {}).get(
+                "failed"
+            )
+            or ()
+        ),
         namespaces=standing.namespaces,
         stale=stale,
         conditions=conditions,

@@ -154,6 +154,9 @@ class _ConfigProgress:
     """Wall time this process's last pass finished sending its restarts."""
     probe_failure: str = ""
     """Why the injector could not be asked last time (reported once per cause)."""
+    halt: Json | None = None
+    """The halt this process decided, until its status write is read back (reconciles in
+    between must neither report it again nor restart anything)."""
 
 
 @dataclass(frozen=True)
@@ -296,11 +299,20 @@ class RolloutExecutor:
         interval = spec.interval(self.options.restart_interval)
         counts = (len(plan.workloads), len(recorded) + evicted, evicted)
         name = str(config["metadata"]["name"])
+        decided = self._of(config_hash).halt
+        if halt.halted is None and decided is not None:
+            halt = workload_health.halt_state(
+                {**config, "status": {workload_health.HALT_FIELD: decided}}, config_hash
+            )
+            if halt.halted is None:  # resumed, or a new attempt, since: forget it
+                self._of(config_hash).halt = None
+                halt = workload_health.halt_state(config, config_hash)
         if halt.halted is not None:
             self.metrics.halted.labels(name).set(1)
             failed = "; ".join(halt.halted.get("failed") or ())
             return RolloutOutcome(
-                *counts, HALTED, f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}"
+                *counts, HALTED, f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
+                status={workload_health.HALT_FIELD: halt.halted},
             )  # fmt: skip
         self.metrics.halted.labels(name).set(0)
         checked = workload_health.gate(
@@ -453,6 +465,7 @@ class RolloutExecutor:
         log.warning("rollout halted", linkerdconfig=name, failed=listed)
         self.metrics.halts.inc()
         self.metrics.halted.labels(name).set(1)
+        self._of(config_hash).halt = record
         self.recorder.record(
             config, "Warning", HALTED, f"rollout of proxy {version} halted: {listed}"
         )

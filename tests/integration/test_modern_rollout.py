@@ -7,7 +7,9 @@ module's own:
 * a refused injector probe says why (the API server's reason) in status and an Event;
 * a deleted ``linkerd-identity-trust-roots`` comes back whole, the install's labels and
   annotations included, or, with no copy of it kept, ``Ready=False`` names it and nothing
-  restarts.
+  restarts;
+* a proxy whose pods a policy refuses halts the rollout at the first workload that cannot
+  come back, names it everywhere, and resumes on the documented annotation.
 
 The tests run in order on one cluster; each moves the proxy to a version of its own.
 """
@@ -18,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -27,11 +30,13 @@ import yaml
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
-from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL as NAMESPACE_NAME
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.waiting import eventually
@@ -288,3 +293,134 @@ async def test_deleted_trust_roots_come_back_whole_or_are_named(
         await scenario.create(kube, CONFIGMAPS.path("linkerd"), original)
         await eventually(lambda: ready(kube), timeout=120, what="Ready once it is back")
         assert len(restarts(cp)) > before
+
+
+# -- 4. a rollout that stops itself: new pods refused, halted, then resumed ------------------
+
+FRAGILE = "fragile"
+BROKEN = "edge-26.8.8"
+VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+REFUSAL = f"pods with proxy {BROKEN} are refused here"
+
+
+@contextlib.asynccontextmanager
+async def proxy_refused(kube: KubeClient) -> AsyncIterator[None]:
+    """A ValidatingAdmissionPolicy that refuses, in namespace fragile, every pod that Linkerd's
+    injector gave proxy ``BROKEN`` (it runs after the injector's mutation)."""
+    annotation = "linkerd.io/proxy-version"
+    policy = {
+        "metadata": {"name": "refuse-broken-proxy"},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: FRAGILE}},
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+            },
+            "validations": [
+                {
+                    "expression": f"!has(object.metadata.annotations) || !('{annotation}' in "
+                    f"object.metadata.annotations) || object.metadata.annotations['{annotation}']"
+                    f" != '{BROKEN}'",
+                    "message": REFUSAL,
+                }
+            ],
+        },
+    }
+    binding = {
+        "metadata": {"name": "refuse-broken-proxy"},
+        "spec": {"policyName": "refuse-broken-proxy", "validationActions": ["Deny"]},
+    }
+    await kube.request("POST", VAPS, body=policy)
+    await kube.request("POST", VAP_BINDINGS, body=binding)
+    try:
+
+        async def enforced() -> bool:
+            annotations = {"linkerd.io/inject": "disabled", annotation: BROKEN}
+            try:
+                await scenario.dry_run_pod(kube, FRAGILE, annotations)
+            except ApiError as exc:
+                return REFUSAL in exc.message
+            return False
+
+        await eventually(enforced, timeout=30, what="the policy enforced")
+        yield
+    finally:
+        await kube.request("DELETE", f"{VAP_BINDINGS}/refuse-broken-proxy")
+        await kube.request("DELETE", f"{VAPS}/refuse-broken-proxy")
+
+
+async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
+    cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
+) -> None:
+    kube, _ = world
+    await scenario.meshed_namespace(kube, FRAGILE, ["a", "b"], replicas=1)
+    # The probe asks in shop, where the policy does not apply: the refusal is the pods'.
+    options = {"restart_interval": 0.5, "injector_wait": 600, "probe_namespace": NS}
+    async with proxy_refused(kube), controller(cp, **options) as app:
+        applied = time.time()
+        spec = {"proxy": {"proxyVersion": BROKEN}, "rollout": {"maxRestartsPerPass": 1}}
+        await apply(kube, spec)
+
+        async def halted() -> Json | None:
+            up = await condition(kube, "DataPlaneUpToDate")
+            return up if up.get("reason") == "RolloutHalted" else None
+
+        cond = await eventually(halted, timeout=120, what="the rollout halted")
+        assert "deployment/fragile/a: new pods refused:" in cond["message"]
+        assert REFUSAL in cond["message"]
+        ready_now = await condition(kube, "Ready")
+        assert (ready_now["status"], ready_now["reason"]) == ("False", "RolloutHalted")
+        await asyncio.sleep(3.0)  # several intervals: nothing more restarted
+        patched = [
+            f"{e['objectRef']['namespace']}/{e['objectRef']['name']}"
+            for ns in (FRAGILE, NS)
+            for e in successful_writes(cp, "patch", "deployments", ns, AGENT)
+            if received_at(e) >= applied
+        ]
+        assert patched == ["fragile/a"]
+        on_config = [
+            e
+            for e in await events(kube, "default", "RolloutHalted")
+            if e["involvedObject"]["name"] == NAME
+        ]
+        assert len(on_config) == 1 and on_config[0]["type"] == "Warning"
+        on_workload = await events(kube, FRAGILE, "RolloutHalted")
+        assert [e["involvedObject"]["name"] for e in on_workload] == ["a"]
+        assert REFUSAL in on_workload[0]["message"]
+        assert app.registry.get_sample_value("linkerd_config_rollouts_halted_total") == 1.0
+        code, report = await status_command(cp)
+        assert code == 2
+        (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
+        assert [h.split(":", 1)[0] for h in mine["halted"]] == ["deployment/fragile/a"]
+
+    # The cause gone, resumed by the documented annotation: the rest rolls on.
+    async def lifted() -> bool:
+        annotations = {"linkerd.io/inject": "disabled", "linkerd.io/proxy-version": BROKEN}
+        try:
+            await scenario.dry_run_pod(kube, FRAGILE, annotations)
+        except ApiError:
+            return False
+        return True
+
+    await eventually(lifted, timeout=30, what="the policy lifted")
+    async with controller(cp, **options):
+        await kube.request(
+            "PATCH",
+            LINKERD_CONFIGS.path(name=NAME),
+            body={"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}},
+            content_type=MERGE_PATCH,
+        )
+        await eventually(lambda: ready(kube), timeout=180, what="rolled out once resumed")
+    after = {
+        e["objectRef"]["name"]
+        for e in successful_writes(cp, "patch", "deployments", FRAGILE, AGENT)
+    }
+    assert after == {"a", "b"}

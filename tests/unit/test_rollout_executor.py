@@ -510,6 +510,11 @@ async def test_a_workload_not_healthy_by_the_deadline_halts_the_rollout_for_good
         ("Deployment", "app-00", "RolloutHalted"),
     ]
     assert world.executor.metrics.halts._value.get() == 1.0  # type: ignore[attr-defined]
+    # Reconciles before the status write is read back: halted still, nothing said again.
+    early = await world.executor.roll(config, DESIRED)
+    assert early.reason == "RolloutHalted" and early.status["rolloutHalt"] == record
+    assert len([e for e in world.recorder.full if e[2] == "Warning"]) == 2
+    assert world.executor.metrics.halts._value.get() == 1.0  # type: ignore[attr-defined]
     # Held across reconciles and leaders (read back from status), even once it recovers.
     config = with_status(config, halted)
     world.deployments.put({**world.deployments.get("ns/app-00"), "status": HEALTHY_STATUS})
