@@ -47,6 +47,7 @@ from linkerd_config.linkerd.reconcile import (
     current_data,
     desired_config,
     drifted,
+    foreign_in_copy,
     from_preserved,
     in_namespace,
     owner_among,
@@ -356,9 +357,21 @@ class LinkerdConfigController:
         after = {**configmap, "data": {**(configmap.get("data") or {}), **kept}}
         part = unmanaged_part(after, set(ours) - rewritten)
         key = f"{where.namespace}/{preserved_name(name)}"
-        if from_preserved(self.configmaps.store.get(key)) == part:
+        existing = self.configmaps.store.get(key)
+        wanted = preserved_copy(where, part, config["metadata"]["name"])
+        foreign = None if existing is None else foreign_in_copy(existing, wanted)
+        if from_preserved(existing) == part and foreign is None:
             return
-        await self.writer.apply(CONFIGMAPS, preserved_copy(where, part, config["metadata"]["name"]))
+        await self.writer.apply(CONFIGMAPS, wanted)
+        if foreign is not None:
+            # Planted by someone else: it must not come back with a restore.
+            await self.writer.merge_patch(
+                CONFIGMAPS, where.namespace, preserved_name(name), foreign
+            )
+            log.warning(
+                "foreign content removed from a preserved copy",
+                configmap=f"{where.namespace}/{preserved_name(name)}",
+            )
         log.info("unmanaged configmap content preserved", configmap=str(where))
 
     async def _write_companion(
@@ -399,7 +412,9 @@ class LinkerdConfigController:
             )
         except ApiError as exc:
             if not exc.conflict:  # recreated meanwhile by someone else: theirs stands
-                raise
+                # A create's path names no object: say which one it was, for status.
+                where = f"{exc.path.split('?', 1)[0].rstrip('/')}/{name}"
+                raise ApiError(exc.status, exc.method, where, exc.body, exc.retry_after) from exc
             return []
         return (
             sorted(part.data)
@@ -509,7 +524,8 @@ class LinkerdConfigController:
         names = ", ".join(f"{desired.target.namespace}/{n}" for n in lost)
         message = (
             f"ConfigMap {names}, which Linkerd {desired.linkerd_version}'s proxy injector "
-            "reads, is missing and no copy of it was kept: restore it (linkerd upgrade, or "
+            "reads, is missing and no readable copy of it was kept (its -preserved copy is "
+            "absent, or not as this controller wrote it): restore it (linkerd upgrade, or "
             "helm upgrade) or state spec.global.identityContext.trustAnchorsPEM; nothing "
             "restarted meanwhile"
         )

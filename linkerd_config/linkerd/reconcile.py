@@ -279,18 +279,46 @@ def preserved_copy(target: Target, part: Unmanaged, owner_name: str) -> Json:
     )
 
 
+def foreign_in_copy(existing: Json, wanted: Json) -> Json | None:
+    """A merge patch removing what a preserved copy holds beyond ``wanted`` (the copy we
+    write): keys or metadata someone else added, which our server-side apply cannot remove
+    (they are another field manager's) and a restore would carry back. None if there is
+    nothing."""
+    patch: Json = {}
+    for section in ("data", "binaryData"):
+        extra = set(existing.get(section) or {}) - set(wanted.get(section) or {})
+        if extra:
+            patch[section] = dict.fromkeys(sorted(extra))
+    meta = existing.get("metadata") or {}
+    for meta_field in ("labels", "annotations"):
+        extra = set(meta.get(meta_field) or {}) - set(wanted["metadata"].get(meta_field) or {})
+        if extra:
+            patch.setdefault("metadata", {})[meta_field] = dict.fromkeys(sorted(extra))
+    return patch or None
+
+
 def from_preserved(copy_: Json | None) -> Unmanaged | None:
-    """What ``preserved_copy`` stored; None without a (readable) copy."""
+    """What ``preserved_copy`` stored; None without a readable copy. Anyone who may edit
+    ConfigMaps in Linkerd's namespace may edit the copy too: metadata that is not a JSON
+    object of strings makes it unreadable, never a crash (nor a restore of half of it)."""
     if copy_ is None:
         return None
     annotations = (copy_.get("metadata") or {}).get("annotations") or {}
     try:
         labels = orjson.loads(annotations.get(PRESERVED_LABELS, "{}"))
         foreign = orjson.loads(annotations.get(PRESERVED_ANNOTATIONS, "{}"))
-    except orjson.JSONDecodeError:
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    if not (_strings(labels) and _strings(foreign)):
         return None
     return Unmanaged(
         dict(copy_.get("data") or {}), dict(copy_.get("binaryData") or {}), labels, foreign
+    )
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     )
 
 

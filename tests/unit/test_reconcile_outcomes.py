@@ -30,7 +30,9 @@ class FakeWriter:
         self.applied: list[Json] = []
         self.created: list[Json] = []
         self.statuses: list[Json] = []
+        self.patched: list[tuple[str, Json]] = []
         self.refuse: ApiError | None = None
+        self.refuse_create: ApiError | None = None
 
     async def apply(self, _resource: Any, obj: Json) -> Json:
         if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
@@ -39,8 +41,14 @@ class FakeWriter:
         return obj
 
     async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
+        if self.refuse_create is not None:
+            raise self.refuse_create
         self.created.append(obj)
         return obj
+
+    async def merge_patch(self, _resource: Any, _ns: Any, name: str, patch: Json) -> Json:
+        self.patched.append((name, patch))
+        return patch
 
     async def patch_status(self, _resource: Any, _ns: Any, _name: str, status: Json) -> Json:
         self.statuses.append(status)
@@ -332,3 +340,57 @@ async def test_deleted_trust_roots_without_a_copy_are_named_and_nothing_restarts
     message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
     assert "linkerd/linkerd-identity-trust-roots" in message and "missing" in message
     assert recorder.events[-1] == ("Warning", "ConfigMapMissing")
+
+
+async def test_a_copy_someone_else_wrote_is_no_copy_and_said_so() -> None:
+    """Valid JSON that is not an object of strings in the copy's metadata: unreadable, so the
+    trust roots are named missing, never a crash with Ready left True."""
+    ctl, writer, _, config_cm = await reconciled_modern()
+    _, roots_copy, ours = writer.applied
+    hostile = copy.deepcopy(roots_copy)
+    hostile["metadata"]["annotations"]["config.linkerd.io/preserved-labels"] = '["x"]'
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(hostile)
+    ctl.configmaps.store.delete(ROOTS_KEY)
+    await ctl.reconcile("modern")
+    assert writer.created == []
+    status = writer.statuses[-1]
+    assert conditions(status)["Ready"] == ("False", "ConfigMapMissing")
+    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    assert "no readable copy" in message
+
+
+async def test_a_refused_restore_names_the_configmap_it_would_have_created() -> None:
+    ctl, writer, _, config_cm = await reconciled_modern()
+    _, roots_copy, ours = writer.applied
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configmaps.store.delete(ROOTS_KEY)
+    writer.refuse_create = ApiError(
+        422, "POST", "/api/v1/namespaces/linkerd/configmaps", {"message": "invalid label"}, None
+    )
+    await ctl.reconcile("modern")
+    message = next(
+        c["message"] for c in writer.statuses[-1]["conditions"] if c["type"] == "ConfigMapSynced"
+    )
+    assert message.startswith("writing ConfigMap linkerd/linkerd-identity-trust-roots failed")
+
+
+async def test_what_someone_planted_in_a_copy_is_removed_not_restored_later() -> None:
+    ctl, writer, _, config_cm = await reconciled_modern()
+    _, roots_copy, ours = writer.applied
+    planted = copy.deepcopy(roots_copy)
+    planted["data"]["evil-extra-anchor.crt"] = "x"
+    planted["metadata"]["annotations"]["planted"] = "y"
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(planted)
+    await ctl.reconcile("modern")
+    assert writer.patched == [
+        (
+            "linkerd-identity-trust-roots-preserved",
+            {
+                "data": {"evil-extra-anchor.crt": None},
+                "metadata": {"annotations": {"planted": None}},
+            },
+        )
+    ]
