@@ -42,9 +42,14 @@ class ConnectionLimits:
     max_connections: int = 128
     """Open connections (handshaking ones included). One more closes another to make room:
     the oldest that has not sent a request yet (a squatter), else the least recently used
-    of those answered at least ``grace`` ago; never one with a request in progress or bytes
-    waiting to be read. When none may be closed, the newcomer is. So a client that uses its
-    connections (an API server, a kubelet) keeps them, and its new ones are let in."""
+    of those answered at least ``grace`` ago, never one with bytes waiting to be read; else
+    the one whose request has been in progress longest, if for ``slow_request`` or more (a
+    client trickling its bodies to keep every connection busy). When none may be closed, the
+    newcomer is. So a client that uses its connections (an API server, a kubelet) keeps them,
+    and its new ones are let in."""
+    slow_request: float = 1.0
+    """A request in progress this long may be cut to make room (an admission review takes
+    milliseconds; the webhook's own deadline is 7 s)."""
     grace: float = 1.0
     """A connection answered less than this ago is not closed to make room: its client
     may be sending the next request on it right now."""
@@ -84,6 +89,8 @@ class _Connection(asyncio.Protocol):
         self.served = 0
         self.since = time.monotonic()
         """When the last request was answered."""
+        self.busy_since = 0.0
+        """When the request in progress started (with ``requests``)."""
         self.reading_headers = True
         self._deadline: asyncio.TimerHandle | None = None
 
@@ -117,6 +124,8 @@ class _Connection(asyncio.Protocol):
     # -- requests, told by the listener's middleware -------------------------------------------
 
     def request_started(self) -> None:
+        if not self.requests:
+            self.busy_since = time.monotonic()
         self.requests += 1
         self.reading_headers = False
         self._disarm()
@@ -143,7 +152,7 @@ class _Connection(asyncio.Protocol):
         return not waiting  # b"": the client has closed its side
 
     def evict(self) -> None:
-        """Close now: the connection is in a handshake or has no request in progress."""
+        """Close now (a request in progress on it is cut)."""
         self._disarm()
         if self.transport is not None:
             self.transport.abort()
@@ -297,12 +306,26 @@ class _Listener:
                 if not connection.served:
                     break
         if victim is None:
+            victim = self._slowest(now)
+        if victim is None:
             return False
         self.forget(victim)
         victim.evict()
         self.evicted += 1
         self._report()
         return True
+
+    def _slowest(self, now: float) -> _Connection | None:
+        """The connection whose request has been in progress longest, if for at least
+        ``slow_request``: every connection busy means a client keeps them so on purpose."""
+        busy = [c for c in self.open if c.requests]
+        if not busy:
+            return None
+        slowest = min(busy, key=lambda c: c.busy_since)
+        if now - slowest.busy_since < self.limits.slow_request:
+            return None
+        log.debug("cutting the slowest request to make room", server=self.name)
+        return slowest
 
     def _report(self) -> None:
         now = time.monotonic()

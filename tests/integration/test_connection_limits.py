@@ -27,6 +27,7 @@ SMALL = ConnectionLimits(
     header_timeout=0.5,
     idle_timeout=1.0,
     close_timeout=0.5,
+    slow_request=1.5,
 )
 ENDS_WITHIN = 5.0
 """Generous: without the limit under test the connection would stay open for an hour."""
@@ -174,7 +175,7 @@ async def test_at_the_cap_squatters_make_room_and_a_used_connection_is_kept() ->
         assert await ask(newcomers[-1], "/fast") == b"HTTP/1.1 200 OK ok"
 
 
-async def test_a_request_in_progress_is_never_closed_to_make_room() -> None:
+async def test_a_request_in_progress_is_not_closed_to_make_room_before_it_is_slow() -> None:
     async with server() as port:
         busy = [await connect(port) for _ in range(SMALL.max_connections)]
         answers = [asyncio.create_task(ask(streams, "/slow?s=1")) for streams in busy]
@@ -186,6 +187,27 @@ async def test_a_request_in_progress_is_never_closed_to_make_room() -> None:
         # Then there is room again.
         await asyncio.sleep(SMALL.grace * 2)
         assert await ask(await connect(port), "/fast") == b"HTTP/1.1 200 OK ok"
+
+
+async def test_when_every_connection_is_held_busy_the_slowest_request_is_cut() -> None:
+    """Clients that keep every connection busy on purpose (a body trickled over seconds, then
+    the next request at once) cannot lock a newcomer (the API server) out: the request in
+    progress longest, past ``slow_request``, is cut to make room."""
+    async with server() as port:
+        held = [await connect(port) for _ in range(SMALL.max_connections)]
+        hogs = [asyncio.create_task(ask(streams, "/slow?s=30")) for streams in held]
+        await asyncio.sleep(SMALL.slow_request + 0.3)
+        try:
+            newcomer = await connect(port)
+            assert await ask(newcomer, "/fast") == b"HTTP/1.1 200 OK ok"
+            await asyncio.sleep(0.5)
+            cut = [hog for hog in hogs if hog.done()]
+            assert len(cut) == 1  # one made room; the others are left alone
+            assert isinstance(cut[0].exception(), (asyncio.IncompleteReadError, OSError))
+        finally:
+            for hog in hogs:
+                hog.cancel()
+            await asyncio.gather(*hogs, return_exceptions=True)
 
 
 async def test_a_burst_beyond_the_cap_is_accepted_and_closed_to_the_last_connection() -> None:
