@@ -477,7 +477,7 @@ class _Checker:
             return
         for index, entry in enumerate(entries):
             try:
-                ipaddress.ip_network(entry.strip(), strict=False)
+                ipaddress.ip_network(entry.strip(" "), strict=False)  # ASCII spaces only
             except ValueError:
                 self.fail(
                     field,

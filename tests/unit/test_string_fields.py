@@ -187,6 +187,8 @@ def test_the_debug_image_name_is_checked_like_the_proxy_image_name(fmt: str, nam
         ("spec.proxy.debugImageVersion", "no tag!", "is not an image tag"),
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,10.0.0.0/33", "network 2, '10.0.0.0/33'"),
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,,", "network 2, ''"),
+        # Python's str.strip() removes U+2028 (Go's net.ParseCIDR would not): refused.
+        ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,fd00::/8\u2028", "network 2"),
         ("spec.proxy.logFormat", "xml", "must be one of plain, json"),
         ("spec.global.identityContext.scheme", "spiffe", "must be one of linkerd.io/tls"),
         ("spec.proxy.outboundConnectTimeout", "soon", "is not a duration"),
