@@ -49,6 +49,8 @@ NOT_CREATED_YET = "9999-12-31T23:59:59Z"
 """The creationTimestamp a LinkerdConfig not yet in the cluster is planned with."""
 RESTARTING = "restarting"
 """A stale workload already restarted for this configuration: its pods are rolling."""
+SKIPPED = "skipped"
+"""Stale, but not restarted: paused or already unhealthy (the pre-flight), with why."""
 
 
 @dataclass(frozen=True)
@@ -328,18 +330,26 @@ def _rollout(
 ) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...]]:
     """The workloads restarted, by batch, as the executor would; and the opted-in others."""
     planned = view.rollout_plan(desired)
-    todo = rollout.pending(planned.workloads, view.record, desired.config_hash)
+    todo, skipped = workload_health.preflight_split(
+        rollout.pending(planned.workloads, view.record, desired.config_hash),
+        lambda w: w.kind,
+        view.record,
+    )
     restarts = [
         WorkloadLine(w, rollout.STALE, planned.reasons[w], number)
         for number, passed in enumerate(rollout.batches(todo, batch), start=1)
         for w in passed
     ]
-    waiting = set(todo)
+    waiting = set(todo) | {w for w, _ in skipped}
     kept = [
         WorkloadLine(w, RESTARTING, planned.reasons[w])
         for w in planned.workloads
         if w not in waiting
     ]
+    kept.extend(
+        WorkloadLine(w, SKIPPED, {f"skipped: {why}": sum(planned.reasons[w].values())})
+        for w, why in skipped
+    )
     for workload, states in sorted(view.standing(desired).workloads.items()):
         if workload in planned.reasons:
             continue
@@ -443,10 +453,15 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     desired, configmaps = decided
     desired = defaults.restricted(desired)
     standing = view.standing(desired)  # one pass over the pods: the stale ones are in it
+    candidates = [w for w, states in sorted(standing.workloads.items()) if rollout.STALE in states]
+    _, skipped = workload_health.preflight_split(candidates, lambda w: w.kind, view.record)
+    why_skipped = dict(skipped)
     stale = tuple(
-        WorkloadLine(w, rollout.STALE, states[rollout.STALE])
-        for w, states in sorted(standing.workloads.items())
-        if rollout.STALE in states
+        WorkloadLine(w, SKIPPED, {f"skipped: {why_skipped[w]}": pods})
+        if w in why_skipped
+        else WorkloadLine(w, rollout.STALE, standing.workloads[w][rollout.STALE])
+        for w in candidates
+        for pods in [sum(standing.workloads[w][rollout.STALE].values())]
     )
     records = [obj for objects in view.workloads.values() for obj in objects.values()]
     times = rollout.restart_times(records, desired.config_hash)

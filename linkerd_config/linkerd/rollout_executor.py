@@ -437,17 +437,10 @@ class RolloutExecutor:
     def _preflight(
         self, workloads: list[rollout.Workload]
     ) -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
-        """Of the workloads to restart, those that may be (a bare pod always may), and the
-        others with why not: paused or already unhealthy, their trouble is not ours."""
-        ready, skipped = [], []
-        for workload in workloads:
-            obj = self._record(workload)
-            why = None if obj is None else workload_health.preflight(workload.kind, obj)
-            if why is None:
-                ready.append(workload)
-            else:
-                skipped.append((str(workload), why))
-        return ready, skipped
+        """Of the workloads to restart, those that may be, and the others with why not:
+        paused or already unhealthy, their trouble is not ours."""
+        ready, skipped = workload_health.preflight_split(workloads, lambda w: w.kind, self._record)
+        return ready, [(str(w), why) for w, why in skipped]
 
     def _halt(
         self,

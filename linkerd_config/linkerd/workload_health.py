@@ -12,13 +12,14 @@ Everything here reads plain JSON (a cached owner, its pods' metadata) and return
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from linkerd_config.kube.resource import Json
 
 State = Literal["done", "waiting", "failed"]
+W = TypeVar("W")
 
 TIMED_OUT: Final = "ProgressDeadlineExceeded"
 """The reason the Deployment controller gives ``Progressing=False`` past its deadline."""
@@ -157,6 +158,23 @@ def preflight(kind: str, obj: Json) -> str | None:
     if not before.done:
         return f"still rolling out a change of its own: {before.why}"
     return None
+
+
+def preflight_split(
+    workloads: Iterable[W], kind_of: Callable[[W], str], record: Callable[[W], Json | None]
+) -> tuple[list[W], list[tuple[W, str]]]:
+    """Of the workloads a pass would restart, those that may be (one with no record, a bare
+    pod, always may), and the others with why not. The executor and ``plan`` both ask."""
+    ready: list[W] = []
+    skipped: list[tuple[W, str]] = []
+    for workload in workloads:
+        obj = record(workload)
+        why = None if obj is None else preflight(kind_of(workload), obj)
+        if why is None:
+            ready.append(workload)
+        else:
+            skipped.append((workload, why))
+    return ready, skipped
 
 
 def restart_verdict(kind: str, obj: Json, stale: Mapping[str, int]) -> Verdict:

@@ -384,3 +384,27 @@ def test_a_new_trust_anchor_in_the_values_format_reads_as_certificates_and_resta
         result
     )
     assert plan(unchanged, cluster, DEFAULTS).restarts == ()  # the same bundle: no restart
+
+
+def test_a_paused_workload_is_skipped_in_plan_and_status_with_why() -> None:
+    config = sample("edge_19.12.3.yaml")
+    config["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    paused = {
+        "metadata": {"name": "web", "namespace": "emojivoto", "generation": 1},
+        "spec": {"replicas": 2, "paused": True},
+        "status": {"observedGeneration": 1},
+    }
+    cluster = view(deployments=APPS, records={"emojivoto/web": paused})
+    result = plan(config, cluster, DEFAULTS)
+    assert "deployment/emojivoto/web" not in [str(w.workload) for w in result.restarts]
+    (skipped,) = [w for w in result.kept if w.state == "skipped"]
+    assert str(skipped.workload) == "deployment/emojivoto/web"
+    assert skipped.reasons == {"skipped: paused (spec.paused)": 2}
+    done = applied(config, install_configmap())
+    (report,) = status(
+        view(configmap=done, configs=[config], deployments=APPS, records={"emojivoto/web": paused}),
+        DEFAULTS,
+    )
+    lines = {str(w.workload): w for w in report.stale}
+    assert lines["deployment/emojivoto/web"].state == "skipped"
+    assert lines["deployment/emojivoto/emoji"].state == "stale"
