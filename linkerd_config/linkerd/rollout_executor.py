@@ -126,13 +126,6 @@ def _skipped_message(skipped: list[tuple[str, str]]) -> str:
     return f"Skipped, not restarted: {_listed(shown, 5)}."
 
 
-def _parse_workload(text: str) -> rollout.Workload:
-    kind, namespace, name = text.split("/", 2)
-    return rollout.Workload(
-        next((k for k in RolloutMetrics.KINDS if k.lower() == kind), kind), namespace, name
-    )
-
-
 def _listed(items: list[str], limit: int = 10) -> str:
     shown = ", ".join(items[:limit])
     return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
@@ -315,11 +308,16 @@ class RolloutExecutor:
                 status={workload_health.HALT_FIELD: halt.halted},
             )  # fmt: skip
         self.metrics.halted.labels(name).set(0)
+        restarted = self._restarted(config_hash, plan)
         checked = workload_health.gate(
-            self._restarted(config_hash, plan), self.wall(), spec.progress_deadline, halt.forgiven
+            (standing for standing, _ in restarted.values()),
+            self.wall(),
+            spec.progress_deadline,
+            halt.forgiven,
         )
         if checked.failed:
-            return self._halt(config, config_hash, version, checked.failed, counts)
+            owners = [(restarted[w][1], why) for w, why in checked.failed]
+            return self._halt(config, config_hash, version, checked.failed, owners, counts)
         if not plan.workloads and checked.open:
             return RolloutOutcome(*counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}")
         if checked.waiting:
@@ -417,9 +415,10 @@ class RolloutExecutor:
 
     def _restarted(
         self, config_hash: str, plan: rollout.RolloutPlan
-    ) -> list[workload_health.Restarted]:
-        """The owners restarted for ``config_hash`` and how each stands now."""
-        found = []
+    ) -> dict[str, tuple[workload_health.Restarted, rollout.Workload]]:
+        """The owners restarted for ``config_hash``, by name: how each stands now, and which
+        it is (for its Events)."""
+        found: dict[str, tuple[workload_health.Restarted, rollout.Workload]] = {}
         for kind, store in self.workloads.items():
             for obj in store.list():
                 if not rollout.already_restarted(obj, config_hash):
@@ -431,7 +430,9 @@ class RolloutExecutor:
                     kind, obj, plan.reasons.get(workload) or {}
                 )
                 # A record without a readable time starts its deadline now.
-                found.append(workload_health.Restarted(str(workload), at or self.wall(), verdict))
+                name = str(workload)
+                standing = workload_health.Restarted(name, at or self.wall(), verdict)
+                found[name] = (standing, workload)
         return found
 
     def _preflight(
@@ -448,6 +449,7 @@ class RolloutExecutor:
         config_hash: str,
         version: str,
         failed: tuple[tuple[str, str], ...],
+        workloads: list[tuple[rollout.Workload, str]],
         counts: tuple[int, int, int],
     ) -> RolloutOutcome:
         """Stop the rollout: recorded in status (any leader reads it back), one Warning on
@@ -462,8 +464,8 @@ class RolloutExecutor:
         self.recorder.record(
             config, "Warning", HALTED, f"rollout of proxy {version} halted: {listed}"
         )
-        for workload, why in failed:
-            involved = self._involved(_parse_workload(workload))
+        for workload, why in workloads:
+            involved = self._involved(workload)
             if involved is not None:
                 self.recorder.record(
                     involved,
