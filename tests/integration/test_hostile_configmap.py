@@ -19,10 +19,8 @@ import asyncio
 import contextlib
 import os
 import resource
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -41,6 +39,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from tests.support import scenario
 from tests.support.hostile import bombed_values, installed_values
+from tests.support.run_process import RunProcess
 from tests.support.samples import modern_install
 from tests.support.waiting import eventually
 
@@ -68,46 +67,23 @@ def linkerdconfig(name: str, **global_: Any) -> Obj:
     }
 
 
-class Controller:
-    """``linkerd-config run`` as a process: webhooks on, health server on ``health``."""
-
-    def __init__(self, kubeconfig: Path, certs: Path, health: int, webhook: int) -> None:
-        argv = [
-            sys.executable, "-m", "linkerd_config", "run",
-            "--kubeconfig", str(kubeconfig),
-            "--health-probe-bind-address", f"127.0.0.1:{health}",
-            "--metrics-bind-address", "127.0.0.1:0",
-            "--leader-elect", "false",
-            "--enable-webhooks", "true",
-            "--webhook-cert-dir", str(certs),
-            "--webhook-bind-address", f"127.0.0.1:{webhook}",
-        ]  # fmt: skip
-        self.proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()  # a blocked event loop never reaches its SIGTERM handler
-            return self.proc.wait(timeout=30)
-        finally:
-            self._reader.join(timeout=5)
+def controller_argv(kubeconfig: Path, certs: Path, health: int, webhook: int) -> list[str]:
+    """``linkerd-config run``: webhooks on, health server on ``health``."""
+    return [
+        sys.executable, "-m", "linkerd_config", "run",
+        "--kubeconfig", str(kubeconfig),
+        "--health-probe-bind-address", f"127.0.0.1:{health}",
+        "--metrics-bind-address", "127.0.0.1:0",
+        "--leader-elect", "false",
+        "--enable-webhooks", "true",
+        "--webhook-cert-dir", str(certs),
+        "--webhook-bind-address", f"127.0.0.1:{webhook}",
+    ]  # fmt: skip
 
 
 @contextlib.contextmanager
-def controller(kubeconfig: Path, certs: Path, health: int, webhook: int) -> Iterator[Controller]:
-    process = Controller(kubeconfig, certs, health, webhook)
+def controller(kubeconfig: Path, certs: Path, health: int, webhook: int) -> Iterator[RunProcess]:
+    process = RunProcess(controller_argv(kubeconfig, certs, health, webhook), dict(os.environ))
     try:
         yield process
     finally:

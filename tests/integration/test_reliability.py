@@ -18,12 +18,9 @@ import asyncio
 import contextlib
 import copy
 import itertools
-import json
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
@@ -48,6 +45,7 @@ from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESP
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
+from tests.support.run_process import RunProcess
 from tests.support.samples import SAMPLES, install_configmap, load, sample
 from tests.support.tcp_proxy import FreezableProxy
 from tests.support.waiting import eventually
@@ -486,36 +484,6 @@ def test_an_unusable_kubeconfig_is_one_line(tmp_path: Path, args: list[str], exp
     assert "Traceback" not in done.stderr + done.stdout
 
 
-class Process:
-    """``linkerd-config run`` in the background, its JSON log lines collected."""
-
-    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(
-            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def records(self) -> list[Obj]:
-        out = []
-        for line in list(self.lines):
-            with contextlib.suppress(ValueError):
-                out.append(json.loads(line))
-        return out
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=30)
-        self._reader.join(timeout=5)
-        return code
-
-
 async def http_status(url: str) -> int:
     try:
         async with aiohttp.ClientSession() as http, http.get(url) as resp:
@@ -548,7 +516,7 @@ async def test_webhooks_wait_for_their_certificate_with_readiness_false(
         "--webhook-cert-dir", str(certs),
         "--webhook-bind-address", f"127.0.0.1:{free_port()}",
     )  # fmt: skip
-    process = Process(argv, dict(os.environ))
+    process = RunProcess(argv, dict(os.environ))
     try:
         ready_url = f"http://127.0.0.1:{health}/readyz"
         await eventually(
@@ -579,7 +547,7 @@ async def test_a_missing_crd_is_one_line_then_waited_for(
 ) -> None:
     cp = private_control_plane
     health = free_port()
-    process = Process(
+    process = RunProcess(
         run_flags(cp.kubeconfig, health, "--enable-webhooks", "false"), dict(os.environ)
     )
     try:

@@ -95,6 +95,10 @@ def merged(current: Json, applied: Json) -> Json:
     return {**current, "metadata": meta, "data": {**current["data"], **applied["data"]}}
 
 
+def message_of(status: Json, type_: str) -> str:
+    return str(next(c["message"] for c in status["conditions"] if c["type"] == type_))
+
+
 def conditions(status: Json) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
@@ -264,7 +268,7 @@ async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None
     assert writer.applied == []
     (status,) = writer.statuses
     assert conditions(status)["ConfigMapSynced"] == ("False", "InvalidConfig")
-    message = next(c["message"] for c in status["conditions"] if c["type"] == "ConfigMapSynced")
+    message = message_of(status, "ConfigMapSynced")
     assert "upgrade Linkerd first" in message
 
 
@@ -337,7 +341,7 @@ async def test_deleted_trust_roots_without_a_copy_are_named_and_nothing_restarts
     assert writer.created == [] and restarts == []
     status = writer.statuses[-1]
     assert conditions(status)["Ready"] == ("False", "ConfigMapMissing")
-    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    message = message_of(status, "Ready")
     assert "linkerd/linkerd-identity-trust-roots" in message and "missing" in message
     assert recorder.events[-1] == ("Warning", "ConfigMapMissing")
 
@@ -356,7 +360,7 @@ async def test_a_copy_someone_else_wrote_is_no_copy_and_said_so() -> None:
     assert writer.created == []
     status = writer.statuses[-1]
     assert conditions(status)["Ready"] == ("False", "ConfigMapMissing")
-    message = next(c["message"] for c in status["conditions"] if c["type"] == "Ready")
+    message = message_of(status, "Ready")
     assert "no readable copy" in message
 
 
@@ -370,9 +374,7 @@ async def test_a_refused_restore_names_the_configmap_it_would_have_created() -> 
         422, "POST", "/api/v1/namespaces/linkerd/configmaps", {"message": "invalid label"}, None
     )
     await ctl.reconcile("modern")
-    message = next(
-        c["message"] for c in writer.statuses[-1]["conditions"] if c["type"] == "ConfigMapSynced"
-    )
+    message = message_of(writer.statuses[-1], "ConfigMapSynced")
     assert message.startswith("writing ConfigMap linkerd/linkerd-identity-trust-roots failed")
 
 
