@@ -28,6 +28,12 @@ class Writer:
                 return None
             raise
 
+    async def list(self, resource: ApiResource, namespace: str | None) -> list[Json]:
+        """The live objects of ``resource`` in ``namespace``, read now (not from a cache):
+        for the rare decision that needs what no cache keeps (a ReplicaSet's pod template)."""
+        found = await self.client.request("GET", resource.path(namespace))
+        return list(found.get("items") or [])
+
     async def apply(self, resource: ApiResource, obj: Json) -> Json:
         """Server-side apply of ``obj`` (named by its metadata), taking over conflicting
         fields: we are the source of truth for the fields we send, and only for those."""

@@ -27,7 +27,7 @@ from linkerd_config.kube.resource import (
     Json,
 )
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd import rollback, rollout
 from linkerd_config.linkerd.formats.base import FormatError, InstalledDataError
 from linkerd_config.linkerd.formats.versions import VersionError
 from linkerd_config.linkerd.linkerdconfig_resource import (
@@ -266,7 +266,7 @@ class LinkerdConfigController:
             # Off the event loop: reading the installed data and rendering onto it cost up to
             # formats.bounded's limits, which anyone who may edit the ConfigMap can reach.
             current = current_data(configmaps, target)
-            desired = await asyncio.to_thread(desired_config, config, current)
+            asked, desired = await self._render(config, current)
         except InstalledDataError as exc:
             message = f"{exc}; nothing is written until the ConfigMap is corrected"
             return await self._invalid(
@@ -303,7 +303,7 @@ class LinkerdConfigController:
             f"ConfigMap {target} matches (hash {desired.config_hash})",
             generation,
         )
-        outcome = await self.rollout.roll(config, desired)
+        outcome = await self.rollout.roll(config, asked, desired)
         conditions = set_condition(
             conditions,
             DATA_PLANE_UP_TO_DATE,
@@ -344,6 +344,19 @@ class LinkerdConfigController:
         return Result(requeue_after=outcome.requeue_after)
 
     # -- steps ----------------------------------------------------------------------------
+
+    async def _render(
+        self, config: Json, current: dict[str, dict[str, str]]
+    ) -> tuple[Desired, Desired]:
+        """What the spec asks for, and what the ConfigMap must hold: the same, except while
+        a failed rollout is rolled back: then the last completed configuration (the spec
+        stays as the user wrote it; a new generation or a resume is a new attempt)."""
+        asked = await asyncio.to_thread(desired_config, config, current)
+        halt = self.rollout.halt_state(config, asked.config_hash)
+        going_back = rollback.config_to_render(config, halt.halted)
+        if going_back is None:
+            return asked, asked
+        return asked, await asyncio.to_thread(desired_config, going_back, current)
 
     async def _preserve(self, config: Json, name: str, configmap: Json, desired: Desired) -> None:
         """Keep the copy of what we did not write in ConfigMap ``name`` (the target, or one it

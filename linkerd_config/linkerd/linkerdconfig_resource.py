@@ -248,6 +248,14 @@ def spec_schema() -> dict[str, Any]:
                 pattern=DURATION_PATTERN,
                 maxLength=32,
             ),
+            "onFailure": _str(
+                "What a failed rollout does: Halt (the default) restarts nothing more; "
+                "Rollback also returns the ConfigMap to the last configuration whose rollout "
+                "completed and brings the workloads already restarted back onto it. The spec "
+                "stays as written; a new generation, or the annotation "
+                "config.linkerd.io/resume-rollout, is a new attempt.",
+                enum=["Halt", "Rollback"],
+            ),
         },
     )
     return _obj(
@@ -319,6 +327,37 @@ def status_schema() -> dict[str, Any]:
                         "items": _str("A failed workload and why.", maxLength=4096),
                     },
                     "at": _str("When it halted.", format="date-time"),
+                    "rollback": _obj(
+                        "onFailure: Rollback: the configuration the ConfigMap returned to, "
+                        "and the workloads brought back onto it.",
+                        {
+                            "toHash": _str("The configuration returned to.", maxLength=64),
+                            "toGeneration": {"type": "integer", "format": "int64", "minimum": 0},
+                            "phase": _str(
+                                "RollingBack until every workload listed is back and "
+                                "healthy, then RolledBack.",
+                                enum=["RollingBack", "RolledBack"],
+                            ),
+                            "workloads": {
+                                "type": "array",
+                                "maxItems": 10000,
+                                "items": _str("kind/namespace/name", maxLength=1024),
+                            },
+                        },
+                    ),
+                },
+            ),
+            "lastCompleted": _obj(
+                "The last configuration whose rollout completed: what onFailure: Rollback "
+                "returns to.",
+                {
+                    "configHash": _str("Its hash.", maxLength=64),
+                    "generation": {"type": "integer", "format": "int64", "minimum": 0},
+                    "spec": _str(
+                        "The spec's global and proxy sections it was rendered from (JSON).",
+                        maxLength=1 << 20,
+                    ),
+                    "at": _str("When its rollout completed.", format="date-time"),
                 },
             ),
             "rolloutForgiven": _obj(
@@ -454,6 +493,8 @@ class RolloutSpec:
     max_restarts_per_pass: int | None = None
     restart_interval: float | None = None
     progress_deadline: float = DEFAULT_PROGRESS_DEADLINE
+    rollback: bool = False
+    """``onFailure: Rollback``: a failed rollout returns to the last completed configuration."""
 
     @classmethod
     def of(cls, config: Json) -> RolloutSpec:
@@ -468,6 +509,7 @@ class RolloutSpec:
             progress_deadline=DEFAULT_PROGRESS_DEADLINE
             if deadline is None
             else parse_go_duration(deadline) / 1e9,
+            rollback=section.get("onFailure") == "Rollback",
         )
 
     def batch_size(self, default: int) -> int:

@@ -25,6 +25,7 @@ from linkerd_config.kube.resource import (
     DAEMONSETS,
     DEPLOYMENTS,
     PODS,
+    REPLICASETS,
     STATEFULSETS,
     ApiResource,
     Json,
@@ -32,7 +33,7 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import rollout, workload_health
+from linkerd_config.linkerd import rollback, rollout, workload_health
 from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.reconcile import Desired
 
@@ -76,6 +77,18 @@ class RolloutMetrics(ComponentMetrics):
             ["linkerdconfig"],
             registry=registry,
         )
+        self.rollbacks = Counter(
+            "linkerd_config_rollbacks_total",
+            "Rollouts that failed and were rolled back to the last completed configuration",
+            registry=registry,
+        )
+        self.rolled_back = Gauge(
+            "linkerd_config_rollout_rolled_back",
+            "1 while a LinkerdConfig's failed rollout is rolling or rolled back (as this "
+            "replica last saw it)",
+            ["linkerdconfig"],
+            registry=registry,
+        )
         for kind in self.KINDS:  # every series from the first scrape
             self.restarts.labels(kind)
             self.restart_failures.labels(kind)
@@ -88,6 +101,8 @@ injector has re-read its files)."""
 
 UP_TO_DATE = "UpToDate"
 HALTED = "RolloutHalted"
+ROLLING_BACK = rollback.ROLLING_BACK
+ROLLED_BACK = rollback.ROLLED_BACK
 HEALTH_RECHECK = 5.0
 """While restarted workloads come back, look again at least this often (their informers
 wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
@@ -273,17 +288,48 @@ class RolloutExecutor:
             self._records = (records_key, times)
         return self._records[1]
 
-    async def roll(self, config: Json, desired: Desired) -> RolloutOutcome:
+    def halt_state(self, config: Json, config_hash: str) -> workload_health.HaltState:
+        """The halt (or rollback) in force for ``config_hash``: status's, or the one this
+        process decided and has not read back from status yet."""
+        halt = workload_health.halt_state(config, config_hash)
+        decided = self._of(config_hash).halt
+        if decided is None:
+            return halt
+        if halt.halted is not None:
+            if rollback.phase_rank(decided) > rollback.phase_rank(halt.halted):
+                return replace(halt, halted=decided)  # a later phase of ours, not read yet
+            self._of(config_hash).halt = None  # read back: status is the record now
+            return halt
+        if halt.halted is None:
+            mine = workload_health.halt_state(
+                {**config, "status": {workload_health.HALT_FIELD: decided}}, config_hash
+            )
+            if mine.halted is None:  # resumed, or a new attempt, since: forget it
+                self._of(config_hash).halt = None
+                return halt
+            return mine
+        return halt
+
+    async def roll(
+        self, config: Json, desired: Desired, effective: Desired | None = None
+    ) -> RolloutOutcome:
         """One pass; its outcome carries the status of the rollout's halt (kept, set, or
-        cleared by a resume or a new attempt) whatever the pass found."""
-        halt = workload_health.halt_state(config, desired.config_hash)
-        outcome = await self._roll(config, desired, halt)
+        cleared by a resume or a new attempt) whatever the pass found. ``effective``: what
+        the ConfigMap holds instead of ``desired`` while a rollback is in force."""
+        halt = self.halt_state(config, desired.config_hash)
+        outcome = await self._roll(config, desired, halt, effective or desired)
         return replace(outcome, status={**halt.status, **outcome.status})
 
     async def _roll(
-        self, config: Json, desired: Desired, halt: workload_health.HaltState
+        self,
+        config: Json,
+        desired: Desired,
+        halt: workload_health.HaltState,
+        effective: Desired,
     ) -> RolloutOutcome:
         config_hash, version = desired.config_hash, desired.proxy.version
+        if rollback.section(halt.halted) is not None and halt.halted is not None:
+            return await self._roll_back(config, desired, effective, halt.halted)
         plan = self._plan(desired)
         recorded = self._recorded(config_hash)
         evicted, evicted_at = self._evictions(config, config_hash)
@@ -292,14 +338,7 @@ class RolloutExecutor:
         interval = spec.interval(self.options.restart_interval)
         counts = (len(plan.workloads), len(recorded) + evicted, evicted)
         name = str(config["metadata"]["name"])
-        decided = self._of(config_hash).halt
-        if halt.halted is None and decided is not None:
-            halt = workload_health.halt_state(
-                {**config, "status": {workload_health.HALT_FIELD: decided}}, config_hash
-            )
-            if halt.halted is None:  # resumed, or a new attempt, since: forget it
-                self._of(config_hash).halt = None
-                halt = workload_health.halt_state(config, config_hash)
+        self.metrics.rolled_back.labels(name).set(0)
         if halt.halted is not None:
             self.metrics.halted.labels(name).set(1)
             failed = "; ".join(halt.halted.get("failed") or ())
@@ -317,9 +356,19 @@ class RolloutExecutor:
         )
         if checked.failed:
             owners = [(restarted[w][1], why) for w, why in checked.failed]
-            return self._halt(config, config_hash, version, checked.failed, owners, counts)
+            back_to = rollback.last_completed(config) if spec.rollback else None
+            if back_to is not None and back_to["configHash"] == config_hash:
+                back_to = None  # the configuration that failed is the last that completed
+            return self._halt(
+                config, config_hash, version, checked.failed, owners, counts,
+                going_back=(back_to, [w for _, w in restarted.values()]) if spec.rollback else None,
+            )  # fmt: skip
         if not plan.workloads and checked.open:
-            return RolloutOutcome(*counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}")
+            completed = rollback.completed_record(config, config_hash, rfc3339(self.wall()))
+            return RolloutOutcome(
+                *counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}",
+                status={} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed},
+            )  # fmt: skip
         if checked.waiting:
             return RolloutOutcome(
                 *counts, "RollingOut", _waiting_message(checked.waiting, version),
@@ -382,6 +431,163 @@ class RolloutExecutor:
         total = len(recorded) + owners_restarted + evicted
         why = f"{why} {_skipped_message(skipped)}".strip()
         return self._rolling(plan, total, evicted, version, interval, why)
+
+    async def _roll_back(
+        self, config: Json, failed: Desired, effective: Desired, halt: Json
+    ) -> RolloutOutcome:
+        """One step of a rollback. The ConfigMap already holds ``effective`` (the last
+        completed configuration: the controller wrote it); once the injector injects its
+        proxy again, bring the workloads the failed rollout restarted back onto it, then wait
+        for them to be healthy, health-gated and with the same deadline as a rollout."""
+        name = str(config["metadata"]["name"])
+        section = rollback.section(halt) or {}
+        self.metrics.halted.labels(name).set(0)
+        self.metrics.rolled_back.labels(name).set(1)
+        failed_list = "; ".join(str(f) for f in halt.get("failed") or ())
+        head = f"rollout of proxy {failed.proxy.version} failed ({failed_list})"
+        plan = self._plan(effective)
+        counts = (len(plan.workloads), 0, 0)
+        kept = {workload_health.HALT_FIELD: halt}
+        if effective.config_hash == failed.config_hash:
+            self.metrics.rolled_back.labels(name).set(0)
+            self.metrics.halted.labels(name).set(1)
+            return RolloutOutcome(
+                *counts, HALTED, f"{head}; cannot roll back: status no longer records "
+                f"configuration {section.get('toHash')} as the last completed "
+                f"(lastCompleted), so the rollout is halted instead. {RESUME_HINT}",
+                status=kept,
+            )  # fmt: skip
+        back_to = f"configuration {effective.config_hash} (proxy {effective.proxy.version})"
+        if section.get("phase") == ROLLED_BACK:
+            return RolloutOutcome(
+                *counts, ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
+                status=kept,
+            )  # fmt: skip
+        workloads = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
+        pending = [
+            w
+            for w in workloads
+            if (obj := self._record(w)) is not None
+            and rollout.already_restarted(obj, failed.config_hash)
+        ]
+        if pending:
+            progress = self._of(effective.config_hash)
+            asked = await self._ask_injector(config, effective, pending, progress)
+            if isinstance(asked, float):
+                return RolloutOutcome(
+                    *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                    f"{progress.waiting_why}", requeue_after=asked, status=kept,
+                )  # fmt: skip
+            limit = asyncio.Semaphore(RESTART_CONCURRENCY)
+
+            async def restore(workload: rollout.Workload) -> bool:
+                async with limit:
+                    return await self._restore_reported(config, workload, failed, effective)
+
+            done = await asyncio.gather(*(restore(w) for w in pending))
+            return RolloutOutcome(
+                *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: brought "
+                f"{sum(done)} of {len(pending)} workload(s) back onto it",
+                requeue_after=HEALTH_RECHECK, status=kept,
+            )  # fmt: skip
+        started = rollback.started_at(halt) or self.wall()
+        standing = [
+            workload_health.Restarted(
+                str(w),
+                started,
+                workload_health.restart_verdict(w.kind, obj, plan.reasons.get(w) or {}),
+            )
+            for w in workloads
+            if (obj := self._record(w)) is not None
+        ]
+        deadline = RolloutSpec.of(config).progress_deadline
+        checked = workload_health.gate(standing, self.wall(), deadline)
+        if not checked.open:
+            behind = [f"{w}: {why}" for w, why in (*checked.failed, *checked.waiting)]
+            return RolloutOutcome(
+                *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                f"{len(behind)} workload(s) not healthy on it yet: {_listed(behind, 5)}",
+                requeue_after=HEALTH_RECHECK, status=kept,
+            )  # fmt: skip
+        record = rollback.finished(halt)
+        self._of(failed.config_hash).halt = record
+        log.warning("rollout rolled back", linkerdconfig=name, to=effective.config_hash)
+        self.recorder.record(
+            config,
+            "Warning",
+            ROLLED_BACK,
+            f"{head}; rolled back to {back_to}: {len(workloads)} workload(s) back on it and "
+            "healthy",
+        )
+        return RolloutOutcome(
+            *counts, ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
+            status={workload_health.HALT_FIELD: record},
+        )  # fmt: skip
+
+    async def _restore_reported(
+        self, config: Json, workload: rollout.Workload, failed: Desired, effective: Desired
+    ) -> bool:
+        """``_restore``, counted, logged and recorded as an Event on the workload; a refusal
+        is reported with the API server's reason and retried on the next reconcile."""
+        involved = self._involved(workload)
+        name = config["metadata"]["name"]
+        try:
+            how = await self._restore(config, workload, failed.config_hash, effective.config_hash)
+        except ApiError as exc:
+            reason = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
+            log.warning("rollback of a workload failed; will retry", workload=str(workload),
+                        error=reason)  # fmt: skip
+            self.metrics.restart_failures.labels(workload.kind).inc()
+            if involved is not None:
+                self.recorder.record(
+                    involved,
+                    "Warning",
+                    "RollbackFailed",
+                    f"bringing it back to proxy {effective.proxy.version} (LinkerdConfig "
+                    f"{name}) was refused: {reason}",
+                )
+            return False
+        if how and involved is not None:
+            self.metrics.restarts.labels(workload.kind).inc()
+            self.recorder.record(
+                involved,
+                "Normal",
+                "WorkloadRolledBack",
+                f"brought back to proxy {effective.proxy.version} (LinkerdConfig {name}, "
+                f"configuration {effective.config_hash}): {how}",
+            )
+        return bool(how)
+
+    async def _restore(
+        self, config: Json, workload: rollout.Workload, failed_hash: str, old_hash: str
+    ) -> str:
+        """Bring one workload back from ``failed_hash``: a Deployment to its previous
+        ReplicaSet's pod template (``kubectl rollout undo``), anything else restarted onto
+        ``old_hash``. How it was done, or "" when it needed nothing (already back, gone, or
+        changed since: the next reconcile looks again)."""
+        if workload.kind == "Deployment":
+            live = await self.writer.get(DEPLOYMENTS, workload.namespace, workload.name)
+            if live is None or not rollout.already_restarted(live, failed_hash):
+                return ""
+            siblings = await self.writer.list(REPLICASETS, workload.namespace)
+            template = rollback.previous_template(live, siblings, failed_hash)
+            if template is not None:
+                try:
+                    await self.writer.merge_patch(
+                        DEPLOYMENTS,
+                        workload.namespace,
+                        workload.name,
+                        rollback.restore_patch(live, template),
+                    )
+                except ApiError as exc:
+                    if exc.not_found or exc.conflict:
+                        return ""
+                    raise
+                log.info("workload rolled back", workload=str(workload), to="previous template")
+                return "its previous ReplicaSet's pod template restored"
+        if await self._restart(config, workload, old_hash):
+            return "restarted"
+        return ""
 
     async def _ask_injector(
         self,
@@ -451,18 +657,37 @@ class RolloutExecutor:
         failed: tuple[tuple[str, str], ...],
         workloads: list[tuple[rollout.Workload, str]],
         counts: tuple[int, int, int],
+        going_back: tuple[Json | None, list[rollout.Workload]] | None = None,
     ) -> RolloutOutcome:
         """Stop the rollout: recorded in status (any leader reads it back), one Warning on
-        the LinkerdConfig and one on each failed workload, counted."""
+        the LinkerdConfig and one on each failed workload, counted. With ``going_back`` (the
+        configuration to return to, if any, and the owners restarted for this one), the
+        record starts a rollback instead."""
         name = str(config["metadata"]["name"])
         record = workload_health.halt_record(config, config_hash, failed, rfc3339(self.wall()))
         listed = "; ".join(f"{w}: {why}" for w, why in failed)
-        log.warning("rollout halted", linkerdconfig=name, failed=listed)
+        reason, outcome, after = HALTED, "halted", ""
+        back_to, restarted = going_back or (None, [])
+        if back_to is not None:
+            record = rollback.start(record, back_to, restarted)
+            reason, outcome = ROLLING_BACK, "failed"
+            after = f"; rolling back to configuration {back_to['configHash']}"
+            self.metrics.rollbacks.inc()
+            self.metrics.rolled_back.labels(name).set(1)
+            # The injector must be seen injecting the old proxy again, not remembered to.
+            self._progress.pop(str(back_to["configHash"]), None)
+        else:
+            if going_back is not None:
+                after = (
+                    " (onFailure: Rollback, but no earlier configuration of this "
+                    "LinkerdConfig completed its rollout: halted instead)"
+                )
+            self.metrics.halted.labels(name).set(1)
+        log.warning(f"rollout {outcome}", linkerdconfig=name, failed=listed, then=after)
         self.metrics.halts.inc()
-        self.metrics.halted.labels(name).set(1)
         self._of(config_hash).halt = record
         self.recorder.record(
-            config, "Warning", HALTED, f"rollout of proxy {version} halted: {listed}"
+            config, "Warning", reason, f"rollout of proxy {version} {outcome}: {listed}{after}"
         )
         for workload, why in workloads:
             involved = self._involved(workload)
@@ -470,12 +695,13 @@ class RolloutExecutor:
                 self.recorder.record(
                     involved,
                     "Warning",
-                    HALTED,
+                    reason,
                     f"did not come back healthy on proxy {version} (LinkerdConfig {name}): "
-                    f"{why}; the rollout is halted",
+                    f"{why}; the rollout is {'halted' if reason == HALTED else 'rolled back'}",
                 )
         return RolloutOutcome(
-            *counts, HALTED, f"rollout of proxy {version} halted: {listed}. {RESUME_HINT}",
+            *counts, reason, f"rollout of proxy {version} {outcome}: {listed}{after}. "
+            f"{RESUME_HINT}", requeue_after=None if reason == HALTED else 0.5,
             status={workload_health.HALT_FIELD: record},
         )  # fmt: skip
 

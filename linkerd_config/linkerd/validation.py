@@ -303,6 +303,7 @@ class _Checker:
         rollout = self.section(spec, "rollout", "spec")
         self.duration(rollout, "restartInterval", "spec.rollout")
         self.duration(rollout, "progressDeadline", "spec.rollout")
+        self.one_of(rollout, "onFailure", "spec.rollout")
         paused = rollout.get("paused")
         if paused is not None and not isinstance(paused, bool):
             self.fail("spec.rollout.paused", "must be true or false")

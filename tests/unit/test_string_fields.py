@@ -58,6 +58,7 @@ EXAMPLES: dict[str, str] = {
     "spec.proxy.inboundConnectTimeout": "100ms",
     "spec.rollout.restartInterval": "30s",
     "spec.rollout.progressDeadline": "10m",
+    "spec.rollout.onFailure": "Rollback",
 }
 
 MULTILINE = frozenset({"spec.global.identityContext.trustAnchorsPEM"})
@@ -189,6 +190,7 @@ def test_the_debug_image_name_is_checked_like_the_proxy_image_name(fmt: str, nam
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,,", "network 2, ''"),
         # Python's str.strip() removes U+2028 (Go's net.ParseCIDR would not): refused.
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,fd00::/8\u2028", "network 2"),
+        ("spec.rollout.onFailure", "Retry", "must be one of Halt, Rollback"),
         ("spec.proxy.logFormat", "xml", "must be one of plain, json"),
         ("spec.global.identityContext.scheme", "spiffe", "must be one of linkerd.io/tls"),
         ("spec.proxy.outboundConnectTimeout", "soon", "is not a duration"),

@@ -1,0 +1,212 @@
+"""Going back when a rollout fails (``spec.rollout.onFailure: Rollback``): pure decisions.
+
+The state lives in the LinkerdConfig's status, so a new leader continues where the old one
+stopped:
+
+* ``lastCompleted`` names the last configuration whose rollout completed (its hash,
+  generation and the spec's ``global``/``proxy`` as JSON, rendered again onto the installed
+  data when going back: what we do not manage is never taken from an old copy).
+* A rollback is a halt (``workload_health.halt_record``) with a ``rollback`` section: the
+  configuration it returns to, its phase (``RollingBack`` until every workload the failed
+  rollout restarted is back and healthy, then ``RolledBack``), and those workloads, listed
+  when the rollback began so that a leader taking over mid-way knows what to wait for.
+
+Phase machine (for one configuration hash and generation; a new generation or the resume
+annotation ends it, as it ends a halt)::
+
+    (gate failed) --onFailure: Rollback, a completed config to return to--> RollingBack
+    RollingBack --every listed workload restored and healthy--> RolledBack
+
+A Deployment is restored the way ``kubectl rollout undo`` does it: its pod template goes back
+to its previous ReplicaSet's, so the controller scales that ReplicaSet up again and pods that
+were admitted before come back even where no new pod can be admitted. StatefulSets and
+DaemonSets (and Deployments with no previous ReplicaSet kept) are restarted onto the old
+configuration instead.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+import orjson
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
+
+LAST_COMPLETED_FIELD: Final = "lastCompleted"
+ROLLING_BACK: Final = "RollingBack"
+ROLLED_BACK: Final = "RolledBack"
+HALT: Final = "Halt"
+ROLLBACK: Final = "Rollback"
+
+MAX_SPEC_CHARS: Final = 1 << 20
+"""A recorded spec longer than this is not read back (status is ours, but anyone allowed to
+patch status could write it)."""
+REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
+TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def recorded_spec(config: Json) -> Json:
+    """What ``lastCompleted`` keeps of a spec: what the configuration is rendered from."""
+    return {k: v for k, v in (config.get("spec") or {}).items() if k in ("global", "proxy")}
+
+
+def completed_record(config: Json, config_hash: str, at: str) -> Json | None:
+    """``status.lastCompleted`` now that ``config_hash``'s rollout completed; None when status
+    already names it (nothing to write)."""
+    current = (config.get("status") or {}).get(LAST_COMPLETED_FIELD)
+    if isinstance(current, Mapping) and current.get("configHash") == config_hash:
+        return None
+    return {
+        "configHash": config_hash,
+        "generation": _int((config.get("metadata") or {}).get("generation")),
+        "spec": orjson.dumps(recorded_spec(config), option=orjson.OPT_SORT_KEYS).decode(),
+        "at": at,
+    }
+
+
+def last_completed(config: Json) -> Json | None:
+    """The recorded last completed configuration, if status holds a readable one."""
+    record = (config.get("status") or {}).get(LAST_COMPLETED_FIELD)
+    if not isinstance(record, Mapping) or not isinstance(record.get("configHash"), str):
+        return None
+    if not isinstance(record.get("spec"), str) or len(record["spec"]) > MAX_SPEC_CHARS:
+        return None
+    return dict(record)
+
+
+def start(halt: Json, target: Json, restarted: Iterable[Workload]) -> Json:
+    """A halt record turned into a rollback to ``target`` (a ``lastCompleted`` record), with
+    the owners the failed rollout restarted: the ones to bring back."""
+    owners = sorted(str(w) for w in restarted if w.kind != "Pod")
+    return {
+        **halt,
+        "rollback": {
+            "toHash": target["configHash"],
+            "toGeneration": _int(target.get("generation")),
+            "phase": ROLLING_BACK,
+            "workloads": owners,
+        },
+    }
+
+
+def section(halt: Json | None) -> Json | None:
+    """The rollback section of a halt record (None: a plain halt)."""
+    found = (halt or {}).get("rollback")
+    return dict(found) if isinstance(found, Mapping) else None
+
+
+def started_at(halt: Json) -> float | None:
+    """When the halt (so the rollback) began, as a Unix time; None when unreadable."""
+    try:
+        return datetime.fromisoformat(str(halt.get("at", "")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def phase_rank(halt: Json | None) -> int:
+    """How far a halt record has gone (0 a plain halt, 1 rolling back, 2 rolled back): a
+    record only moves forward, so of two records of one halt the higher is the newer."""
+    phase = (section(halt) or {}).get("phase")
+    return {ROLLING_BACK: 1, ROLLED_BACK: 2}.get(str(phase), 0)
+
+
+def finished(halt: Json) -> Json:
+    """``halt``'s rollback record, now that every workload it lists is back and healthy."""
+    return {**halt, "rollback": {**(section(halt) or {}), "phase": ROLLED_BACK}}
+
+
+def config_to_render(config: Json, halt: Json | None) -> Json | None:
+    """The LinkerdConfig as it stood when ``halt``'s rollback target completed (its spec's
+    ``rollout`` kept as it is now), to render instead of the spec; None when ``halt`` is no
+    rollback, or its target is not what status records (then it cannot go back)."""
+    rollback = section(halt)
+    target = last_completed(config)
+    if rollback is None or target is None or target["configHash"] != rollback.get("toHash"):
+        return None
+    try:
+        spec = orjson.loads(target["spec"])
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    rollout = (config.get("spec") or {}).get("rollout")
+    return {**config, "spec": {**spec, **({"rollout": rollout} if rollout else {})}}
+
+
+def parse_workload(name: str) -> Workload | None:
+    """``deployment/ns/name`` (as ``str(Workload)`` writes it) back into a Workload."""
+    parts = name.split("/")
+    kinds = {"deployment": "Deployment", "statefulset": "StatefulSet", "daemonset": "DaemonSet"}
+    if len(parts) != 3 or parts[0] not in kinds or not all(parts):
+        return None
+    return Workload(kinds[parts[0]], parts[1], parts[2])
+
+
+def _controller_uid(obj: Json) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _revision(rs: Json) -> int:
+    value = ((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION, "")
+    return int(value) if isinstance(value, str) and value.isdigit() else -1
+
+
+def previous_template(
+    deployment: Json, replicasets: Iterable[Json], failed_hash: str
+) -> Json | None:
+    """The pod template of the Deployment's newest ReplicaSet not made for ``failed_hash`` (as
+    ``kubectl rollout undo`` takes the previous revision's), without the ReplicaSet's own
+    ``pod-template-hash`` label; None when the Deployment kept none."""
+    uid = str((deployment.get("metadata") or {}).get("uid"))
+    candidates = [
+        rs
+        for rs in replicasets
+        if _controller_uid(rs) == uid
+        and (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {})
+        .get("annotations", {})
+        .get(RESTARTED_FOR_ANNOTATION)
+        != failed_hash
+    ]
+    if not candidates:
+        return None
+    newest = max(candidates, key=_revision)
+    template = copy.deepcopy((newest.get("spec") or {}).get("template") or {})
+    labels = (template.get("metadata") or {}).get("labels")
+    if isinstance(labels, dict):
+        labels.pop(TEMPLATE_HASH_LABEL, None)
+    return template
+
+
+def merge_patch(current: Any, wanted: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: a key that
+    ``wanted`` lacks is set to null, objects are patched key by key, anything else replaced."""
+    if not isinstance(current, Mapping) or not isinstance(wanted, Mapping):
+        return copy.deepcopy(wanted)
+    patch: dict[str, Any] = {key: None for key in current if key not in wanted}
+    for key, value in wanted.items():
+        if key not in current:
+            patch[key] = copy.deepcopy(value)
+        elif current[key] != value:
+            patch[key] = merge_patch(current[key], value)
+    return patch
+
+
+def restore_patch(deployment: Json, template: Json) -> Json:
+    """A merge patch bringing ``deployment``'s pod template back to ``template``, on the
+    condition that it has not changed since it was read."""
+    current = (deployment.get("spec") or {}).get("template") or {}
+    return {
+        "metadata": {"resourceVersion": deployment["metadata"]["resourceVersion"]},
+        "spec": {"template": merge_patch(current, template)},
+    }

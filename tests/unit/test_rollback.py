@@ -1,0 +1,233 @@
+"""The rollback's pure decisions, from tables: what ``lastCompleted`` keeps, which pod
+template a Deployment goes back to (``kubectl rollout undo``'s choice), the merge patch that
+gets there, and the phase records a new leader reads back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
+
+SPEC: Json = {
+    "global": {"linkerdVersion": "edge-26.8.3"},
+    "proxy": {"proxyVersion": "edge-26.8.2"},
+    "rollout": {"onFailure": "Rollback"},
+}
+
+
+def config(status: Json | None = None, generation: int = 3, spec: Json | None = None) -> Json:
+    return {
+        "metadata": {"name": "lc", "generation": generation},
+        "spec": SPEC if spec is None else spec,
+        "status": status or {},
+    }
+
+
+def test_last_completed_keeps_what_the_configuration_is_rendered_from() -> None:
+    record = rollback.completed_record(config(), "h0", "2026-11-24T00:00:00Z")
+    assert record is not None
+    assert record["configHash"] == "h0" and record["generation"] == 3
+    assert orjson.loads(record["spec"]) == {"global": SPEC["global"], "proxy": SPEC["proxy"]}
+    # Already recorded: nothing to write.
+    recorded = config({rollback.LAST_COMPLETED_FIELD: record})
+    assert rollback.completed_record(recorded, "h0", "later") is None
+    assert rollback.completed_record(recorded, "h1", "later") is not None
+
+
+@pytest.mark.parametrize(
+    ("stored", "readable"),
+    [
+        ({"configHash": "h0", "spec": "{}"}, True),
+        ({"configHash": "h0"}, False),
+        ({"configHash": 7, "spec": "{}"}, False),
+        ({"configHash": "h0", "spec": "x" * (rollback.MAX_SPEC_CHARS + 1)}, False),
+        ("not a record", False),
+    ],
+)
+def test_only_a_readable_last_completed_is_used(stored: Any, readable: bool) -> None:
+    found = rollback.last_completed(config({rollback.LAST_COMPLETED_FIELD: stored}))
+    assert (found is not None) == readable
+
+
+def halt_to(to_hash: str, phase: str = rollback.ROLLING_BACK) -> Json:
+    halt = {"configHash": "h1", "generation": 3, "failed": ["deployment/a/web: refused"]}
+    target = {"configHash": to_hash, "generation": 2}
+    started = rollback.start(halt, target, [Workload("Deployment", "a", "web")])
+    return {**started, "rollback": {**started["rollback"], "phase": phase}}
+
+
+def test_the_config_rendered_while_rolled_back_is_the_last_completed_one() -> None:
+    old = {"global": SPEC["global"], "proxy": {"proxyVersion": "edge-26.8.1"}}
+    last = {"configHash": "h0", "generation": 2, "spec": orjson.dumps(old).decode()}
+    stored = config({rollback.LAST_COMPLETED_FIELD: last})
+    rendered = rollback.config_to_render(stored, halt_to("h0"))
+    assert rendered is not None
+    assert rendered["spec"] == {**old, "rollout": SPEC["rollout"]}  # rollout kept as it is now
+    assert rendered["metadata"] == stored["metadata"]
+    # A plain halt renders the spec; a target status no longer records cannot be gone back to.
+    assert rollback.config_to_render(stored, {"configHash": "h1"}) is None
+    assert rollback.config_to_render(stored, halt_to("h9")) is None
+    broken = config({rollback.LAST_COMPLETED_FIELD: {**last, "spec": "{not json"}})
+    assert rollback.config_to_render(broken, halt_to("h0")) is None
+    not_a_spec = config({rollback.LAST_COMPLETED_FIELD: {**last, "spec": "[]"}})
+    assert rollback.config_to_render(not_a_spec, halt_to("h0")) is None
+
+
+def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> None:
+    halt = {"configHash": "h1", "at": "2026-11-24T10:00:00Z"}
+    started = rollback.start(
+        halt,
+        {"configHash": "h0", "generation": 2},
+        [
+            Workload("Pod", "a", "bare"),
+            Workload("StatefulSet", "b", "db"),
+            Workload("Deployment", "a", "web"),
+        ],
+    )
+    assert started["rollback"] == {
+        "toHash": "h0",
+        "toGeneration": 2,
+        "phase": rollback.ROLLING_BACK,
+        "workloads": ["deployment/a/web", "statefulset/b/db"],  # a bare pod is gone for good
+    }
+    done = rollback.finished(started)
+    assert done["rollback"]["phase"] == rollback.ROLLED_BACK and done["configHash"] == "h1"
+    ranks = [rollback.phase_rank(r) for r in (halt, started, done, None)]
+    assert ranks == [0, 1, 2, 0]
+    assert rollback.started_at(started) == 1_795_514_400.0
+    assert rollback.started_at({"at": "yesterday"}) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "parsed"),
+    [
+        ("deployment/a/web", Workload("Deployment", "a", "web")),
+        ("statefulset/b/db", Workload("StatefulSet", "b", "db")),
+        ("daemonset/c/agent", Workload("DaemonSet", "c", "agent")),
+        ("pod/a/bare", None),
+        ("deployment/a", None),
+        ("deployment//web", None),
+        ("deployment/a/web/x", None),
+    ],
+)
+def test_workload_names_read_back(name: str, parsed: Workload | None) -> None:
+    assert rollback.parse_workload(name) == parsed
+    if parsed is not None:
+        assert str(parsed) == name
+
+
+# -- kubectl rollout undo: the previous ReplicaSet's template --------------------------------
+
+DEPLOYMENT: Json = {
+    "metadata": {"name": "web", "namespace": "a", "uid": "d1", "resourceVersion": "9"}
+}
+
+
+def rs(name: str, revision: str | None, restarted_for: str | None, owner: str = "d1") -> Json:
+    annotations = {} if restarted_for is None else {RESTARTED_FOR_ANNOTATION: restarted_for}
+    meta: Json = {
+        "name": name,
+        "ownerReferences": [{"kind": "Deployment", "uid": owner, "controller": True}],
+    }
+    if revision is not None:
+        meta["annotations"] = {rollback.REVISION_ANNOTATION: revision}
+    return {
+        "metadata": meta,
+        "spec": {
+            "template": {
+                "metadata": {
+                    "labels": {"app": "web", rollback.TEMPLATE_HASH_LABEL: name},
+                    "annotations": annotations,
+                },
+                "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+            }
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("replicasets", "chosen"),
+    [
+        # The usual case: the failed restart's ReplicaSet and the one before it.
+        ([rs("new", "3", "h1"), rs("old", "2", "h0")], "old"),
+        # Several earlier revisions: the newest of them (kubectl undo's "previous").
+        (
+            [rs("new", "5", "h1"), rs("r2", "2", None), rs("r4", "4", "h0"), rs("r3", "3", None)],
+            "r4",
+        ),
+        # Never restarted by us before: its template has no record at all.
+        ([rs("new", "2", "h1"), rs("first", "1", None)], "first"),
+        # Only the failed one kept (revisionHistoryLimit: 0): nothing to go back to.
+        ([rs("new", "2", "h1")], None),
+        # Other owners' ReplicaSets never count.
+        ([rs("new", "2", "h1"), rs("other", "9", None, owner="d2")], None),
+        # A ReplicaSet without a readable revision is the last choice, not an error.
+        ([rs("new", "3", "h1"), rs("odd", None, None), rs("old", "1", None)], "old"),
+    ],
+)
+def test_the_template_gone_back_to_is_the_previous_replicasets(
+    replicasets: list[Json], chosen: str | None
+) -> None:
+    template = rollback.previous_template(DEPLOYMENT, replicasets, "h1")
+    if chosen is None:
+        assert template is None
+        return
+    assert template is not None
+    assert template["metadata"]["labels"] == {"app": "web"}  # its own hash label dropped
+    expected = next(r for r in replicasets if r["metadata"]["name"] == chosen)
+    assert template["spec"] == expected["spec"]["template"]["spec"]
+    # The ReplicaSet read is not changed by taking its template.
+    assert rollback.TEMPLATE_HASH_LABEL in expected["spec"]["template"]["metadata"]["labels"]
+
+
+@pytest.mark.parametrize(
+    ("current", "wanted", "patch"),
+    [
+        ({"a": 1}, {"a": 1}, {}),
+        ({"a": 1}, {"a": 2}, {"a": 2}),
+        ({"a": 1, "b": 2}, {"a": 1}, {"b": None}),
+        ({"m": {"x": 1, "y": 2}}, {"m": {"x": 1}}, {"m": {"y": None}}),
+        ({"m": {"x": 1}}, {"m": {}}, {"m": {"x": None}}),
+        ({"l": [1, 2]}, {"l": [1]}, {"l": [1]}),  # lists are replaced whole
+        ({"v": "s"}, {"v": {"k": 1}}, {"v": {"k": 1}}),
+        ({}, {"new": {"deep": True}}, {"new": {"deep": True}}),
+    ],
+)
+def test_merge_patch_between_two_documents(current: Json, wanted: Json, patch: Json) -> None:
+    assert rollback.merge_patch(current, wanted) == patch
+    assert apply_merge_patch(current, patch) == wanted
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386's algorithm, as the API server applies a merge patch."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def test_restore_patch_is_conditional_and_lands_exactly_on_the_old_template() -> None:
+    failed_template = {
+        "metadata": {
+            "labels": {"app": "web"},
+            "annotations": {RESTARTED_FOR_ANNOTATION: "h1", "config.linkerd.io/restarted-at": "t"},
+        },
+        "spec": {"containers": [{"name": "web", "image": "web:1"}]},
+    }
+    deployment = {**DEPLOYMENT, "spec": {"template": failed_template}}
+    old = rollback.previous_template(deployment, [rs("new", "2", "h1"), rs("old", "1", None)], "h1")
+    assert old is not None
+    patch = rollback.restore_patch(deployment, old)
+    assert patch["metadata"] == {"resourceVersion": "9"}
+    assert apply_merge_patch(failed_template, patch["spec"]["template"]) == old
+    assert old["metadata"]["annotations"] == {}  # the failed restart's record is gone

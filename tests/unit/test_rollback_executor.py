@@ -1,0 +1,267 @@
+"""``onFailure: Rollback`` one reconcile at a time, with the rollout executor's fakes (real
+caches, a recording writer, a settable clock): the failed rollout starts a rollback, the
+restarted Deployment goes back to its previous ReplicaSet's template once the injector
+injects the old proxy again, the rollback ends when it is healthy, and a new leader neither
+repeats a restore nor loses the rollback."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd.linkerdconfig_resource import Target
+from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
+from tests.unit.test_rollout_executor import (
+    DESIRED,
+    HASH,
+    HEALTHY_STATUS,
+    NEW,
+    NOT_AVAILABLE,
+    OLD,
+    World,
+    with_status,
+)
+
+OLD_HASH = "h0"
+OLD_DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, OLD_HASH, "Spec", DesiredProxy(OLD))
+REFUSED: Json = {
+    **NOT_AVAILABLE,
+    "conditions": [
+        {
+            "type": "ReplicaFailure",
+            "status": "True",
+            "reason": "FailedCreate",
+            "message": 'pods "app-00-x" is forbidden: no new proxy here',
+        }
+    ],
+}
+
+
+def rollback_config(last_completed: bool = True) -> Json:
+    status: Json = {}
+    if last_completed:
+        completed = rollback.completed_record(
+            {"metadata": {"generation": 1}, "spec": {"proxy": {"proxyVersion": OLD}}},
+            OLD_HASH,
+            "2026-11-24T00:00:00Z",
+        )
+        status[rollback.LAST_COMPLETED_FIELD] = completed
+    return {
+        "metadata": {"name": "cfg", "generation": 2},
+        "spec": {
+            "rollout": {"onFailure": "Rollback", "progressDeadline": "30s", "maxRestartsPerPass": 1}
+        },
+        "status": status,
+    }
+
+
+class RollbackWorld(World):
+    """``World``, whose writer also answers the live Deployment and its ReplicaSets as the
+    API server would after the informers' view (each ReplicaSet keeps its pod template)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n, restart_interval=1.0)
+        self.live_replicasets: dict[str, list[Json]] = {}
+        self.writer.list = self.list  # type: ignore[attr-defined]
+        self.writer.get = self.get  # type: ignore[method-assign]
+        for obj in self.deployments.list():
+            meta = obj["metadata"]
+            meta["uid"] = f"uid-{meta['name']}"
+            self.live_replicasets[meta["name"]] = [self.replicaset(obj, "1")]
+
+    @staticmethod
+    def replicaset(deployment: Json, revision: str) -> Json:
+        meta = deployment["metadata"]
+        return {
+            "metadata": {
+                "name": f"{meta['name']}-{revision}",
+                "annotations": {rollback.REVISION_ANNOTATION: revision},
+                "ownerReferences": [{"kind": "Deployment", "uid": meta["uid"], "controller": True}],
+            },
+            "spec": {"template": deployment["spec"]["template"]},
+        }
+
+    async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:
+        return self.deployments.get(f"{namespace}/{name}")
+
+    async def list(self, _resource: Any, _namespace: str) -> list[Json]:
+        return [r for rs in self.live_replicasets.values() for r in rs]
+
+    def restarted(self, status: Json) -> None:
+        """Our restart patches land (merged as the API server merges them): a new
+        ReplicaSet per restarted Deployment, whose pods ``status`` describes."""
+        for key, patch in self.writer.patches:
+            obj = self.deployments.get(key)
+            spec = rollback_apply(obj["spec"], patch["spec"])
+            self.deployments.put({**obj, "spec": spec, "status": status})
+            self.live_replicasets[obj["metadata"]["name"]].append(
+                self.replicaset(self.deployments.get(key), "2")
+            )
+        self.writer.patches.clear()
+
+    def restored(self) -> list[str]:
+        """Our restore patches land: each template back, its old pods healthy."""
+        names = []
+        for key, patch in self.writer.patches:
+            obj = self.deployments.get(key)
+            template = rollback_apply(obj["spec"]["template"], patch["spec"]["template"])
+            self.deployments.put({**obj, "spec": {**obj["spec"], "template": template},
+                                  "status": HEALTHY_STATUS})  # fmt: skip
+            names.append(key)
+        self.writer.patches.clear()
+        return names
+
+
+def rollback_apply(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = rollback_apply(result.get(key), value)
+    return result
+
+
+async def failed_first_pass(world: RollbackWorld, config: Json) -> Any:
+    await world.executor.roll(config, DESIRED, DESIRED)
+    world.restarted(REFUSED)
+    world.clock.now += 1.0
+    return await world.executor.roll(config, DESIRED, DESIRED)
+
+
+async def test_a_failed_rollout_rolls_back_the_workload_it_restarted_and_nothing_else() -> None:
+    world = RollbackWorld(3)
+    config = rollback_config()
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"
+    assert "rolling back to configuration h0" in started.message
+    assert 'new pods refused: pods "app-00-x" is forbidden' in started.message
+    record = started.status[HALT_FIELD]
+    assert record["rollback"] == {
+        "toHash": OLD_HASH,
+        "toGeneration": 1,
+        "phase": "RollingBack",
+        "workloads": ["deployment/ns/app-00"],
+    }
+    warnings = [(e[0], e[1], e[3]) for e in world.recorder.full if e[2] == "Warning"]
+    assert warnings == [
+        ("LinkerdConfig", "cfg", "RollingBack"),
+        ("Deployment", "app-00", "RollingBack"),
+    ]
+    assert world.executor.metrics.rollbacks._value.get() == 1.0  # type: ignore[attr-defined]
+    assert world.writer.patched == ["ns/app-00"]
+
+    # The ConfigMap holds the old configuration now; the injector still injects the new one.
+    config = with_status(config, started)
+    world.executor.found(OLD_HASH)
+    waiting = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert waiting.reason == "RollingBack" and "does not inject it yet" in waiting.message
+    assert world.writer.patched == ["ns/app-00"]  # nothing restored before it does
+
+    world.writer.injects = OLD
+    world.clock.now += 5.0
+    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert restoring.reason == "RollingBack" and "brought 1 of 1" in restoring.message
+    assert world.writer.patched == ["ns/app-00", "ns/app-00"]
+    _, patch = world.writer.patches[0]
+    assert patch["metadata"] == {"resourceVersion": "1"}
+    # The template had no annotations before its restart: they go, the record with them.
+    assert patch["spec"]["template"] == {"metadata": {"annotations": None}}
+    assert world.restored() == ["ns/app-00"]
+    template = world.deployments.get("ns/app-00")["spec"]["template"]
+    assert template == world.live_replicasets["app-00"][0]["spec"]["template"]
+    assert ("Deployment", "app-00", "Normal", "WorkloadRolledBack") in [
+        e[:4] for e in world.recorder.full
+    ]
+
+    done = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert done.reason == "RolledBack"
+    assert "rolled back to configuration h0 (proxy edge-19.12.1)" in done.message
+    assert done.status[HALT_FIELD]["rollback"]["phase"] == "RolledBack"
+    config = with_status(config, done)
+    world.clock.now += 600.0
+    after = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert after.reason == "RolledBack" and world.writer.patched == ["ns/app-00", "ns/app-00"]
+    assert [e[3] for e in world.recorder.full].count("RolledBack") == 1  # said once
+
+
+async def test_a_new_leader_continues_a_rollback_without_restoring_twice() -> None:
+    world = RollbackWorld(2)
+    config = rollback_config()
+    config = with_status(config, await failed_first_pass(world, config))
+    world.writer.injects = OLD
+
+    def new_leader() -> RolloutExecutor:
+        return RolloutExecutor(
+            world.writer,  # type: ignore[arg-type]
+            world.recorder,  # type: ignore[arg-type]
+            RolloutOptions(restart_interval=1.0),
+            pods=world.pods,
+            namespaces=world.executor.namespaces,
+            replicasets=world.replicasets,
+            workloads=world.executor.workloads,
+            wall=world.clock,
+            monotonic=world.clock,
+        )
+
+    first = new_leader()
+    first.found(OLD_HASH)
+    outcome = await first.roll(config, DESIRED, OLD_DESIRED)
+    assert "brought 1 of 1" in outcome.message
+    world.restored()
+    # Killed before writing status: the next leader reads the RollingBack record and the
+    # cluster, finds app-00 back already, and only waits for it.
+    second = new_leader()
+    second.found(OLD_HASH)
+    outcome = await second.roll(config, DESIRED, OLD_DESIRED)
+    assert outcome.reason == "RolledBack"
+    assert world.writer.patched == ["ns/app-00", "ns/app-00"]  # one restart, one restore
+
+
+async def test_without_a_completed_configuration_it_halts_and_says_why() -> None:
+    world = RollbackWorld(2)
+    halted = await failed_first_pass(world, rollback_config(last_completed=False))
+    assert halted.reason == "RolloutHalted"
+    assert "no earlier configuration of this LinkerdConfig completed its rollout" in (
+        halted.message
+    )
+    assert "rollback" not in halted.status[HALT_FIELD]
+
+
+async def test_a_rollback_that_does_not_come_back_healthy_says_so_and_waits() -> None:
+    world = RollbackWorld(2)
+    config = rollback_config()
+    config = with_status(config, await failed_first_pass(world, config))
+    world.writer.injects = OLD
+    world.executor.found(OLD_HASH)
+    await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    world.restored()
+    world.deployments.put({**world.deployments.get("ns/app-00"), "status": NOT_AVAILABLE})
+    world.clock.now += 60.0  # past the deadline
+    stuck = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert stuck.reason == "RollingBack"
+    assert "deployment/ns/app-00: not complete 30s after its restart" in stuck.message
+
+
+async def test_a_resume_or_new_generation_ends_the_rollback() -> None:
+    world = RollbackWorld(2)
+    config = rollback_config()
+    config = with_status(config, await failed_first_pass(world, config))
+    resumed = {
+        **config,
+        "metadata": {**config["metadata"], "annotations": {RESUME_ANNOTATION: "1"}},
+    }
+    assert (
+        rollback.config_to_render(resumed, world.executor.halt_state(resumed, HASH).halted) is None
+    )
+    retried = {**config, "metadata": {**config["metadata"], "generation": 3}}
+    assert world.executor.halt_state(retried, HASH).halted is None
+    # The spec's configuration is the target again: the next restart is for it.
+    outcome = await world.executor.roll(resumed, DESIRED, DESIRED)
+    assert outcome.status[HALT_FIELD] is None and NEW in outcome.message
