@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -34,7 +32,6 @@ from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeC
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL as NAMESPACE_NAME
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support import scenario
@@ -217,23 +214,7 @@ async def delete_configmaps(kube: KubeClient, *names: str) -> None:
             await kube.request("DELETE", CONFIGMAPS.path("linkerd", name))
 
 
-async def status_command(cp: LocalControlPlane) -> tuple[int, list[Json]]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "linkerd_config",
-        "status",
-        "-o",
-        "json",
-        "--kubeconfig",
-        str(cp.kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    found: list[Json] = json.loads(out)
-    return proc.returncode, found
+status_command = scenario.status_command
 
 
 async def test_deleted_trust_roots_come_back_whole_or_are_named(
@@ -299,62 +280,11 @@ async def test_deleted_trust_roots_come_back_whole_or_are_named(
 
 FRAGILE = "fragile"
 BROKEN = "edge-26.8.8"
-VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
-VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
-REFUSAL = f"pods with proxy {BROKEN} are refused here"
+REFUSAL = scenario.refusal(BROKEN)
 
 
-@contextlib.asynccontextmanager
-async def proxy_refused(kube: KubeClient) -> AsyncIterator[None]:
-    """A ValidatingAdmissionPolicy that refuses, in namespace fragile, every pod that Linkerd's
-    injector gave proxy ``BROKEN`` (it runs after the injector's mutation)."""
-    annotation = "linkerd.io/proxy-version"
-    policy = {
-        "metadata": {"name": "refuse-broken-proxy"},
-        "spec": {
-            "failurePolicy": "Fail",
-            "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {NAMESPACE_NAME: FRAGILE}},
-                "resourceRules": [
-                    {
-                        "apiGroups": [""],
-                        "apiVersions": ["v1"],
-                        "operations": ["CREATE"],
-                        "resources": ["pods"],
-                    }
-                ],
-            },
-            "validations": [
-                {
-                    "expression": f"!has(object.metadata.annotations) || !('{annotation}' in "
-                    f"object.metadata.annotations) || object.metadata.annotations['{annotation}']"
-                    f" != '{BROKEN}'",
-                    "message": REFUSAL,
-                }
-            ],
-        },
-    }
-    binding = {
-        "metadata": {"name": "refuse-broken-proxy"},
-        "spec": {"policyName": "refuse-broken-proxy", "validationActions": ["Deny"]},
-    }
-    await kube.request("POST", VAPS, body=policy)
-    await kube.request("POST", VAP_BINDINGS, body=binding)
-    try:
-
-        async def enforced() -> bool:
-            annotations = {"linkerd.io/inject": "disabled", annotation: BROKEN}
-            try:
-                await scenario.dry_run_pod(kube, FRAGILE, annotations)
-            except ApiError as exc:
-                return REFUSAL in exc.message
-            return False
-
-        await eventually(enforced, timeout=30, what="the policy enforced")
-        yield
-    finally:
-        await kube.request("DELETE", f"{VAP_BINDINGS}/refuse-broken-proxy")
-        await kube.request("DELETE", f"{VAPS}/refuse-broken-proxy")
+def proxy_refused(kube: KubeClient) -> contextlib.AbstractAsyncContextManager[None]:
+    return scenario.proxy_refused(kube, FRAGILE, BROKEN)
 
 
 async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(

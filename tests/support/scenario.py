@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -266,3 +268,86 @@ def local_settings(kubeconfig: Path, *extra: str) -> Settings:
         ],
         env={},
     )
+
+
+VAPS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+VAP_BINDINGS = "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+
+
+def refusal(version: str) -> str:
+    """The message of ``proxy_refused``'s policy for ``version``."""
+    return f"pods with proxy {version} are refused here"
+
+
+@contextlib.asynccontextmanager
+async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> AsyncIterator[None]:
+    """A ValidatingAdmissionPolicy that refuses, in ``namespace``, every pod that Linkerd's
+    injector gave proxy ``version`` (it runs after the injector's mutation)."""
+    annotation = rollout.PROXY_VERSION_ANNOTATION
+    name = f"refuse-{version.replace('.', '-')}-in-{namespace}"
+    policy = {
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "namespaceSelector": {"matchLabels": {rollout.NAMESPACE_NAME_LABEL: namespace}},
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods"],
+                    }
+                ],
+            },
+            "validations": [
+                {
+                    "expression": f"!has(object.metadata.annotations) || !('{annotation}' in "
+                    f"object.metadata.annotations) || object.metadata.annotations['{annotation}']"
+                    f" != '{version}'",
+                    "message": refusal(version),
+                }
+            ],
+        },
+    }
+    binding = {
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    await kube.request("POST", VAPS, body=policy)
+    await kube.request("POST", VAP_BINDINGS, body=binding)
+    try:
+
+        async def enforced() -> bool:
+            annotations = {"linkerd.io/inject": "disabled", annotation: version}
+            try:
+                await dry_run_pod(kube, namespace, annotations)
+            except ApiError as exc:
+                return refusal(version) in exc.message
+            return False
+
+        await eventually(enforced, timeout=30, what=f"the policy on {version} enforced")
+        yield
+    finally:
+        await kube.request("DELETE", f"{VAP_BINDINGS}/{name}")
+        await kube.request("DELETE", f"{VAPS}/{name}")
+
+
+async def status_command(cp: LocalControlPlane) -> tuple[int, list[Json]]:
+    """``linkerd-config status -o json`` run as users run it: its exit code and report."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "linkerd_config",
+        "status",
+        "-o",
+        "json",
+        "--kubeconfig",
+        str(cp.kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    found: list[Json] = json.loads(out)
+    return proc.returncode, found
