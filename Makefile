@@ -82,12 +82,13 @@ bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone: SCALE_ARGS='--pod
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 
-generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart) and protobuf code
+generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules) and protobuf code
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
 	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
 	mv manifests/webhook/webhooks.yaml.tmp manifests/webhook/webhooks.yaml
-	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml manifests/chart/files/
+	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \
+	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
 
 dev-cluster-up: binaries ## start the local control plane in the background

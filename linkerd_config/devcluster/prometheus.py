@@ -1,9 +1,11 @@
 """A real Prometheus on loopback, scraping given targets every second: for tests that prove a
-dashboard's queries return data, and for looking at the controller's metrics by hand.
+dashboard's queries return data and alerting rules evaluate, and for looking at the
+controller's metrics by hand.
 
-The binary is the system's (Debian's ``prometheus`` package puts it at /usr/bin/prometheus),
-not built here. It runs as a ``ManagedProcess`` (its own session, killed with us), on a free
-port, with a generated configuration and a data folder that ``stop`` removes.
+The binary is the system's (Debian's ``prometheus`` package puts it at /usr/bin/prometheus,
+and ``promtool`` beside it), not built here. It runs as a ``ManagedProcess`` (its own session,
+killed with us), on a free port, with a generated configuration (rule files, if given, are
+evaluated at the scrape interval) and a data folder that ``stop`` removes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from linkerd_config.devcluster.cluster import LOOPBACK, free_port
 from linkerd_config.devcluster.processes import ManagedProcess
 
 DEFAULT_BINARY = Path("/usr/bin/prometheus")
+DEFAULT_PROMTOOL = Path("/usr/bin/promtool")
 INSTALL_HINT = "apt-get install prometheus"
 
 Json = dict[str, Any]
@@ -46,24 +49,42 @@ class ScrapeJob:
 
 def find_prometheus(binary: str | Path | None = None) -> Path:
     """``binary``, else ``prometheus`` on PATH, else /usr/bin/prometheus; or a clear error."""
+    return _find("prometheus", binary, DEFAULT_BINARY)
+
+
+def find_promtool(binary: str | Path | None = None) -> Path:
+    """``promtool`` (rules checked and unit-tested by Prometheus's own rule engine): ``binary``,
+    else on PATH, else /usr/bin/promtool (the same package); or a clear error."""
+    return _find("promtool", binary, DEFAULT_PROMTOOL)
+
+
+def _find(name: str, binary: str | Path | None, default: Path) -> Path:
     candidates = [Path(binary)] if binary else []
-    on_path = shutil.which("prometheus")
+    on_path = shutil.which(name)
     candidates += [Path(on_path)] if on_path else []
-    candidates.append(DEFAULT_BINARY)
+    candidates.append(default)
     for candidate in candidates:
         if candidate.is_file():
             return candidate
     raise PrometheusError(
-        f"no Prometheus binary ({', '.join(map(str, candidates))} not found); "
+        f"no {name} binary ({', '.join(map(str, candidates))} not found); "
         f"install Debian's package: {INSTALL_HINT}"
     )
 
 
-def render_config(jobs: Sequence[ScrapeJob], scrape_interval: float) -> str:
-    """The configuration file (JSON is YAML): one static job per ``ScrapeJob``."""
+def render_config(
+    jobs: Sequence[ScrapeJob], scrape_interval: float, rule_files: Sequence[Path] = ()
+) -> str:
+    """The configuration file (JSON is YAML): one static job per ``ScrapeJob``; rules (if
+    any) evaluated as often as targets are scraped."""
     interval = f"{round(scrape_interval * 1000)}ms"
     config = {
-        "global": {"scrape_interval": interval, "scrape_timeout": interval},
+        "global": {
+            "scrape_interval": interval,
+            "scrape_timeout": interval,
+            "evaluation_interval": interval,
+        },
+        "rule_files": [str(Path(f).resolve()) for f in rule_files],
         "scrape_configs": [
             {
                 "job_name": job.name,
@@ -82,6 +103,8 @@ class Prometheus:
 
     jobs: Sequence[ScrapeJob]
     scrape_interval: float = 1.0
+    rule_files: Sequence[Path] = ()
+    """Prometheus rules files (``groups:``) to load; a file it cannot load fails ``start``."""
     binary: str | Path | None = None
     start_timeout: float = 30.0
     stop_grace: float = 10.0
@@ -108,7 +131,7 @@ class Prometheus:
         self.workdir = Path(tempfile.mkdtemp(prefix="linkerd-config-prometheus-"))
         try:
             config = self.workdir / "prometheus.yml"
-            config.write_text(render_config(self.jobs, self.scrape_interval))
+            config.write_text(render_config(self.jobs, self.scrape_interval, self.rule_files))
             self.port = free_port()
             self._process = ManagedProcess(
                 "prometheus",
@@ -209,6 +232,18 @@ class Prometheus:
     def targets(self) -> list[Json]:
         """The active scrape targets with their health and last error."""
         active: list[Json] = self.api("targets", {"state": "active"})["activeTargets"]
+        return active
+
+    def rule_groups(self) -> list[Json]:
+        """The loaded rule groups (``/api/v1/rules``), each rule with its ``health``
+        ("ok", "err" with ``lastError``, "unknown" before its first evaluation) and, for an
+        alerting rule, its ``state`` and active ``alerts``."""
+        groups: list[Json] = self.api("rules", {})["groups"]
+        return groups
+
+    def alerts(self) -> list[Json]:
+        """The active alerts (``/api/v1/alerts``): pending (``for`` not yet over) or firing."""
+        active: list[Json] = self.api("alerts", {})["alerts"]
         return active
 
     def wait_scraped(self, job: str, timeout: float = 30.0) -> None:

@@ -19,6 +19,10 @@ KWOK = "0.7.0"
 HELM = "3.22.0"
 """``helm`` for the chart's lint, template and install tests (built from helm.sh/helm/v3)."""
 
+PROMETHEUS_OPERATOR = "0.85.0"
+"""The Prometheus Operator module whose CRDs (PrometheusRule) the manifests tests create, as
+the operator publishes them (``example/prometheus-operator-crd/``), fetched as a Go module."""
+
 GO_DIRECTIVE = "1.24.0"
 """Copied from Kubernetes' go.mod with its godebug line, so runtime defaults match upstream."""
 

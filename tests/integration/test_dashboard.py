@@ -12,6 +12,15 @@ asks (a range query over the scenario): each must return a series with a value. 
 errors do not happen here; their panels are satisfied by the zero-valued series every counter
 has from start-up.
 
+The same Prometheus evaluates the alerting rules (manifests/components/alerts, as shipped) every
+second, on the real states they are about: while someone else holds the Lease the controller
+is scraped but does not lead, and LinkerdConfigNoLeader's expression returns it (the alert
+pending); once it leads and the scenario ran, every rule is healthy, the series each rule
+reads are scraped with the labels it uses, and no alert is pending or firing; a manual edit of
+linkerd-config made one more time than LinkerdConfigConfigMapRevertedRepeatedly allows, each
+reverted, fires it for this LinkerdConfig; and once the controller has stopped,
+LinkerdConfigControllerDown's absent() returns (pending) while LinkerdConfigNoLeader does not.
+
 A control plane of its own: Linkerd's names (``linkerd-config``, the injector's webhook
 configuration) and ours exist once per cluster.
 """
@@ -33,15 +42,19 @@ from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.leader import micro_time
 from linkerd_config.kube.resource import (
+    CONFIGMAPS,
+    LEASES,
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH, webhook_configurations
-from tests.support import dashboard, scenario
+from linkerd_config.settings import parse
+from tests.support import alert_rules, dashboard, scenario
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually
 
@@ -61,8 +74,10 @@ DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the reques
 
 
 @contextlib.asynccontextmanager
-async def prometheus_scraping(target: str) -> AsyncIterator[Prometheus]:
-    prometheus = Prometheus([ScrapeJob(JOB, [target])], scrape_interval=SCRAPE_INTERVAL)
+async def prometheus_scraping(target: str, rules: Path) -> AsyncIterator[Prometheus]:
+    prometheus = Prometheus(
+        [ScrapeJob(JOB, [target])], scrape_interval=SCRAPE_INTERVAL, rule_files=[rules]
+    )
     await asyncio.to_thread(prometheus.start)
     try:
         yield prometheus
@@ -144,6 +159,114 @@ def instant(prometheus: Prometheus, expr: str) -> float:
     return float(result[0]["value"][1])
 
 
+# -- the alerting rules, on the real controller's states ------------------------------------
+
+LEASE = parse([], env={}).lease_name
+"""The controller's default --leader-election-id (the Lease the no-leader rules select)."""
+ELSEWHERE = "someone-else"
+REVERTED = "LinkerdConfigConfigMapRevertedRepeatedly"
+
+
+async def hold_lease(kube: KubeClient, namespace: str) -> None:
+    """Another candidate holds the controller's Lease, freshly renewed, for an hour."""
+    now = micro_time()
+    spec = {"holderIdentity": ELSEWHERE, "leaseDurationSeconds": 3600,
+            "acquireTime": now, "renewTime": now, "leaseTransitions": 0}  # fmt: skip
+    body = {"metadata": {"name": LEASE, "namespace": namespace}, "spec": spec}
+    await kube.request("POST", LEASES.path(namespace), body=body)
+
+
+async def release_lease(kube: KubeClient, namespace: str) -> None:
+    """What a holder's graceful stop does: no holder, so a candidate takes it at once."""
+    body = {"spec": {"holderIdentity": ""}}
+    await kube.request("PATCH", LEASES.path(namespace, LEASE), body=body, content_type=MERGE_PATCH)
+
+
+async def firing(prometheus: Prometheus, alert: str, state: str) -> list[Obj] | None:
+    """The alert's instances once one is in ``state`` (pending or firing), else None."""
+    found = await asyncio.to_thread(alert_rules.active, prometheus, alert)
+    return found if any(a["state"] == state for a in found) else None
+
+
+async def no_leader_seen(prometheus: Prometheus) -> None:
+    """Scraped, not leading: the no-leader rule's expression returns the Lease (its value 0),
+    and Prometheus holds the alert pending (``for`` not yet over)."""
+    alert = "LinkerdConfigNoLeader"
+    found = await eventually(
+        lambda: firing(prometheus, alert, "pending"), timeout=30, what=f"{alert} pending"
+    )
+    assert [a["labels"]["name"] for a in found] == [LEASE], found
+    result = await asyncio.to_thread(prometheus.query, alert_rules.expression(alert))
+    assert [(r["metric"], r["value"][1]) for r in result] == [({"name": LEASE}, "0")], result
+
+
+async def rules_healthy_and_quiet(prometheus: Prometheus, selector: str) -> None:
+    """Every rule evaluated without error; the series each rule reads scraped from the
+    controller, with the labels it selects by; and, the controller leading without errors,
+    no alert pending or firing."""
+
+    def evaluated() -> list[Obj] | None:
+        rules = [r for g in prometheus.rule_groups() for r in g["rules"]]
+        return rules if rules and all(r["health"] != "unknown" for r in rules) else None
+
+    rules = await eventually(
+        lambda: asyncio.to_thread(evaluated), timeout=30, what="every rule evaluated"
+    )
+    assert sorted(r["name"] for r in rules) == sorted(alert_rules.alerting_rules())
+    unhealthy = [(r["name"], r["health"], r.get("lastError")) for r in rules if r["health"] != "ok"]
+    assert not unhealthy, unhealthy
+    errors = f'controller_runtime_reconcile_errors_total{{{selector}, controller="linkerdconfig"}}'
+    read: dict[str, str | None] = {  # None: any value (a retried error would not alert)
+        f'leader_election_master_status{{{selector}, name="{LEASE}"}}': "1",
+        errors: None,
+        f'linkerd_config_rollout_halted{{{selector}, linkerdconfig="{CONFIG}"}}': "0",
+        f'linkerd_config_rollout_rolled_back{{{selector}, linkerdconfig="{CONFIG}"}}': "0",
+        f'linkerd_config_configmap_reverts_total{{{selector}, linkerdconfig="{CONFIG}"}}': "0",
+    }
+    for series, value in read.items():
+        result = await asyncio.to_thread(prometheus.query, series)
+        assert len(result) == 1, (series, result)
+        assert value in (None, result[0]["value"][1]), (series, result)
+    for alert in alert_rules.alerting_rules():
+        assert await asyncio.to_thread(alert_rules.active, prometheus, alert) == [], alert
+
+
+async def reverted_again_and_again(kube: KubeClient, prometheus: Prometheus) -> None:
+    """One manual edit more than the rule allows, each reverted by the controller: the alert
+    fires, for this LinkerdConfig."""
+    edits = int(alert_rules.threshold(REVERTED)) + 1
+    path = CONFIGMAPS.path("linkerd", "linkerd-config")
+    good = (await kube.request("GET", path))["data"]["proxy"]
+    edited = good.replace("edge-19.12.3", "edge-19.12.1")
+    assert edited != good
+    for _ in range(edits):
+        body = {"data": {"proxy": edited}}
+        await kube.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+
+        async def reverted() -> bool:
+            return bool((await kube.request("GET", path))["data"]["proxy"] == good)
+
+        await eventually(reverted, timeout=15, interval=0.05, what="manual edit reverted")
+    found = await eventually(
+        lambda: firing(prometheus, REVERTED, "firing"), timeout=30, what=f"{REVERTED} firing"
+    )
+    assert [a["labels"]["linkerdconfig"] for a in found] == [CONFIG], found
+    assert CONFIG in found[0]["annotations"]["summary"], found
+
+
+async def controller_down_seen(prometheus: Prometheus) -> None:
+    """Stopped: its series go stale, absent() returns, the alert is pending; the no-leader
+    rule, about replicas that are scraped, says nothing."""
+    alert = "LinkerdConfigControllerDown"
+    found = await eventually(
+        lambda: firing(prometheus, alert, "pending"), timeout=30, what=f"{alert} pending"
+    )
+    assert [a["labels"]["name"] for a in found] == [LEASE], found
+    result = await asyncio.to_thread(prometheus.query, alert_rules.expression(alert))
+    assert [r["metric"] for r in result] == [{"name": LEASE}], result
+    assert await asyncio.to_thread(alert_rules.active, prometheus, "LinkerdConfigNoLeader") == []
+
+
 async def test_every_panel_returns_data_from_a_real_prometheus(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, tmp_path: Path
 ) -> None:
@@ -151,7 +274,8 @@ async def test_every_panel_returns_data_from_a_real_prometheus(
     began = time.monotonic()
     metrics_port, webhook_port = free_port(), free_port()
     board = dashboard.load()
-    async with prometheus_scraping(f"127.0.0.1:{metrics_port}") as prometheus:
+    rules = alert_rules.write_rules_file(tmp_path)
+    async with prometheus_scraping(f"127.0.0.1:{metrics_port}", rules) as prometheus:
         await scenario.install_crd(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
         async with scenario.linkerd_injector(cp):
@@ -169,11 +293,15 @@ async def test_every_panel_returns_data_from_a_real_prometheus(
                 "--leader-elect", "true",
                 "--identity", "dashboard",
             )  # fmt: skip
+            # Someone else leads at first: the no-leader rule on a real follower.
+            await hold_lease(kube, settings.namespace)
             app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=30.0))
             async with running(app):
                 # Scraped before anything happens, so the series show the scenario unfold.
                 await asyncio.to_thread(prometheus.wait_scraped, JOB)
                 start = time.time()
+                await no_leader_seen(prometheus)
+                await release_lease(kube, settings.namespace)
                 assert app.admission is not None
                 await asyncio.wait_for(app.admission.started.wait(), 30)
                 for config in webhook_configurations(ca_pem, f"https://127.0.0.1:{webhook_port}"):
@@ -221,6 +349,9 @@ async def test_every_panel_returns_data_from_a_real_prometheus(
                 assert await asyncio.to_thread(instant, prometheus, successes) >= 1
 
                 checked = await asyncio.to_thread(check_panels, prometheus, board, start, end)
+                await rules_healthy_and_quiet(prometheus, selector)
+                await reverted_again_and_again(kube, prometheus)
+            await controller_down_seen(prometheus)
     titles = {p["title"] for p, _ in dashboard.targets(board)}
     print(
         f"\n{checked} queries of {len(titles)} panels returned data over {end - start:.1f}s "

@@ -396,3 +396,49 @@ async def test_what_someone_planted_in_a_copy_is_removed_not_restored_later() ->
             },
         )
     ]
+
+
+# -- reverts counted: linkerd_config_configmap_reverts_total{linkerdconfig} ------------------
+
+REVERTS = "linkerd_config_configmap_reverts_total"
+
+
+def reverts(ctl: Any, name: str) -> float | None:
+    value: float | None = ctl.metrics.registry.get_sample_value(REVERTS, {"linkerdconfig": name})
+    return value
+
+
+async def test_a_revert_is_counted_and_a_first_write_or_a_new_spec_is_not() -> None:
+    ctl, writer, recorder = controller(config(), configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    assert recorder.events[-1] == ("Normal", "ConfigMapUpdated")
+    # The series exists from the first write, at zero: a later revert is an increase.
+    assert reverts(ctl, "edge-19.12.3") == 0
+    preserved, ours = writer.applied
+    edited = merged(install_configmap(), ours)
+    proxy = ours["data"]["proxy"].replace("edge-19.12.3", "edge-19.12.1")
+    edited["data"] = {**edited["data"], "proxy": proxy}
+    ctl.configmaps.store.put(edited)
+    ctl.configmaps.store.put(preserved)
+    await ctl.reconcile("edge-19.12.3")
+    assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
+    assert reverts(ctl, "edge-19.12.3") == 1
+    # A changed spec rewrites the ConfigMap too (another hash): an update, not a revert.
+    ctl.configs.store.put(config(clusterDomain="example.org"))
+    await ctl.reconcile("edge-19.12.3")
+    assert recorder.events[-1] == ("Normal", "ConfigMapUpdated")
+    assert reverts(ctl, "edge-19.12.3") == 1
+
+
+async def test_a_values_revert_is_counted_for_its_linkerdconfig() -> None:
+    ctl, writer, recorder, config_cm = await reconciled_modern()
+    assert reverts(ctl, "modern") == 0
+    preserved, _, ours = writer.applied
+    upgraded = yaml.safe_load(config_cm["data"]["values"])  # `helm upgrade`: ours lost
+    helm = merged(config_cm, ours)
+    helm["data"] = {**helm["data"], "values": yaml.safe_dump(upgraded)}
+    ctl.configmaps.store.put(helm)
+    ctl.configmaps.store.put(preserved)
+    await ctl.reconcile("modern")
+    assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
+    assert reverts(ctl, "modern") == 1
