@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 
 import structlog
+from prometheus_client import CollectorRegistry, Counter
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
@@ -71,6 +72,21 @@ log = structlog.get_logger(__name__)
 
 FIELD_MANAGER = "linkerd-config"
 RESTORE_FIELD_MANAGER = "linkerd-config-restore"
+
+
+class ConfigMapMetrics(ComponentMetrics):
+    """What the controller does to the ConfigMaps it manages (ours: controller-runtime has no
+    such family). A LinkerdConfig's series exists from its first write, so the first revert
+    counts as an increase."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        self.reverts = Counter(
+            "linkerd_config_configmap_reverts_total",
+            "Manual edits of the managed keys put back, by the LinkerdConfig that manages them",
+            ["linkerdconfig"],
+            registry=registry,
+        )
 
 
 class LinkerdCaches:
@@ -191,6 +207,7 @@ class LinkerdConfigController:
             workloads={kind: informer.store for kind, informer in self.workloads.items()},
             registry=client.registry,
         )
+        self.metrics = ConfigMapMetrics.of(client.registry)
         self._wire_handlers()
 
     @property
@@ -441,6 +458,7 @@ class LinkerdConfigController:
         owner_name = config["metadata"]["name"]
         restored_fields = await self._restore(desired, owner_name) if current is None else []
         await self.writer.apply(CONFIGMAPS, apply_body(desired, config["metadata"]["name"]))
+        self.metrics.reverts.labels(owner_name)  # from the first write: a later revert counts
         annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
@@ -452,6 +470,7 @@ class LinkerdConfigController:
                 k for k, v in desired.data.items() if (current.get("data") or {}).get(k) != v
             )
             message = f"reverted a manual edit of ConfigMap {target} (keys {', '.join(changed)})"
+            self.metrics.reverts.labels(owner_name).inc()
         else:
             reason, message = (
                 "ConfigMapUpdated",
