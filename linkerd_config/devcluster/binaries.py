@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -121,6 +122,75 @@ def _kwok_module() -> _GoModule:
         ),
         packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     )
+
+
+KWOK_STAGE_CRD = "kustomize/crd/bases/kwok.x-k8s.io_stages.yaml"
+"""kwok's Stage CRD as its module ships it (controller-gen's output), relative to the module."""
+KWOK_STAGE_SETS = "kustomize/stage"
+"""kwok's Stage sets (``fast``, ``node/heartbeat``, ``pod/chaos``, ...), each a folder with a
+``kustomization.yaml`` listing Stage manifests."""
+
+
+def kwok_manifests_dir() -> Path:
+    """Beside the binaries of the same pinned versions; the kwok module's own layout inside."""
+    return versioned_bin_dir().parent / "kwok-manifests"
+
+
+def ensure_kwok_manifests(progress: Progress = print) -> Path:
+    """kwok's Stage CRD and Stage sets, copied from the Go module kwok is built from
+    (``sigs.k8s.io/kwok`` at ``versions.KWOK``, checksum-verified by ``go mod download``)
+    into the cache, so the Stage API the local kwok reads is kwok's own, never hand-written."""
+    out = kwok_manifests_dir()
+    if (out / KWOK_STAGE_CRD).is_file():
+        return out
+    with build_lock("kwok-manifests"):
+        if (out / KWOK_STAGE_CRD).is_file():
+            return out
+        go = go_toolchain(
+            "kwok's Stage CRD and stages",
+            f"copy {KWOK_STAGE_CRD} and {KWOK_STAGE_SETS}/ of sigs.k8s.io/kwok v{versions.KWOK} "
+            f"to {out}, keeping their paths",
+        )
+        module = _kwok_module()
+        src = out.parent / "src" / module.name
+        src.mkdir(parents=True, exist_ok=True)
+        (src / "go.mod").write_text(module.go_mod)
+        progress(f"copying kwok's Stage CRD and stages from sigs.k8s.io/kwok v{versions.KWOK}")
+        root = _module_dir(go, src, "sigs.k8s.io/kwok", f"v{versions.KWOK}")
+        tmp = out.parent / f".{out.name}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / KWOK_STAGE_CRD).parent.mkdir(parents=True)
+        shutil.copyfile(root / KWOK_STAGE_CRD, tmp / KWOK_STAGE_CRD)
+        shutil.copytree(
+            root / KWOK_STAGE_SETS, tmp / KWOK_STAGE_SETS, copy_function=shutil.copyfile
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.replace(out)
+    return out
+
+
+def _module_dir(go: str, src: Path, module: str, version: str) -> Path:
+    """Where ``go mod download`` unpacked ``module@version`` (downloading it if need be)."""
+    env = dict(os.environ)
+    env.update({"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"})
+    proc = subprocess.run(
+        [go, "mod", "download", "-json", f"{module}@{version}"],
+        cwd=src,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    try:
+        folder = Path(json.loads(proc.stdout)["Dir"])
+    except (ValueError, KeyError, TypeError):
+        folder = None
+    if proc.returncode != 0 or folder is None or not folder.is_dir():
+        raise BinaryUnavailableError(
+            f"go mod download {module}@{version} failed (exit code {proc.returncode}):\n"
+            f"{proc.stdout}{proc.stderr}"
+        )
+    return folder
 
 
 def _helm_module() -> _GoModule:

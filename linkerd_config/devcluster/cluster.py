@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster import versions
-from linkerd_config.devcluster.binaries import Progress, ensure_binaries
+from linkerd_config.devcluster import kwok_stages, versions
+from linkerd_config.devcluster.binaries import Progress, ensure_binaries, ensure_kwok_manifests
 from linkerd_config.devcluster.processes import ManagedProcess
 from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
+from linkerd_config.kube.resource import CRDS
 
 LOOPBACK = "127.0.0.1"
 ADMIN_USER = "admin"
@@ -130,6 +131,8 @@ class LocalControlPlane:
         if self.options.workloads:
             names += ["kube-controller-manager", "kube-scheduler", "kwok"]
         self._bins = ensure_binaries(tuple(names), self.progress)
+        if self.options.workloads:
+            self._kwok_manifests = ensure_kwok_manifests(self.progress)
         self.workdir = Path(tempfile.mkdtemp(prefix="linkerd-config-cp-"))
         try:
             self._write_pki()
@@ -295,11 +298,15 @@ class LocalControlPlane:
                 "--kube-api-burst=400",
             ],
         )
+        self._install_kwok_stages()
         self._launch(
             "kwok",
             [
                 str(self._bins["kwok"]),
                 f"--kubeconfig={self.workdir / 'kwok.kubeconfig'}",
+                # Nodes and pods behave as the Stage objects in the API server say: kwok's
+                # defaults, applied just before, plus any a test adds (kwok_stages.py).
+                f"--enable-crds={kwok_stages.STAGES.kind}",
                 "--manage-all-nodes=true",
                 "--cidr=10.244.0.0/16",
                 f"--node-ip={LOOPBACK}",
@@ -321,6 +328,23 @@ class LocalControlPlane:
             {"spec": {"taints": None}},
             content_type="application/merge-patch+json",
         )
+
+    def _install_kwok_stages(self) -> None:
+        """kwok's Stage CRD and its default stages, before kwok starts (it reads them then).
+
+        Server-side apply, not POST: the API server holds every create of a custom resource
+        for 2 s after its CRD is established (for HA peers to catch up); an apply that
+        creates is not held, and there is one API server here."""
+        self.api_request("POST", CRDS.path(), kwok_stages.stage_crd(self._kwok_manifests))
+        self._wait("kwok's Stage API served", lambda: self._api_ok(kwok_stages.STAGES.path()))
+        for stage in kwok_stages.stage_set(self._kwok_manifests):
+            path = kwok_stages.STAGES.path(name=stage["metadata"]["name"])
+            self.api_request(
+                "PATCH",
+                f"{path}?fieldManager=local-control-plane",
+                stage,
+                content_type="application/apply-patch+yaml",
+            )
 
     def _create_kwok_node(self) -> None:
         node = {
