@@ -544,6 +544,9 @@ async def measure_rollout(
         "last_restart_s": None if last is None else round(last, 2),
         "first_to_last_s": None if first is None or last is None else round(last - first, 2),
         "implied_first_to_last_s": implied,
+        "first_to_last_over_floor": None
+        if first is None or last is None or not implied
+        else round((last - first) / implied, 3),
         "ready_s": None if ready_at is None else round(ready_at, 2),
         "requests": requests,
         "requests_per_restart": round(requests / restarted, 3) if restarted else None,
@@ -557,12 +560,14 @@ def rollout_table(r: Json) -> str:
     return "\n".join(
         [
             "| Deployments | batch / interval | first → last restart "
-            "| floor: (passes - 1) x interval "
-            "| API requests per restart (perfect: 1) | requests in the next "
+            "| floor: (passes - 1) x interval | ratio (target ≤ 1.1) "
+            "| API requests per restart (perfect: 2, the PATCH and its Event) "
+            "| requests in the next "
             f"{r['steady_seconds']:.0f} s |",
-            "|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|",
             f"| {r['deployments']:,} | {r['batch']} / {r['interval_s']:g} s "
             f"| {r['first_to_last_s']} s | {r['implied_first_to_last_s']:g} s "
+            f"| {r.get('first_to_last_over_floor')} "
             f"| {r['requests_per_restart']} | {r['steady_requests']:g} |",
         ]
     )
@@ -638,10 +643,13 @@ def main() -> None:
         "--kopf-timeout", type=float, default=120.0, help="seconds kopf has to become ready"
     )
     parser.add_argument(
-        "--deployments", type=int, default=100, help="the rollout's Deployments (0: skip)"
+        "--deployments", type=int, default=1000, help="the rollout's Deployments (0: skip)"
     )
-    parser.add_argument("--batch", type=int, default=20, help="--max-restarts-per-pass")
-    parser.add_argument("--interval", type=float, default=2.0, help="--restart-interval (s)")
+    parser.add_argument("--batch", type=int, default=50, help="--max-restarts-per-pass")
+    # Longer than the local control plane takes to bring a pass's 50 Deployments back
+    # healthy (2 CPUs): the health gate then never holds a pass, and first → last restart
+    # is (passes - 1) x interval plus our own overhead: the ratio the bench reports.
+    parser.add_argument("--interval", type=float, default=5.0, help="--restart-interval (s)")
     parser.add_argument("--rollout-timeout", type=float, default=900.0)
     parser.add_argument(
         "--steady-seconds", type=float, default=30.0, help="after the rollout: requests made?"
@@ -653,6 +661,10 @@ def main() -> None:
     if "rollout" in results:
         print(rollout_table(results["rollout"]))
     RESULTS.parent.mkdir(exist_ok=True)
+    if not results["points"] and RESULTS.exists():
+        # The rollout alone (--pods ''): the scale points measured before are kept.
+        kept = json.loads(RESULTS.read_text())
+        results = {**kept, "rollout": results.get("rollout"), "rollout_args": vars(args)}
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {RESULTS}")
 
