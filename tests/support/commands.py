@@ -1,0 +1,45 @@
+"""The ``linkerd-config`` command run as users run it (a process of its own, against a local
+control plane): its exit code and output, and the JSON of ``plan`` and ``status``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+
+
+async def cli(kubeconfig: Path, *args: str) -> tuple[int, str, str]:
+    """``linkerd-config <args> --kubeconfig <kubeconfig>``: exit code, stdout, stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "linkerd_config",
+        *args,
+        "--kubeconfig",
+        str(kubeconfig),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def plan_json(kubeconfig: Path, path: Path) -> tuple[int, Json]:
+    """``plan -f path -o json``: its exit code (0 or 2, else the test fails) and answer."""
+    code, out, err = await cli(kubeconfig, "plan", "-f", str(path), "-o", "json")
+    assert code in (0, 2), (code, out, err)
+    found: Json = json.loads(out)
+    return code, found
+
+
+async def status_json(kubeconfig: Path) -> tuple[int, list[Json]]:
+    """``status -o json``: its exit code (0 or 2, else the test fails) and reports."""
+    code, out, err = await cli(kubeconfig, "status", "-o", "json")
+    assert code in (0, 2), (code, out, err)
+    found: list[Json] = json.loads(out)
+    return code, found
