@@ -415,13 +415,15 @@ def moved_pod(pod: Json, namespace: str) -> Json:
 WORKLOAD_FIELDS = (
     "spec.template.metadata.annotations",
     "metadata.generation",
+    "metadata.labels",
     "spec.replicas",
     "spec.paused",
     "spec.updateStrategy",
     "status",
 )
 """All a workload cache needs (besides name, namespace, uid, resourceVersion): the restart
-record, and what ``workload_health`` reads to tell a finished rollout from a stuck one."""
+record, what ``workload_health`` reads to tell a finished rollout from a stuck one, and the
+labels a canary's selector matches (``canary``)."""
 
 
 def restart_patch(config_hash: str, resource_version: str, at: float) -> Json:

@@ -26,6 +26,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.linkerd.canary import problems as canary_problems
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -315,6 +316,11 @@ class _Checker:
                 "spec.rollout.maxRestartsPerPass",
                 f"{_show(batch)} must be a whole number of at least 1",
             )
+        # spec.rollout.canary: its duration here, its count and selectors canary's.
+        self.duration(self.section(rollout, "canary", "spec.rollout"), "stableFor",
+                      "spec.rollout.canary")  # fmt: skip
+        for field, message in canary_problems(rollout.get("canary")):
+            self.fail(field, message)
 
     # -- every string: the schema's bounds, no control characters --------------------------
 

@@ -237,7 +237,7 @@ def gate(
             failed.append((item.name, item.verdict.why))
         elif now - item.restarted_at >= deadline:
             failed.append(
-                (item.name, f"not complete {_duration(deadline)} after its restart: "
+                (item.name, f"not complete {go_duration(deadline)} after its restart: "
                  f"{item.verdict.why}")
             )  # fmt: skip
         else:
@@ -245,7 +245,7 @@ def gate(
     return Gate(tuple(waiting), tuple(failed))
 
 
-def _duration(seconds: float) -> str:
+def go_duration(seconds: float) -> str:
     """As Go prints a time.Duration of whole seconds (10m0s, 1h0m0s, 30s)."""
     whole = int(seconds)
     hours, rest = divmod(whole, 3600)
