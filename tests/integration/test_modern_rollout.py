@@ -34,7 +34,7 @@ from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
-from tests.support import scenario
+from tests.support import commands, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.waiting import eventually
 
@@ -214,9 +214,6 @@ async def delete_configmaps(kube: KubeClient, *names: str) -> None:
             await kube.request("DELETE", CONFIGMAPS.path("linkerd", name))
 
 
-status_command = scenario.status_command
-
-
 async def test_deleted_trust_roots_come_back_whole_or_are_named(
     cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
 ) -> None:
@@ -263,7 +260,7 @@ async def test_deleted_trust_roots_come_back_whole_or_are_named(
 
         cond = await eventually(named, timeout=60, what="Ready=False naming the trust roots")
         assert cond["status"] == "False" and f"linkerd/{ROOTS}" in cond["message"]
-        code, report = await status_command(cp)
+        code, report = await commands.status_json(cp.kubeconfig)
         assert code == 2
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
         assert mine["missing"] == [ROOTS]
@@ -326,7 +323,7 @@ async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
         assert [e["involvedObject"]["name"] for e in on_workload] == ["a"]
         assert REFUSAL in on_workload[0]["message"]
         assert app.registry.get_sample_value("linkerd_config_rollouts_halted_total") == 1.0
-        code, report = await status_command(cp)
+        code, report = await commands.status_json(cp.kubeconfig)
         assert code == 2
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
         assert [h.split(":", 1)[0] for h in mine["halted"]] == ["deployment/fragile/a"]

@@ -17,27 +17,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
 import pytest
-import yaml
 
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
-from tests.support import scenario
+from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
+from tests.support.formats import Format
 from tests.support.run_process import RunProcess
-from tests.support.samples import sample
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
@@ -56,62 +52,12 @@ LEADER_FLAGS = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Format:
-    """One of Linkerd's two configuration formats, as a test drives it."""
-
-    name: str
-    good: str
-    """The proxy version that rolls out and completes."""
-    broken: str
-    """The one the policy refuses in ``fragile``."""
-    spec: Callable[[str], Json]
-    written: Callable[[Json], str]
-    """The proxy version a ``linkerd-config`` ConfigMap says."""
-
-
-def legacy_spec(version: str) -> Json:
-    spec: Json = sample("edge_19.12.3.yaml")["spec"]
-    spec["proxy"]["proxyVersion"] = version
-    return {**spec, "rollout": ROLLOUT}
-
-
-def legacy_written(cm: Json) -> str:
-    return str(json.loads(cm["data"]["proxy"])["proxyVersion"])
-
-
-def values_written(cm: Json) -> str:
-    return str(yaml.safe_load(cm["data"]["values"])["proxy"]["image"]["version"])
-
-
-FORMATS = [
-    Format("legacy", "edge-19.12.3", "edge-19.12.9", legacy_spec, legacy_written),
-    Format(
-        "values",
-        "edge-26.8.5",
-        "edge-26.8.9",
-        lambda version: {"proxy": {"proxyVersion": version}, "rollout": ROLLOUT},
-        values_written,
-    ),
-]
-
-
 @contextlib.asynccontextmanager
 async def linkerd(cp: LocalControlPlane, kube: KubeClient, fmt: Format) -> AsyncIterator[None]:
     """The format's Linkerd installed, its real injector serving, and the workloads: two
     opted-in Deployments in ``fragile``, one in ``steady``, and a meshed namespace for the
     controller's injector probes."""
-    await scenario.install_crd(kube)
-    if fmt.name == "legacy":
-        await scenario.install_linkerd_edge_19_12_1(kube)
-        injector = scenario.linkerd_injector(cp)
-    else:
-        install = await asyncio.to_thread(render_install, "edge-26.8.3")
-        await scenario.install_linkerd(kube, install)
-        injector = scenario.linkerd_injector(
-            cp, "edge-26.8.3", webhook_template=install.injector_webhook
-        )
-    async with injector:
+    async with formats.installed(cp, kube, fmt):
         await scenario.meshed_namespace(kube, FRAGILE, ["a", "b"], replicas=1)
         await scenario.meshed_namespace(kube, STEADY, ["c"], replicas=1)
         meshed = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
@@ -183,7 +129,7 @@ async def events(kube: KubeClient, namespace: str, reason: str) -> list[Json]:
     return [e for e in items if e["reason"] == reason]
 
 
-@pytest.mark.parametrize("fmt", FORMATS, ids=[f.name for f in FORMATS])
+@pytest.mark.parametrize("fmt", formats.FORMATS, ids=formats.IDS)
 async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format
 ) -> None:
@@ -191,7 +137,7 @@ async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
     async with linkerd(cp, kube, fmt):
         first = leader_process(cp, "first")
         try:
-            await apply(kube, fmt.spec(fmt.good))
+            await apply(kube, fmt.spec(fmt.good, ROLLOUT))
 
             async def completed() -> Json | None:
                 lc = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
@@ -210,7 +156,7 @@ async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
                 scenario.proxy_refused(kube, PROBE, fmt.good),
             ):
                 applied = time.time()
-                await apply(kube, fmt.spec(fmt.broken))
+                await apply(kube, fmt.spec(fmt.broken, ROLLOUT))
                 waiting = await eventually(
                     lambda: up_to_date(kube, "RollingBack", "cannot confirm"),
                     timeout=120,
@@ -258,7 +204,7 @@ async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
         said = [e["reason"] for e in await events(kube, "default", "RollingBack")]
         said += [e["reason"] for e in await events(kube, "default", "RolledBack")]
         assert said == ["RollingBack", "RolledBack"]
-        code, report = await scenario.status_command(cp)
+        code, report = await commands.status_json(cp.kubeconfig)
         assert code == 2
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
         assert [h.split(":", 1)[0] for h in mine["halted"]] == ["deployment/fragile/a"]

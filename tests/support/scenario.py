@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -331,23 +329,3 @@ async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> Async
     finally:
         await kube.request("DELETE", f"{VAP_BINDINGS}/{name}")
         await kube.request("DELETE", f"{VAPS}/{name}")
-
-
-async def status_command(cp: LocalControlPlane) -> tuple[int, list[Json]]:
-    """``linkerd-config status -o json`` run as users run it: its exit code and report."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "linkerd_config",
-        "status",
-        "-o",
-        "json",
-        "--kubeconfig",
-        str(cp.kubeconfig),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    found: list[Json] = json.loads(out)
-    return proc.returncode, found
