@@ -518,19 +518,11 @@ async def measure_rollout(
             await asyncio.sleep(1.0)
             requests = sample_value(after_text, "rest_client_requests_total") - before
             restarted = sample_value(after_text, "linkerd_config_workload_restarts_total")
-            by_method = {
-                m: sample_value(after_text, "rest_client_requests_total", {"method": m})
-                - sample_value(before_text, "rest_client_requests_total", {"method": m})
-                for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "WATCH")
-            }
-            quiet_from = sample_value(
-                await scrape(http, metrics_port), "rest_client_requests_total"
-            )
+            by_method = requests_by_method(before_text, after_text)
+            quiet_text = await scrape(http, metrics_port)
             await asyncio.sleep(args.steady_seconds)
-            quiet = (
-                sample_value(await scrape(http, metrics_port), "rest_client_requests_total")
-                - quiet_from
-            )
+            quiet_by_method = requests_by_method(quiet_text, await scrape(http, metrics_port))
+            quiet = sum(quiet_by_method.values())
     finally:
         proc.stop()
     passes = -(-deployments // args.batch)
@@ -552,7 +544,17 @@ async def measure_rollout(
         "requests_per_restart": round(requests / restarted, 3) if restarted else None,
         "requests_by_method": by_method,
         "steady_requests": quiet,
+        "steady_requests_by_method": quiet_by_method,
         "steady_seconds": args.steady_seconds,
+    }
+
+
+def requests_by_method(before: str, after: str) -> dict[str, float]:
+    """The controller's API requests between two scrapes, by HTTP method."""
+    return {
+        m: sample_value(after, "rest_client_requests_total", {"method": m})
+        - sample_value(before, "rest_client_requests_total", {"method": m})
+        for m in ("GET", "POST", "PATCH", "PUT", "DELETE", "WATCH")
     }
 
 
