@@ -22,7 +22,8 @@ import yaml
 
 from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
-from linkerd_config.linkerd import rollout
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.config_diff import Change
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
@@ -35,6 +36,8 @@ from linkerd_config.linkerd.preview import (
     plan,
     status,
 )
+from linkerd_config.linkerd.trust_anchor_guard import Decision
+from linkerd_config.linkerd.workload_health import go_duration
 from linkerd_config.settings import Settings
 
 NO_CHANGES, FAILED, CHANGES = 0, 1, 2
@@ -155,11 +158,19 @@ def render_plan(result: Plan) -> str:
         add(f"  metadata of {result.target}:")
         lines.extend(f"    {_change(c)}" for c in result.metadata)
     add("")
+    if result.anchors is not None:
+        add(f"Trust anchors: {_anchor_state(result.anchors)}")
+        add(f"  {result.anchors.message()}")
+        add("")
     pods = sum(w.pods for w in result.restarts)
     if result.restarts:
         held = "held while spec.rollout.paused is true; once resumed, " if result.paused else ""
         if result.halted:
             held = "held: this configuration's rollout is halted; once resumed, "
+        if result.anchor_hold:
+            held = "held: the trust-anchor guard holds the write; once it proceeds, "
+        if result.canary_unmatched:
+            held = "held: no workload to restart matches spec.rollout.canary; once one does, "
         add(
             f"Restarts: {len(result.restarts)} workload(s) ({pods} pod(s)) onto proxy "
             f"{result.proxy_version}, {held}in {result.batches} pass(es) of at most "
@@ -167,7 +178,7 @@ def render_plan(result: Plan) -> str:
             "injects it:"
         )
         for number in range(1, result.batches + 1):
-            add(f"  pass {number}:")
+            lines.extend(_pass_heading(result, number))
             lines.extend(
                 f"    {_workload(w)}" for w in result.restarts if w.batch == number
             )  # fmt: skip
@@ -186,6 +197,10 @@ def _plan_summary(result: Plan) -> list[str]:
     lines: list[str] = []
     restarts = f"{len(result.restarts)} workload(s) to restart"
     why = "halted" if result.halted else "paused"
+    if result.anchor_hold:
+        why = "held by the trust-anchor guard"
+    if result.canary_unmatched:
+        why = "no workload matches spec.rollout.canary"
     if result.held and result.restarts:
         restarts = f"{len(result.restarts)} workload(s) to restart once resumed ({why})"
     if result.halted:
@@ -193,8 +208,9 @@ def _plan_summary(result: Plan) -> list[str]:
         lines.extend(f"  {failed}" for failed in result.halted)
     if result.changes:
         configmaps = len({k.configmap for k in result.keys})
+        later = " once the trust-anchor guard lets them (HELD now)" if result.anchor_hold else ""
         lines.append(
-            f"Plan: {len(result.keys)} key(s) in {configmaps} ConfigMap(s) to change"
+            f"Plan: {len(result.keys)} key(s) in {configmaps} ConfigMap(s) to change{later}"
             f"{', our annotations to update' if result.metadata else ''}; {restarts}."
         )
     elif result.restarts:
@@ -202,6 +218,50 @@ def _plan_summary(result: Plan) -> list[str]:
     else:
         lines.append("No changes: the cluster already matches this LinkerdConfig.")
     return lines
+
+
+def _anchor_state(decision: Decision) -> str:
+    if decision.held:
+        return "removal HELD (trust-anchor guard)"
+    if not decision.guarded:
+        return "removal NOT GUARDED"
+    if decision.swap:
+        return "every anchor REPLACED (nothing kept, so nothing held)"
+    return "removal checked against every meshed pod"
+
+
+def _pass_heading(result: Plan, number: int) -> list[str]:
+    """``pass N:``. With a canary (spec.rollout.canary) still to pass, its own passes say so,
+    and the first of the rest what it waits for."""
+    said = result.canary
+    if said.get("phase") != canary.CANARY or said.get("unmatched"):
+        return [f"  pass {number}:"]
+    first = {w.batch for w in result.restarts if w.canary}
+    if number in first:
+        return [f"  pass {number} (canary):"]
+    if number != min(set(range(1, result.batches + 1)) - first):
+        return [f"  pass {number}:"]
+    names = ", ".join(said.get("workloads") or ())
+    return [
+        f"  then, once the canary ({names}) has been healthy for "
+        f"{go_duration(said['stableForSeconds'])}:",
+        f"  pass {number}:",
+    ]
+
+
+def _canary_line(said: Json, stale: bool) -> str | None:
+    """What ``status`` says of the canary (``canary.summary``), if anything."""
+    names = ", ".join(said.get("workloads") or ()) or "none chosen yet"
+    if said.get("phase") == canary.PASSED:
+        return f"passed at {said.get('passedAt')} ({names})"
+    if said.get("phase") != canary.CANARY or not stale:
+        return None
+    since = said.get("healthySince")
+    healthy = f"healthy since {since}" if since else "not healthy yet"
+    return (
+        f"{names}: {healthy}; the rest restart once it has been healthy for "
+        f"{go_duration(said['stableForSeconds'])}"
+    )
 
 
 def _value(value: Any) -> str:
@@ -266,6 +326,8 @@ def render_status(report: ConfigStatus) -> str:
         add(f"  ConfigMaps: {f'not as configured: {drift}' if drift else 'as configured'}")
         if report.missing:
             add(f"  Missing (Linkerd's injector needs them): {', '.join(report.missing)}")
+        if report.anchors is not None and report.anchors.held:
+            add(f"  Trust anchors: {_anchor_state(report.anchors)}: {report.anchors.message()}")
         if report.halted:
             add("  Rollout HALTED (config.linkerd.io/resume-rollout resumes it):")
             lines.extend(f"    {failed}" for failed in report.halted)
@@ -277,6 +339,9 @@ def render_status(report: ConfigStatus) -> str:
             f"{rolled['maxRestartsPerPass']} per pass, {rolled['restartIntervalSeconds']:g}s "
             f"apart{'; PAUSED (spec.rollout.paused)' if rolled['paused'] else ''}"
         )
+        said = _canary_line(rolled.get("canary") or {}, bool(report.stale))
+        if said is not None:
+            add(f"  Canary: {said}")
     if report.conditions:
         add("  Conditions:")
         lines.extend(

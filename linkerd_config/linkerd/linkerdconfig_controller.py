@@ -20,6 +20,7 @@ from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer, keep_fields
+from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     NAMESPACES,
@@ -65,6 +66,14 @@ from linkerd_config.linkerd.rollout_executor import (
     WORKLOAD_RESOURCES,
     RolloutExecutor,
     RolloutOptions,
+)
+from linkerd_config.linkerd.trust_anchor_guard import (
+    HELD_REASON,
+    LIVE_FIELD_SELECTOR,
+    BundleError,
+    evaluate,
+    meshed_pod_projection,
+    meshed_selector,
 )
 from linkerd_config.linkerd.validation import render_errors, validate
 
@@ -115,6 +124,17 @@ class LinkerdCaches:
             transform=rollout.running_pod_metadata,
             name="pods",
         )
+        # Every meshed pod, opted in or not, reduced to its trust-root hash: the trust-anchor
+        # guard's view of which bundle each runs (a few hundred bytes a pod).
+        self.meshed_pods = Informer(
+            client,
+            PODS,
+            label_selector=meshed_selector(config_namespace),
+            field_selector=LIVE_FIELD_SELECTOR,
+            metadata_only=True,
+            transform=meshed_pod_projection,
+            name="meshed-pods",
+        )
         self.namespaces = Informer(client, NAMESPACES, metadata_only=True, name="namespaces")
         self.replicasets = Informer(
             client,
@@ -141,6 +161,7 @@ class LinkerdCaches:
             self.configs,
             self.configmaps,
             self.pods,
+            self.meshed_pods,
             self.namespaces,
             self.replicasets,
             *self.workloads.values(),
@@ -160,6 +181,7 @@ class LinkerdCaches:
             replicasets=self.replicasets.store.snapshot(),
             workloads={kind: i.store.snapshot() for kind, i in self.workloads.items()},
             config_namespace=self.config_namespace,
+            meshed=self.meshed_pods.store.list(),
         )
 
 
@@ -188,6 +210,9 @@ class LinkerdConfigController:
         self.configs = self.caches.configs
         self.configmaps = self.caches.configmaps
         self.pods = self.caches.pods
+        self.meshed_pods = self.caches.meshed_pods
+        self._anchor_held: set[str] = set()
+        # Invariant: LinkerdConfigs whose last reconcile held a trust-anchor removal.
         self.namespaces = self.caches.namespaces
         self.replicasets = self.caches.replicasets
         self.workloads = self.caches.workloads
@@ -244,6 +269,12 @@ class LinkerdConfigController:
         for informer in (self.pods, self.namespaces, *self.workloads.values()):
             informer.add_handler(everyone, lambda _o, n: everyone(n), everyone)
 
+        def anchor_held(_obj: Json) -> None:
+            # Only a held removal waits on meshed pods (one restarted lets it proceed).
+            self.controller.enqueue_all(sorted(self._anchor_held))
+
+        self.meshed_pods.add_handler(anchor_held, lambda _o, n: anchor_held(n), anchor_held)
+
     # -- the reconcile --------------------------------------------------------------------
 
     async def reconcile(self, key: str) -> Result:
@@ -296,6 +327,9 @@ class LinkerdConfigController:
             for name in (target.name, *sorted(desired.depends_on)):
                 if name in configmaps:
                     await self._preserve(config, name, configmaps[name], desired)
+            # The trust-anchor guard: a removal some meshed pod still needs is not written.
+            if (held := await self._trust_anchor_hold(config, desired, current)) is not None:
+                return held
             stale = drifted(configmaps, desired)
             if target.name in stale:
                 await self._write(config, configmap, desired)
@@ -579,6 +613,73 @@ class LinkerdConfigController:
             config, {"observedGeneration": generation, "conditions": conditions}
         )
         return Result()
+
+    async def _trust_anchor_hold(
+        self, config: Json, desired: Desired, current: dict[str, dict[str, str]]
+    ) -> Result | None:
+        """The trust-anchor guard (``trust_anchor_guard``): None when ``desired`` may be
+        written (a removal every stamped meshed pod survives is said in an Event); else the
+        hold, said in status (``ConfigMapSynced=False TrustAnchorRemovalHeld``, the pods that
+        hold it) and nothing written. Its record of known bundles lives in status."""
+        name = config["metadata"]["name"]
+        stored: Json = config.get("status") or {}
+        conditions: list[Json] = list(stored.get("conditions") or [])
+        generation = int(config["metadata"].get("generation", 0))
+        try:
+            guard = evaluate(desired, current, stored, self.meshed_pods.store.list)
+        except BundleError as exc:
+            self._anchor_held.discard(name)
+            message = f"{exc}; nothing is written until it is corrected"
+            return await self._invalid(
+                config, conditions, generation, message, "InstalledConfigUnreadable"
+            )
+        decision = guard.decision
+        changes = guard.status_changes(stored)
+        if not decision.held:
+            self._anchor_held.discard(name)
+            if decision.dropped:
+                reason, kind = "TrustAnchorRemoved", "Normal"
+                if decision.swap:
+                    reason, kind = "TrustAnchorsReplaced", "Warning"
+                if not decision.guarded:
+                    reason, kind = "TrustAnchorRemovalUnguarded", "Warning"
+                self.recorder.record(config, kind, reason, decision.message())
+            if changes:
+                await self._patch_status_quietly(config, changes)
+            return None
+        self._anchor_held.add(name)
+        message = decision.message()
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("reason") != HELD_REASON:
+            self.recorder.record(config, "Warning", HELD_REASON, message)
+            log.warning(
+                "trust anchor removal held",
+                linkerdconfig=name,
+                dropped=[str(a) for a in decision.dropped],
+                holding_pods=decision.hold.count if decision.hold else 0,
+            )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, HELD_REASON, message, generation
+        )
+        conditions = set_condition(conditions, READY, False, HELD_REASON, message, generation)
+        patch = {"observedGeneration": generation, "conditions": conditions, **changes}
+        written = await self._patch_status_quietly(config, patch)
+        return Result(requeue=not written)
+
+    async def _patch_status_quietly(self, config: Json, status: Json) -> bool:
+        """``_update_status`` for the guard's fields, a refusal logged (False: retry) rather
+        than reported as a refused ConfigMap write, which it is not."""
+        try:
+            await self._update_status(config, status)
+        except ApiError as exc:
+            log.error(
+                "status write refused",
+                linkerdconfig=config["metadata"]["name"],
+                status=exc.status,
+                problem=exc.message,
+            )
+            return False
+        return True
 
     async def _conflict(
         self, config: Json, conditions: list[Json], generation: int, owner: str

@@ -14,6 +14,10 @@ from typing import Any
 import yaml
 
 from linkerd_config.kube.resource import ApiResource, Json
+from linkerd_config.linkerd.canary import FIELD as CANARY_FIELD
+from linkerd_config.linkerd.canary import MAX_COUNT as CANARY_MAX_COUNT
+from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
+from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
 from linkerd_config.linkerd.formats.legacy import parse_go_duration
 
 GROUP = "config.linkerd.io"
@@ -256,6 +260,40 @@ def spec_schema() -> dict[str, Any]:
                 "config.linkerd.io/resume-rollout, is a new attempt.",
                 enum=["Halt", "Rollback"],
             ),
+            "canary": _obj(
+                "A canary first: the first pass restarts only the workloads this selects (the "
+                "first count of them in the rollout's sorted order; owners only, never a bare "
+                "pod), and the rest begin once those have been healthy (as between passes) "
+                "continuously for stableFor. A canary that fails halts the rollout as any "
+                "restarted workload does. When no workload to restart matches, nothing is "
+                "restarted until one does (or this changes). Off unless set.",
+                {
+                    "count": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": CANARY_MAX_COUNT,
+                        "description": "How many workloads the canary restarts (default 1); "
+                        "fewer when fewer match.",
+                    },
+                    "namespaceSelector": _str(
+                        "A label selector over namespaces, as kubectl -l writes it (env=staging, "
+                        "kubernetes.io/metadata.name in (shop,cart)); empty: every namespace.",
+                        maxLength=MAX_SELECTOR_CHARS,
+                    ),
+                    "selector": _str(
+                        "A label selector over the workloads' own labels (the Deployment's, "
+                        "StatefulSet's or DaemonSet's metadata.labels), as kubectl -l writes "
+                        "it (app=web); empty: every workload.",
+                        maxLength=MAX_SELECTOR_CHARS,
+                    ),
+                    "stableFor": _str(
+                        "How long every canary workload must stay healthy before the rest "
+                        "begin, e.g. 15m; default 5m, at most 168h.",
+                        pattern=DURATION_PATTERN,
+                        maxLength=32,
+                    ),
+                },
+            ),
         },
     )
     return _obj(
@@ -369,6 +407,75 @@ def status_schema() -> dict[str, Any]:
                         "maxItems": 1000,
                         "items": _str("kind/namespace/name", maxLength=1024),
                     },
+                },
+            ),
+            "trustBundles": {
+                "type": "array",
+                "maxItems": 16,
+                "description": "The trust bundles the trust-anchor guard knows, oldest first: "
+                "the linkerd.io/trust-root-sha256 Linkerd's injector stamps on pods given each, "
+                "and its anchors. A pod whose hash is not here counts as lacking every anchor.",
+                "items": _obj(
+                    "One bundle.",
+                    {
+                        "sha256": _str(
+                            "SHA-256 (hex) of the bundle's text.", pattern=r"^[0-9a-f]{64}$"
+                        ),
+                        "anchors": {
+                            "type": "array",
+                            "maxItems": 100,
+                            "items": _str(
+                                "SHA-256 (hex) of an anchor's DER.", pattern=r"^[0-9a-f]{64}$"
+                            ),
+                        },
+                    },
+                ),
+            },
+            "trustAnchorHold": _obj(
+                "The trust-anchor guard holds the write: the new bundle drops anchors some "
+                "meshed pods still need. Nothing is written until they are restarted.",
+                {
+                    "dropped": {
+                        "type": "array",
+                        "maxItems": 100,
+                        "items": _str("An anchor the new bundle drops.", maxLength=4096),
+                    },
+                    "required": {
+                        "type": "array",
+                        "maxItems": 100,
+                        "items": _str("An anchor every pod must trust.", maxLength=4096),
+                    },
+                    "pods": {
+                        "type": "array",
+                        "maxItems": 20,
+                        "items": _str("namespace/name of a pod that holds it.", maxLength=512),
+                    },
+                    "podCount": {**count, "description": "Every pod that holds it."},
+                    "unknownBundlePods": {
+                        **count,
+                        "description": "Of those, pods on a bundle the controller never read.",
+                    },
+                },
+            ),
+            CANARY_FIELD: _obj(
+                "The canary of configHash (spec.rollout.canary): its workloads, since when "
+                "they have all been healthy (for this generation and resume annotation), "
+                "when it passed (then the rest roll).",
+                {
+                    "configHash": _str("The configuration it is the canary of.", maxLength=64),
+                    "generation": {"type": "integer", "format": "int64", "minimum": 0},
+                    "resumeToken": _str(
+                        "The resume annotation's value it was healthy under.", maxLength=1024
+                    ),
+                    "workloads": {
+                        "type": "array",
+                        "maxItems": CANARY_MAX_RECORDED,
+                        "items": _str("kind/namespace/name", maxLength=1024),
+                    },
+                    "healthySince": _str(
+                        "Since when every canary workload has been healthy.", format="date-time"
+                    ),
+                    "passedAt": _str("When the canary passed.", format="date-time"),
                 },
             ),
         },
@@ -495,6 +602,8 @@ class RolloutSpec:
     progress_deadline: float = DEFAULT_PROGRESS_DEADLINE
     rollback: bool = False
     """``onFailure: Rollback``: a failed rollout returns to the last completed configuration."""
+    canary: CanarySpec | None = None
+    """``canary``: the first pass restarts only the canary; None: no canary."""
 
     @classmethod
     def of(cls, config: Json) -> RolloutSpec:
@@ -510,6 +619,7 @@ class RolloutSpec:
             if deadline is None
             else parse_go_duration(deadline) / 1e9,
             rollback=section.get("onFailure") == "Rollback",
+            canary=CanarySpec.of(section.get("canary")),
         )
 
     def batch_size(self, default: int) -> int:

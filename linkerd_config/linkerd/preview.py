@@ -13,12 +13,12 @@ workloads in sorted order. A plan's batches hold while nothing else changes mean
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd import rollout, workload_health
+from linkerd_config.linkerd import canary, rollout, workload_health
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -43,6 +43,7 @@ from linkerd_config.linkerd.reconcile import (
     target_of,
 )
 from linkerd_config.linkerd.rollout import Workload
+from linkerd_config.linkerd.trust_anchor_guard import BundleError, Decision, evaluate
 from linkerd_config.linkerd.validation import render_errors, validate, warnings_for
 
 NOT_CREATED_YET = "9999-12-31T23:59:59Z"
@@ -69,6 +70,9 @@ class ClusterView:
     """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
     config_namespace: str
     """The namespace whose ConfigMaps the controller manages."""
+    meshed: Sequence[Json] = ()
+    """Every meshed pod (opted in or not), reduced to its trust-root hash: the trust-anchor
+    guard's view (``trust_anchor_guard.meshed_pod_projection``)."""
 
     def replicaset(self, namespace: str, name: str) -> Json | None:
         return self.replicasets.get(f"{namespace}/{name}")
@@ -125,6 +129,8 @@ class WorkloadLine:
     reasons: Mapping[str, int]
     batch: int = 0
     """1-based pass of the rollout that restarts it; 0 when none does."""
+    canary: bool = False
+    """Restarted first, as the canary (``spec.rollout.canary``): the rest wait for it."""
 
     @property
     def pods(self) -> int:
@@ -141,6 +147,8 @@ class WorkloadLine:
         }
         if self.batch:
             found["batch"] = self.batch
+        if self.canary:
+            found["canary"] = True
         return found
 
 
@@ -174,11 +182,27 @@ class Plan:
     paused: bool = False
     halted: tuple[str, ...] = ()
     """The stored object's rollout of this very spec is halted: each failed workload, why."""
+    anchors: Decision | None = None
+    """The trust-anchor guard on the bundle it writes (None: the bundle does not change)."""
+    canary: Json = field(default_factory=dict)
+    """``spec.rollout.canary``: ``canary.summary``, the workloads restarted first
+    (``restartFirst``), and whether none matches (``unmatched``: nothing restarts)."""
+
+    @property
+    def canary_unmatched(self) -> bool:
+        """No workload to restart matches the canary: applying it restarts nothing now."""
+        return bool(self.canary.get("unmatched"))
+
+    @property
+    def anchor_hold(self) -> bool:
+        """The trust-anchor guard holds it: applying it writes nothing until pods restart."""
+        return self.anchors is not None and self.anchors.held
 
     @property
     def held(self) -> bool:
-        """Restarts that applying it would not make now: paused, or halted."""
-        return self.paused or bool(self.halted)
+        """Restarts that applying it would not make now: paused, halted, or the write held by
+        the trust-anchor guard."""
+        return self.paused or bool(self.halted) or self.anchor_hold or self.canary_unmatched
 
     @property
     def changes(self) -> bool:
@@ -206,6 +230,7 @@ class Plan:
                 "changes": self.changes,
                 "configMapChanges": [k.as_json() for k in self.keys],
                 "metadataChanges": [c.as_json() for c in self.metadata],
+                "trustAnchors": None if self.anchors is None else self.anchors.as_json(),
                 "rollout": {
                     "paused": self.paused,
                     "halted": list(self.halted),
@@ -214,6 +239,7 @@ class Plan:
                     "batches": self.batches,
                     "restarts": [w.as_json() for w in self.restarts],
                     "notRestarted": [w.as_json() for w in self.kept],
+                    "canary": self.canary or canary.summary(None, None),
                 },
             }
         )
@@ -264,7 +290,11 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     )
     spec = RolloutSpec.of(config)
     batch = spec.batch_size(defaults.max_restarts_per_pass)
-    restarts, kept_lines = _rollout(view, desired, batch)
+    restarts, kept_lines, first = _rollout(view, desired, batch, spec.canary, old)
+    try:
+        anchors = _anchors(desired, configmaps, old, view)
+    except BundleError as exc:
+        return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
     return Plan(
         name,
         warnings=tuple(warnings_for(config)),
@@ -282,7 +312,21 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         interval=spec.interval(defaults.restart_interval),
         paused=spec.paused,
         halted=_halted(old, config, desired.config_hash),
+        anchors=anchors,
+        canary=first,
     )
+
+
+def _anchors(
+    desired: Desired, configmaps: Mapping[str, Json], stored: Json | None, view: ClusterView
+) -> Decision | None:
+    """The trust-anchor guard, as the reconcile asks it (the stored object's record of known
+    bundles, the meshed pods); None when the bundle does not change."""
+    current = current_data(configmaps, desired.target)
+    guard = evaluate(desired, current, (stored or {}).get("status"), lambda: view.meshed)
+    decision = guard.decision
+    changes = bool(decision.dropped) or decision.held
+    return decision if changes else None
 
 
 def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, ...]:
@@ -326,18 +370,27 @@ def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]]
 
 
 def _rollout(
-    view: ClusterView, desired: Desired, batch: int
-) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...]]:
-    """The workloads restarted, by batch, as the executor would; and the opted-in others."""
+    view: ClusterView,
+    desired: Desired,
+    batch: int,
+    first: canary.CanarySpec | None = None,
+    stored: Json | None = None,
+) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...], Json]:
+    """The workloads restarted, by batch, as the executor would (the canary's first, in
+    passes of their own); the opted-in others; and the canary (``Plan.canary``)."""
     planned = view.rollout_plan(desired)
     todo, skipped = workload_health.preflight_split(
         rollout.pending(planned.workloads, view.record, desired.config_hash),
         lambda w: w.kind,
         view.record,
     )
+    ahead, said = _canary_first(view, desired.config_hash, first, stored, todo)
+    rest = [w for w in todo if w not in ahead]
     restarts = [
-        WorkloadLine(w, rollout.STALE, planned.reasons[w], number)
-        for number, passed in enumerate(rollout.batches(todo, batch), start=1)
+        WorkloadLine(w, rollout.STALE, planned.reasons[w], number, canary=w in ahead)
+        for number, passed in enumerate(
+            [*rollout.batches(ahead, batch), *rollout.batches(rest, batch)], start=1
+        )
         for w in passed
     ]
     waiting = set(todo) | {w for w, _ in skipped}
@@ -359,7 +412,57 @@ def _rollout(
                 reasons[reason] = reasons.get(reason, 0) + pods
         state = next(iter(states)) if len(states) == 1 else "mixed"
         kept.append(WorkloadLine(workload, state, reasons))
-    return tuple(restarts), tuple(sorted(kept, key=lambda line: line.workload))
+    return tuple(restarts), tuple(sorted(kept, key=lambda line: line.workload)), said
+
+
+def _canary_first(
+    view: ClusterView,
+    config_hash: str,
+    first: canary.CanarySpec | None,
+    stored: Json | None,
+    todo: list[Workload],
+) -> tuple[list[Workload], Json]:
+    """The canary as the executor chooses it (``canary.choose``) from what it would restart,
+    the stored object's record (the canary so far, whether it passed) and the workloads'
+    records: which of ``todo`` it restarts first, and what ``Plan.canary`` says."""
+    record = None if stored is None else canary.stored(stored, config_hash)
+    said = canary.summary(first, record)
+    if first is None or canary.passed(record):
+        return [], said
+    restarted = [
+        str(Workload(kind, obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        for kind, objects in view.workloads.items()
+        for obj in objects.values()
+        if rollout.already_restarted(obj, config_hash)
+    ]
+    forgiven = workload_health.halt_state(stored or {}, config_hash).forgiven
+    labels = _labels(view)
+    names, ahead = canary.choose(
+        first, canary.canaries_so_far(record, restarted), forgiven, todo, labels, restarted
+    )
+    counted = [n for n in names if n not in forgiven]
+    return ahead, {
+        **said,
+        "workloads": names,
+        "restartFirst": [str(w) for w in ahead],
+        "unmatched": not counted,
+    }
+
+
+def _labels(view: ClusterView) -> Callable[[Workload], canary.Labels | None]:
+    """A workload's labels and its namespace's, as the caches hold them."""
+
+    def labels(workload: Workload) -> canary.Labels | None:
+        obj = view.record(workload)
+        if obj is None:
+            return None
+        namespace = view.namespaces.get(workload.namespace) or {}
+        return (
+            (obj.get("metadata") or {}).get("labels") or {},
+            (namespace.get("metadata") or {}).get("labels") or {},
+        )
+
+    return labels
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -387,6 +490,8 @@ class ConfigStatus:
     conditions: tuple[Json, ...] = ()
     rollout: Json = field(default_factory=dict)
     """The last rollout: restarted and evicted counts, when the last restart was, paused."""
+    anchors: Decision | None = None
+    """The trust-anchor guard on the bundle still to write (None: it is written)."""
 
     @property
     def failing(self) -> list[str]:
@@ -398,6 +503,8 @@ class ConfigStatus:
             found.append(f"ConfigMap(s) {', '.join(self.missing)} missing")
         if self.halted:
             found.append(f"rollout halted: {'; '.join(self.halted)}")
+        if self.anchors is not None and self.anchors.held:
+            found.append(f"trust-anchor removal held: {self.anchors.message()}")
         if set(self.drifted) - set(self.missing):
             found.append(f"ConfigMap(s) {', '.join(self.drifted)} not as configured")
         stale_pods = sum(w.pods for w in self.stale)
@@ -429,6 +536,7 @@ class ConfigStatus:
                 "stale": [w.as_json() for w in self.stale],
                 "conditions": list(self.conditions),
                 "rollout": self.rollout,
+                "trustAnchors": None if self.anchors is None else self.anchors.as_json(),
             }
         )
         return found
@@ -452,6 +560,12 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided
     desired = defaults.restricted(desired)
+    try:
+        anchors = _anchors(desired, configmaps, config, view)
+    except BundleError as exc:
+        return ConfigStatus(
+            name, Problem("InstalledConfigUnreadable", str(exc)), conditions=conditions
+        )
     standing = view.standing(desired)  # one pass over the pods: the stale ones are in it
     candidates = [w for w, states in sorted(standing.workloads.items()) if rollout.STALE in states]
     _, skipped = workload_health.preflight_split(candidates, lambda w: w.kind, view.record)
@@ -495,5 +609,7 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
             "restartedWorkloads": stored.get("restartedWorkloads"),
             "evictedPods": stored.get("evictedPods"),
             "statusConfigHash": stored.get("configHash"),
+            "canary": canary.summary(spec.canary, canary.stored(config, desired.config_hash)),
         },
+        anchors=anchors,
     )

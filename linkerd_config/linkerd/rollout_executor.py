@@ -33,7 +33,7 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import rollback, rollout, workload_health
+from linkerd_config.linkerd import canary, rollback, rollout, workload_health
 from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.reconcile import Desired
 
@@ -165,6 +165,9 @@ class _ConfigProgress:
     halt: Json | None = None
     """The halt this process decided, until its status write is read back (reconciles in
     between must neither report it again nor restart anything)."""
+    canary_passed: Json | None = None
+    """The canary's record once this process saw it pass (spec.rollout.canary): until status
+    says so, the rest's restarts must not look like a larger canary."""
 
 
 @dataclass(frozen=True)
@@ -369,10 +372,13 @@ class RolloutExecutor:
                 *counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}",
                 status={} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed},
             )  # fmt: skip
-        if checked.waiting:
-            return RolloutOutcome(
-                *counts, "RollingOut", _waiting_message(checked.waiting, version),
-                requeue_after=min(HEALTH_RECHECK, interval or HEALTH_RECHECK),
+        if checked.waiting:  # a canary not healthy: its clock starts again
+            return self._with_canary(
+                self._canary(config, config_hash, spec, restarted, halt.forgiven, None)[1],
+                RolloutOutcome(
+                    *counts, "RollingOut", _waiting_message(checked.waiting, version),
+                    requeue_after=min(HEALTH_RECHECK, interval or HEALTH_RECHECK),
+                ),
             )  # fmt: skip
         if spec.paused:
             return RolloutOutcome(
@@ -382,6 +388,8 @@ class RolloutExecutor:
                 "to resume",
             )  # fmt: skip
         todo, skipped = self._preflight(rollout.pending(plan.workloads, self._record, config_hash))
+        # spec.rollout.canary: until it passes, only the canary is restarted (canary.decide).
+        todo, first = self._canary(config, config_hash, spec, restarted, halt.forgiven, todo)
         progress = self._of(config_hash)
         finished = progress.pass_finished
         pace = rollout.pace(
@@ -398,10 +406,10 @@ class RolloutExecutor:
             interval,
         )
         if not todo or not pace.allowed:
-            return self._rolling(
+            return self._with_canary(first, self._rolling(
                 plan, len(recorded) + evicted, evicted, version, pace.wait or interval,
                 _skipped_message(skipped),
-            )  # fmt: skip
+            ))  # fmt: skip
         asked = await self._ask_injector(config, desired, todo, progress)
         if isinstance(asked, float):
             why = progress.waiting_why
@@ -430,7 +438,7 @@ class RolloutExecutor:
         evicted, _ = self._evictions(config, config_hash)
         total = len(recorded) + owners_restarted + evicted
         why = f"{why} {_skipped_message(skipped)}".strip()
-        return self._rolling(plan, total, evicted, version, interval, why)
+        return self._with_canary(first, self._rolling(plan, total, evicted, version, interval, why))
 
     async def _roll_back(
         self, config: Json, failed: Desired, effective: Desired, halt: Json
@@ -640,6 +648,60 @@ class RolloutExecutor:
                 standing = workload_health.Restarted(name, at or self.wall(), verdict)
                 found[name] = (standing, workload)
         return found
+
+    def _canary(
+        self,
+        config: Json,
+        config_hash: str,
+        spec: RolloutSpec,
+        restarted: Mapping[str, tuple[workload_health.Restarted, rollout.Workload]],
+        forgiven: frozenset[str],
+        todo: list[rollout.Workload] | None,
+    ) -> tuple[list[rollout.Workload], canary.Canary]:
+        """The canary's part in this pass (``canary.decide`` over the caches): which of
+        ``todo`` it lets the pass restart, and what it says. Its passing is said once, as an
+        Event on the LinkerdConfig."""
+
+        def labels(workload: rollout.Workload) -> canary.Labels | None:
+            obj = self._record(workload)
+            if obj is None:
+                return None
+            namespace = self.namespaces.get(workload.namespace) or {}
+            return (
+                (obj.get("metadata") or {}).get("labels") or {},
+                (namespace.get("metadata") or {}).get("labels") or {},
+            )
+
+        progress = self._of(config_hash)
+        record = canary.newest(canary.stored(config, config_hash), progress.canary_passed)
+        standing = [s for s, _ in restarted.values()]
+        found = canary.decide(
+            spec.canary, config, config_hash, record, standing, forgiven, todo, labels, self.wall()
+        )
+        if found.passed_now and progress.canary_passed is None:
+            progress.canary_passed = found.status[canary.FIELD]
+            log.info("canary passed", linkerdconfig=config["metadata"]["name"], hash=config_hash)
+            self.recorder.record(config, "Normal", "CanaryPassed", found.message)
+        return list(found.restart), found
+
+    def _with_canary(self, first: canary.Canary, outcome: RolloutOutcome) -> RolloutOutcome:
+        """``outcome`` with the canary's part: what it says and keeps in status; while the
+        rest wait for it, its reason, and a look again when it may have passed."""
+        said = replace(
+            outcome, message=outcome.message + first.note, status={**outcome.status, **first.status}
+        )
+        if not first.holds:
+            return said
+        unmatched = first.phase == canary.UNMATCHED
+        return replace(
+            said,
+            reason=canary.UNMATCHED_REASON if unmatched else canary.HOLDING,
+            requeue_after=min(
+                outcome.requeue_after or HEALTH_RECHECK,
+                first.requeue_after or HEALTH_RECHECK,
+                HEALTH_RECHECK,
+            ),
+        )
 
     def _preflight(
         self, workloads: list[rollout.Workload]

@@ -59,6 +59,9 @@ EXAMPLES: dict[str, str] = {
     "spec.rollout.restartInterval": "30s",
     "spec.rollout.progressDeadline": "10m",
     "spec.rollout.onFailure": "Rollback",
+    "spec.rollout.canary.namespaceSelector": "kubernetes.io/metadata.name in (shop,cart)",
+    "spec.rollout.canary.selector": "app=web",
+    "spec.rollout.canary.stableFor": "5m",
 }
 
 MULTILINE = frozenset({"spec.global.identityContext.trustAnchorsPEM"})
@@ -191,6 +194,10 @@ def test_the_debug_image_name_is_checked_like_the_proxy_image_name(fmt: str, nam
         # Python's str.strip() removes U+2028 (Go's net.ParseCIDR would not): refused.
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,fd00::/8\u2028", "network 2"),
         ("spec.rollout.onFailure", "Retry", "must be one of Halt, Rollback"),
+        ("spec.rollout.canary.selector", "app=web!", "is not a label value"),
+        ("spec.rollout.canary.namespaceSelector", "env in ()", "in needs at least one value"),
+        ("spec.rollout.canary.stableFor", "0s", "must be a positive duration"),
+        ("spec.rollout.canary.stableFor", "169h", "is longer than 168h"),
         ("spec.proxy.logFormat", "xml", "must be one of plain, json"),
         ("spec.global.identityContext.scheme", "spiffe", "must be one of linkerd.io/tls"),
         ("spec.proxy.outboundConnectTimeout", "soon", "is not a duration"),
