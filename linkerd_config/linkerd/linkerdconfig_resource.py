@@ -19,6 +19,7 @@ from linkerd_config.linkerd.canary import MAX_COUNT as CANARY_MAX_COUNT
 from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
 from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
 from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.rollback import MAX_LISTED as ROLLBACK_MAX_LISTED
 
 GROUP = "config.linkerd.io"
 VERSION = "v1alpha1"
@@ -378,7 +379,7 @@ def status_schema() -> dict[str, Any]:
                             ),
                             "workloads": {
                                 "type": "array",
-                                "maxItems": 10000,
+                                "maxItems": ROLLBACK_MAX_LISTED,
                                 "items": _str("kind/namespace/name", maxLength=1024),
                             },
                         },

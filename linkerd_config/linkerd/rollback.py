@@ -45,6 +45,9 @@ ROLLBACK: Final = "Rollback"
 MAX_SPEC_CHARS: Final = 1 << 20
 """A recorded spec longer than this is not read back (status is ours, but anyone allowed to
 patch status could write it)."""
+MAX_LISTED: Final = 10_000
+"""The most workloads a rollback record lists (the CRD's bound); beyond them, the restart
+records on the workloads still say which go back, but their health after is not waited for."""
 REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
 TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 
@@ -85,7 +88,7 @@ def last_completed(config: Json) -> Json | None:
 def start(halt: Json, target: Json, restarted: Iterable[Workload]) -> Json:
     """A halt record turned into a rollback to ``target`` (a ``lastCompleted`` record), with
     the owners the failed rollout restarted: the ones to bring back."""
-    owners = sorted(str(w) for w in restarted if w.kind != "Pod")
+    owners = sorted(str(w) for w in restarted if w.kind != "Pod")[:MAX_LISTED]
     return {
         **halt,
         "rollback": {

@@ -471,13 +471,11 @@ class RolloutExecutor:
                 *counts, ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
                 status=kept,
             )  # fmt: skip
-        workloads = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
-        pending = [
-            w
-            for w in workloads
-            if (obj := self._record(w)) is not None
-            and rollout.already_restarted(obj, failed.config_hash)
-        ]
+        listed = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
+        # Every owner still recording the failed configuration goes back, listed or not (the
+        # list is bounded; the records are the truth); the listed ones are health-gated.
+        pending = sorted(w for _, w in self._restarted(failed.config_hash, plan).values())
+        workloads = sorted({*listed, *pending})
         if pending:
             progress = self._of(effective.config_hash)
             asked = await self._ask_injector(config, effective, pending, progress)

@@ -265,3 +265,20 @@ async def test_a_resume_or_new_generation_ends_the_rollback() -> None:
     # The spec's configuration is the target again: the next restart is for it.
     outcome = await world.executor.roll(resumed, DESIRED, DESIRED)
     assert outcome.status[HALT_FIELD] is None and NEW in outcome.message
+
+
+async def test_an_owner_the_record_does_not_list_still_goes_back() -> None:
+    """The record's list is bounded; the restart records on the workloads are the truth."""
+    world = RollbackWorld(2)
+    config = rollback_config()
+    started = await failed_first_pass(world, config)
+    record = started.status[HALT_FIELD]
+    unlisted = {**record, "rollback": {**record["rollback"], "workloads": []}}
+    config = with_status(config, started)
+    config["status"][HALT_FIELD] = unlisted
+    world.executor._progress.clear()  # a new leader: only status and the cluster
+    world.executor.found(OLD_HASH)
+    world.writer.injects = OLD
+    outcome = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert "brought 1 of 1" in outcome.message
+    assert world.restored() == ["ns/app-00"]
