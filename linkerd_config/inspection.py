@@ -329,7 +329,8 @@ def render_status(report: ConfigStatus) -> str:
         if report.anchors is not None and report.anchors.held:
             add(f"  Trust anchors: {_anchor_state(report.anchors)}: {report.anchors.message()}")
         if report.halted:
-            add("  Rollout HALTED (config.linkerd.io/resume-rollout resumes it):")
+            what = f"FAILED, {report.rolled_back}" if report.rolled_back else "HALTED"
+            add(f"  Rollout {what} (config.linkerd.io/resume-rollout resumes it):")
             lines.extend(f"    {failed}" for failed in report.halted)
         rolled = report.rollout
         last = rolled.get("lastRestart")

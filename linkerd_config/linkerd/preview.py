@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd import canary, rollout, workload_health
+from linkerd_config.linkerd import canary, rollback, rollout, workload_health
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -492,6 +492,8 @@ class ConfigStatus:
     """The last rollout: restarted and evicted counts, when the last restart was, paused."""
     anchors: Decision | None = None
     """The trust-anchor guard on the bundle still to write (None: it is written)."""
+    rolled_back: str = ""
+    """The failed rollout is rolling or rolled back: to which configuration, how far."""
 
     @property
     def failing(self) -> list[str]:
@@ -502,7 +504,8 @@ class ConfigStatus:
         if self.missing:
             found.append(f"ConfigMap(s) {', '.join(self.missing)} missing")
         if self.halted:
-            found.append(f"rollout halted: {'; '.join(self.halted)}")
+            what = "rollout failed, " + self.rolled_back if self.rolled_back else "rollout halted"
+            found.append(f"{what}: {'; '.join(self.halted)}")
         if self.anchors is not None and self.anchors.held:
             found.append(f"trust-anchor removal held: {self.anchors.message()}")
         if set(self.drifted) - set(self.missing):
@@ -532,6 +535,7 @@ class ConfigStatus:
                 "drifted": list(self.drifted),
                 "missing": list(self.missing),
                 "halted": list(self.halted),
+                "rolledBack": self.rolled_back or None,
                 "namespaces": {ns: dict(c) for ns, c in sorted(self.namespaces.items())},
                 "stale": [w.as_json() for w in self.stale],
                 "conditions": list(self.conditions),
@@ -550,6 +554,30 @@ def status(view: ClusterView, defaults: RolloutDefaults) -> list[ConfigStatus]:
     ]
 
 
+def _rolled_back_to(
+    config: Json, halt: Json | None, configmaps: dict[str, Json], desired: Desired
+) -> Desired | Problem | None:
+    """What the ConfigMap holds while a failed rollout is rolled back (the controller's own
+    choice: ``rollback.config_to_render``); None when no rollback is in force."""
+    going_back = rollback.config_to_render(config, halt)
+    if going_back is None:
+        return None
+    try:
+        return desired_config(going_back, current_data(configmaps, desired.target))
+    except InstalledDataError as exc:
+        return Problem("InstalledConfigUnreadable", str(exc))
+    except (FormatError, VersionError) as exc:
+        return Problem("InvalidConfig", str(exc))
+
+
+def _rolled_back_line(halt: Json | None, held: Desired | None) -> str:
+    section = rollback.section(halt)
+    if section is None or held is None:
+        return ""
+    phase = "rolled back" if section.get("phase") == rollback.ROLLED_BACK else "rolling back"
+    return f"{phase} to configuration {held.config_hash} (proxy {held.proxy.version})"
+
+
 def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> ConfigStatus:
     name = str(config["metadata"]["name"])
     stored = config.get("status") or {}
@@ -560,13 +588,18 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided
     desired = defaults.restricted(desired)
+    halt = workload_health.halt_state(config, desired.config_hash).halted
+    held = _rolled_back_to(config, halt, configmaps, desired)
+    if isinstance(held, Problem):
+        return ConfigStatus(name, held, conditions=conditions)
     try:
         anchors = _anchors(desired, configmaps, config, view)
     except BundleError as exc:
         return ConfigStatus(
             name, Problem("InstalledConfigUnreadable", str(exc)), conditions=conditions
         )
-    standing = view.standing(desired)  # one pass over the pods: the stale ones are in it
+    # While rolled back, the ConfigMap and the pods are measured against what was returned to.
+    standing = view.standing(held or desired)  # one pass over the pods: the stale ones
     candidates = [w for w, states in sorted(standing.workloads.items()) if rollout.STALE in states]
     _, skipped = workload_health.preflight_split(candidates, lambda w: w.kind, view.record)
     why_skipped = dict(skipped)
@@ -588,15 +621,10 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         linkerd_version=desired.linkerd_version,
         proxy_version=desired.proxy.version,
         config_hash=desired.config_hash,
-        drifted=tuple(drifted(configmaps, desired)),
-        missing=tuple(missing(configmaps, desired)),
-        halted=tuple(
-            str(f)
-            for f in (workload_health.halt_state(config, desired.config_hash).halted or {}).get(
-                "failed"
-            )
-            or ()
-        ),
+        drifted=tuple(drifted(configmaps, held or desired)),
+        missing=tuple(missing(configmaps, held or desired)),
+        halted=tuple(str(f) for f in (halt or {}).get("failed") or ()),
+        rolled_back=_rolled_back_line(halt, held),
         namespaces=standing.namespaces,
         stale=stale,
         conditions=conditions,

@@ -208,6 +208,9 @@ async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
         assert code == 2
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
         assert [h.split(":", 1)[0] for h in mine["halted"]] == ["deployment/fragile/a"]
+        # Measured against what it returned to: nothing drifted, nothing stale.
+        assert mine["rolledBack"] == f"rolled back to configuration {good_hash} (proxy {fmt.good})"
+        assert (mine["drifted"], mine["stale"]) == ([], [])
 
         # A later leader leaves a rolled-back configuration as it is (no re-rollout).
         before = time.time()

@@ -10,8 +10,10 @@ the injector really serves the new configuration (ConfigMap files reach it
 README's check, a manual edit reverted. Then the same story on a second control plane with
 today's Linkerd (edge-26.8.3, installed from its own ``linkerd install`` output): a small
 LinkerdConfig changes two Helm values, the rest of ``values`` kept, and the opted-in pods come
-back with the new native-sidecar proxy. Stops everything. Every step says what it does, and
-kubectl shows the results.
+back with the new native-sidecar proxy; then a broken proxy (an admission policy refuses its
+pods) is rolled out canary first with ``onFailure: Rollback``: the canary fails, nothing else is
+restarted, the ConfigMap and the canary go back, and ``status`` says so. Stops everything.
+Every step says what it does, and kubectl shows the results.
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ class Shown:
         self.argv = argv
         self.kubeconfig = kubeconfig
 
-    async def __call__(self, *args: str, check: bool = True, exits: tuple[int, ...] = ()) -> str:
-        """``check``: fail unless it exits 0 (or with one of ``exits``)."""
+    async def __call__(
+        self, *args: str, check: bool = True, exits: tuple[int, ...] = (), within: float = 60.0
+    ) -> str:
+        """``check``: fail unless it exits 0 (or with one of ``exits``) within ``within``
+        seconds."""
         print(f"{DIM}$ {self.name} {' '.join(args)}{RESET}", flush=True)
         proc = await asyncio.create_subprocess_exec(
             *self.argv,
@@ -82,7 +87,7 @@ class Shown:
             stderr=asyncio.subprocess.STDOUT,
             env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
         )
-        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        out, _ = await asyncio.wait_for(proc.communicate(), within)
         text = out.decode()
         print(text.rstrip(), flush=True)
         if proc.returncode:
@@ -352,7 +357,51 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
                 step("Opted-in pods restarted onto the new proxy; vote-bot was not")
                 await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
                 print(timeline(cp, injector))
+                await broken_proxy_act(kubectl, linkerd_config, kube, workdir)
                 step("Stopping the controller and the control plane")
+
+
+BROKEN_PROXY = "edge-26.8.9"
+BROKEN_CONFIG = {
+    **MODERN_CONFIG,
+    "spec": {
+        "proxy": {"proxyVersion": BROKEN_PROXY, "logLevel": "debug"},
+        "rollout": {
+            "onFailure": "Rollback",
+            "canary": {"count": 1, "stableFor": "30s"},
+            "progressDeadline": "1m",
+        },
+    },
+}
+ROLLED_BACK = (
+    '--for=jsonpath={.status.conditions[?(@.type=="DataPlaneUpToDate")].reason}=RolledBack'
+)
+
+
+async def broken_proxy_act(
+    kubectl: Shown, linkerd_config: Shown, kube: KubeClient, workdir: Path
+) -> None:
+    """A proxy whose pods cannot be admitted (an admission policy stands in for one that
+    cannot start): the canary fails, nothing else is restarted, and the rollout goes back."""
+    step(
+        f"A broken proxy ({BROKEN_PROXY}: a ValidatingAdmissionPolicy refuses its pods in "
+        "emojivoto), rolled out canary first, with onFailure: Rollback"
+    )
+    async with scenario.proxy_refused(kube, scenario.EMOJIVOTO, BROKEN_PROXY):
+        path = workdir / "broken.yaml"
+        path.write_text(yaml.safe_dump(BROKEN_CONFIG, sort_keys=False))
+        print(path.read_text(), end="")
+        await kubectl("apply", "-f", str(path))
+        await kubectl("wait", "linkerdconfig/linkerd", ROLLED_BACK, "--timeout=180s", within=200)
+        step("Stopped after the canary and rolled back: status says so, and exits 2")
+        await linkerd_config("status", *PACE, exits=(2,))
+        await kubectl(
+            "get", "events", "-A", "--sort-by=.lastTimestamp",
+            "--field-selector=type=Warning", "-o",
+            "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
+        )  # fmt: skip
+        print(f"{DIM}# every opted-in pod still on the proxy of the last completed rollout{RESET}")
+        await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
 
 
 def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:
