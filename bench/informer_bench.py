@@ -32,7 +32,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.devcluster import versions
+from linkerd_config.devcluster import pinned
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer, Transform, keep_fields, strip_managed_fields
@@ -324,8 +324,8 @@ def main() -> None:
         result = asyncio.run(bench(cp, args.pods, args.updates, args.rounds))
     result["environment"] = {
         "python": platform.python_version(),
-        "kubernetes": versions.KUBERNETES,
-        "etcd": versions.ETCD,
+        "kubernetes": pinned.KUBERNETES,
+        "etcd": pinned.ETCD,
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
     }

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from linkerd_config.devcluster import versions
+from linkerd_config.devcluster import pinned
 
 Progress = Callable[[str], None]
 
@@ -58,19 +58,19 @@ def cache_root() -> Path:
 
 
 def versioned_bin_dir() -> Path:
-    key = f"k8s-v{versions.KUBERNETES}-etcd-v{versions.ETCD}-kwok-v{versions.KWOK}"
+    key = f"k8s-v{pinned.KUBERNETES}-etcd-v{pinned.ETCD}-kwok-v{pinned.KWOK}"
     return cache_root() / key / "bin"
 
 
 def _kubernetes_module() -> _GoModule:
-    k8s = versions.KUBERNETES
+    k8s = pinned.KUBERNETES
     staging = "0." + k8s.split(".", 1)[1]
     replaces = "\n".join(
-        f"\tk8s.io/{m} => k8s.io/{m} v{staging}" for m in versions.KUBERNETES_STAGING_MODULES
+        f"\tk8s.io/{m} => k8s.io/{m} v{staging}" for m in pinned.KUBERNETES_STAGING_MODULES
     )
     go_mod = (
         "module linkerd-config.local/kubernetes-binaries\n\n"
-        f"go {versions.GO_DIRECTIVE}\n\n"
+        f"go {pinned.GO_DIRECTIVE}\n\n"
         "godebug default=go1.24\n\n"
         f"require k8s.io/kubernetes v{k8s}\n\n"
         f"replace (\n{replaces}\n)\n"
@@ -105,8 +105,8 @@ def _etcd_module() -> _GoModule:
         name="etcd",
         go_mod=(
             "module linkerd-config.local/etcd-binary\n\n"
-            f"go {versions.GO_DIRECTIVE}\n\n"
-            f"require go.etcd.io/etcd/server/v3 v{versions.ETCD}\n"
+            f"go {pinned.GO_DIRECTIVE}\n\n"
+            f"require go.etcd.io/etcd/server/v3 v{pinned.ETCD}\n"
         ),
         packages={"etcd": "go.etcd.io/etcd/server/v3"},
     )
@@ -117,8 +117,8 @@ def _kwok_module() -> _GoModule:
         name="kwok",
         go_mod=(
             "module linkerd-config.local/kwok-binary\n\n"
-            f"go {versions.GO_DIRECTIVE}\n\n"
-            f"require sigs.k8s.io/kwok v{versions.KWOK}\n"
+            f"go {pinned.GO_DIRECTIVE}\n\n"
+            f"require sigs.k8s.io/kwok v{pinned.KWOK}\n"
         ),
         packages={"kwok": "sigs.k8s.io/kwok/cmd/kwok"},
     )
@@ -138,7 +138,7 @@ def kwok_manifests_dir() -> Path:
 
 def ensure_kwok_manifests(progress: Progress = print) -> Path:
     """kwok's Stage CRD and Stage sets, copied from the Go module kwok is built from
-    (``sigs.k8s.io/kwok`` at ``versions.KWOK``, checksum-verified by ``go mod download``)
+    (``sigs.k8s.io/kwok`` at ``pinned.KWOK``, checksum-verified by ``go mod download``)
     into the cache, so the Stage API the local kwok reads is kwok's own, never hand-written."""
     out = kwok_manifests_dir()
     if (out / KWOK_STAGE_CRD).is_file():
@@ -148,15 +148,15 @@ def ensure_kwok_manifests(progress: Progress = print) -> Path:
             return out
         go = go_toolchain(
             "kwok's Stage CRD and stages",
-            f"copy {KWOK_STAGE_CRD} and {KWOK_STAGE_SETS}/ of sigs.k8s.io/kwok v{versions.KWOK} "
+            f"copy {KWOK_STAGE_CRD} and {KWOK_STAGE_SETS}/ of sigs.k8s.io/kwok v{pinned.KWOK} "
             f"to {out}, keeping their paths",
         )
         module = _kwok_module()
         src = out.parent / "src" / module.name
         src.mkdir(parents=True, exist_ok=True)
         (src / "go.mod").write_text(module.go_mod)
-        progress(f"copying kwok's Stage CRD and stages from sigs.k8s.io/kwok v{versions.KWOK}")
-        root = _module_dir(go, src, "sigs.k8s.io/kwok", f"v{versions.KWOK}")
+        progress(f"copying kwok's Stage CRD and stages from sigs.k8s.io/kwok v{pinned.KWOK}")
+        root = _module_dir(go, src, "sigs.k8s.io/kwok", f"v{pinned.KWOK}")
         tmp = out.parent / f".{out.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / KWOK_STAGE_CRD).parent.mkdir(parents=True)
@@ -194,12 +194,12 @@ def _module_dir(go: str, src: Path, module: str, version: str) -> Path:
 
 
 def _helm_module() -> _GoModule:
-    version = f"v{versions.HELM}"
+    version = f"v{pinned.HELM}"
     return _GoModule(
         name="helm",
         go_mod=(
             "module linkerd-config.local/helm-binary\n\n"
-            f"go {versions.GO_DIRECTIVE}\n\n"
+            f"go {pinned.GO_DIRECTIVE}\n\n"
             f"require helm.sh/helm/v3 {version}\n"
         ),
         packages={"helm": "helm.sh/helm/v3/cmd/helm"},
@@ -211,7 +211,7 @@ def _helm_module() -> _GoModule:
                 f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersion{part}={value}"
                 for pkg in ("chartutil", "lint/rules")
                 for part, value in zip(
-                    ("Major", "Minor"), versions.KUBERNETES.split(".")[:2], strict=True
+                    ("Major", "Minor"), pinned.KUBERNETES.split(".")[:2], strict=True
                 )
             ]
         ),
@@ -220,7 +220,7 @@ def _helm_module() -> _GoModule:
 
 def helm_bin_dir() -> Path:
     """Apart from the control plane's folder, so a Helm bump rebuilds only Helm."""
-    return cache_root() / f"helm-v{versions.HELM}-k8s-v{versions.KUBERNETES}" / "bin"
+    return cache_root() / f"helm-v{pinned.HELM}-k8s-v{pinned.KUBERNETES}" / "bin"
 
 
 def ensure_helm(progress: Progress = print) -> Path:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster import kwok_stages, versions
+from linkerd_config.devcluster import kwok_stages, pinned
 from linkerd_config.devcluster.binaries import Progress, ensure_binaries, ensure_kwok_manifests
 from linkerd_config.devcluster.processes import ManagedProcess
 from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
@@ -432,9 +432,9 @@ class LocalControlPlane:
             "server": self.server,
             "kubeconfig": str(self.kubeconfig),
             "workdir": str(self.workdir),
-            "kubernetes": versions.KUBERNETES,
-            "etcd": versions.ETCD,
-            "kwok": versions.KWOK if self.options.workloads else None,
+            "kubernetes": pinned.KUBERNETES,
+            "etcd": pinned.ETCD,
+            "kwok": pinned.KWOK if self.options.workloads else None,
             "pids": self.pids(),
             "bin_dir": str(self.bin_dir),
         }

@@ -5,14 +5,14 @@ The same rules as the control-plane binaries: prebuilt ones from ``LINKERD_BIN_D
 needs Linkerd's source at the release tag:
 
 * ``LINKERD2_SOURCE`` names a directory holding ``linkerd2-<tag>.tar.gz`` (``git archive``
-  exports, checked against the sha256 pinned in ``versions``) or an unpacked
+  exports, checked against the sha256 pinned in ``pinned``) or an unpacked
   ``linkerd2-<tag>/``, or names one such tarball; CI and developers point it at
   ``../shared/vendor/linkerd2/`` (the Makefile does when that exists);
 * else ``git clone --depth 1 --branch <tag>`` of Linkerd's public repository.
 
 Linkerd's Go module is then built as it is (its dependencies come from the Go module proxy),
 with its version stamped the way Linkerd's own build does. The one change is edge-19.12.3's
-CronJob informer (see ``versions.LINKERD_INJECTOR_PATCH``).
+CronJob informer (see ``pinned.LINKERD_INJECTOR_PATCH``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from linkerd_config.devcluster import versions
+from linkerd_config.devcluster import pinned
 from linkerd_config.devcluster.binaries import (
     BinaryUnavailableError,
     Progress,
@@ -33,7 +33,7 @@ from linkerd_config.devcluster.binaries import (
     go_build,
     go_toolchain,
 )
-from linkerd_config.devcluster.versions import LinkerdRelease
+from linkerd_config.devcluster.pinned import LinkerdRelease
 
 SOURCE_ENV = "LINKERD2_SOURCE"
 PREBUILT_ENV = "LINKERD_BIN_DIR"
@@ -46,9 +46,9 @@ _PACKAGES = {"controller": "./controller/cmd", "linkerd": "./cli"}
 
 def release(tag: str) -> LinkerdRelease:
     try:
-        return versions.LINKERD_RELEASES[tag]
+        return pinned.LINKERD_RELEASES[tag]
     except KeyError:
-        known = ", ".join(sorted(versions.LINKERD_RELEASES))
+        known = ", ".join(sorted(pinned.LINKERD_RELEASES))
         raise BinaryUnavailableError(f"no pinned Linkerd release {tag!r}; known: {known}") from None
 
 
@@ -186,10 +186,10 @@ def _clone(rel: LinkerdRelease, staged: Path, progress: Progress) -> None:
             f"cannot fetch Linkerd {rel.tag}: no git on PATH and {SOURCE_ENV} is not set "
             "(set it to a folder holding linkerd2-<tag>.tar.gz)"
         )
-    progress(f"cloning {versions.LINKERD_REPOSITORY} at {rel.tag} ({SOURCE_ENV} not set)")
+    progress(f"cloning {pinned.LINKERD_REPOSITORY} at {rel.tag} ({SOURCE_ENV} not set)")
     cmd = [git, "clone", "--quiet", "--depth", "1", "--branch", rel.tag]
     done = subprocess.run(
-        [*cmd, versions.LINKERD_REPOSITORY, str(staged)],
+        [*cmd, pinned.LINKERD_REPOSITORY, str(staged)],
         capture_output=True,
         text=True,
         check=False,
@@ -210,7 +210,7 @@ def _clone(rel: LinkerdRelease, staged: Path, progress: Progress) -> None:
 
 def _patch_cronjob_informer(tree: Path) -> None:
     main = tree / "controller" / "cmd" / "proxy-injector" / "main.go"
-    old, new = versions.LINKERD_INJECTOR_PATCH
+    old, new = pinned.LINKERD_INJECTOR_PATCH
     text = main.read_text()
     if new in text and old not in text:
         return  # already applied to this private copy

@@ -1,7 +1,7 @@
 """The Prometheus Operator's own CustomResourceDefinitions, for tests that create our
 PrometheusRule (and the like) on the local control plane against the real schema.
 
-They come from the operator's Go module at the pinned version (``versions.PROMETHEUS_OPERATOR``),
+They come from the operator's Go module at the pinned version (``pinned.PROMETHEUS_OPERATOR``),
 downloaded into the Go module cache the control plane's builds use (checksum-verified by Go,
 read-only there), not copied into this repository: ``example/prometheus-operator-crd/`` holds
 them as the operator's releases ship them.
@@ -14,7 +14,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from linkerd_config.devcluster import versions
+from linkerd_config.devcluster import pinned
 from linkerd_config.devcluster.binaries import BinaryUnavailableError, go_toolchain
 
 MODULE = "github.com/prometheus-operator/prometheus-operator"
@@ -22,7 +22,7 @@ CRD_FOLDER = "example/prometheus-operator-crd"
 DOWNLOAD_TIMEOUT = 600.0
 
 
-def module_dir(version: str = versions.PROMETHEUS_OPERATOR) -> Path:
+def module_dir(version: str = pinned.PROMETHEUS_OPERATOR) -> Path:
     """The operator's module in the Go module cache, downloaded first if missing (``go mod
     download`` answers from the cache when it has it)."""
     go = go_toolchain(
@@ -50,7 +50,7 @@ def module_dir(version: str = versions.PROMETHEUS_OPERATOR) -> Path:
     return Path(info["Dir"])
 
 
-def crd_path(plural: str, version: str = versions.PROMETHEUS_OPERATOR) -> Path:
+def crd_path(plural: str, version: str = pinned.PROMETHEUS_OPERATOR) -> Path:
     """The file of the CRD ``<plural>.monitoring.coreos.com`` (e.g. ``prometheusrules``)."""
     path = module_dir(version) / CRD_FOLDER / f"monitoring.coreos.com_{plural}.yaml"
     if not path.is_file():

@@ -221,3 +221,32 @@ async def test_a_refused_proxy_is_rolled_back_across_a_killed_leader(
             await asyncio.sleep(3.0)  # several restart intervals
         assert patched_since(cp, before) == []
         assert fmt.written(await configmap(kube)) == fmt.good
+
+        # A plain halt survives a killed leader too: a new attempt (a new generation) with
+        # onFailure: Halt fails at fragile/a again; its leader is SIGKILLed; the next one
+        # holds the halt and restarts nothing.
+        async with scenario.proxy_refused(kube, FRAGILE, fmt.broken):
+            fourth = leader_process(cp, "fourth")
+            try:
+                again = time.time()
+                await apply(kube, fmt.spec(fmt.broken, {**ROLLOUT, "onFailure": "Halt"}))
+                await eventually(
+                    lambda: up_to_date(kube, "RolloutHalted"), timeout=120, what="halted"
+                )
+                fourth.proc.kill()
+                fourth.proc.wait(timeout=30)
+            finally:
+                if fourth.proc.poll() is None:
+                    fourth.stop()
+            async with leader_in_process(cp, "fifth") as fifth:
+
+                async def leading() -> bool:
+                    status = fifth.registry.get_sample_value(
+                        "leader_election_master_status", {"name": "linkerd-config-leader"}
+                    )
+                    return status == 1.0
+
+                await eventually(leading, timeout=60, what="the next leader elected")
+                await asyncio.sleep(3.0)  # several restart intervals as the leader
+                assert await up_to_date(kube, "RolloutHalted") is not None
+        assert patched_since(cp, again) == ["fragile/a"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster import linkerd_binaries, versions
+from linkerd_config.devcluster import linkerd_binaries, pinned
 from linkerd_config.devcluster.binaries import BinaryUnavailableError
 from linkerd_config.devcluster.configmap_volume import DATA_LINK, project
 from linkerd_config.devcluster.proxy_injector import legacy_webhook_configuration, on_loopback
@@ -50,7 +50,7 @@ def _tarball(path: Path, tag: str) -> Path:
 def test_a_tarball_whose_sha256_differs_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rel = versions.LINKERD_EDGE_19_12_3
+    rel = pinned.LINKERD_EDGE_19_12_3
     _tarball(tmp_path, rel.tag)
     monkeypatch.setenv(linkerd_binaries.SOURCE_ENV, str(tmp_path))
     with pytest.raises(BinaryUnavailableError, match=r"sha256 .* not the pinned"):
@@ -61,7 +61,7 @@ def test_a_tarball_whose_sha256_differs_is_refused(
 def test_an_unpacked_tree_is_copied_and_a_missing_one_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rel = versions.LINKERD_EDGE_26_8_3
+    rel = pinned.LINKERD_EDGE_26_8_3
     given = tmp_path / "given"
     (given / f"linkerd2-{rel.tag}").mkdir(parents=True)
     (given / f"linkerd2-{rel.tag}" / "go.mod").write_text("module x\n")
@@ -71,7 +71,7 @@ def test_an_unpacked_tree_is_copied_and_a_missing_one_named(
 
     monkeypatch.setenv(linkerd_binaries.SOURCE_ENV, str(tmp_path / "empty"))
     with pytest.raises(BinaryUnavailableError, match=r"LINKERD2_SOURCE=.*linkerd2-edge-19\.12\.3"):
-        linkerd_binaries._source_tree(versions.LINKERD_EDGE_19_12_3, tmp_path / "src2", print)
+        linkerd_binaries._source_tree(pinned.LINKERD_EDGE_19_12_3, tmp_path / "src2", print)
 
 
 def test_the_cronjob_patch_changes_exactly_one_line(tmp_path: Path) -> None:
