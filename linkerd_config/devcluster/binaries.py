@@ -156,7 +156,7 @@ def ensure_kwok_manifests(progress: Progress = print) -> Path:
         src.mkdir(parents=True, exist_ok=True)
         (src / "go.mod").write_text(module.go_mod)
         progress(f"copying kwok's Stage CRD and stages from sigs.k8s.io/kwok v{pinned.KWOK}")
-        root = _module_dir(go, src, "sigs.k8s.io/kwok", f"v{pinned.KWOK}")
+        root = go_module_dir(go, "sigs.k8s.io/kwok", f"v{pinned.KWOK}", cwd=src)
         tmp = out.parent / f".{out.name}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / KWOK_STAGE_CRD).parent.mkdir(parents=True)
@@ -169,26 +169,32 @@ def ensure_kwok_manifests(progress: Progress = print) -> Path:
     return out
 
 
-def _module_dir(go: str, src: Path, module: str, version: str) -> Path:
-    """Where ``go mod download`` unpacked ``module@version`` (downloading it if need be)."""
+def go_module_dir(
+    go: str, module: str, version: str, cwd: Path | None = None, timeout: float = 600.0
+) -> Path:
+    """Where ``go mod download`` unpacked ``module@version`` in the Go module cache
+    (downloading it, checksum-verified, if need be)."""
     env = dict(os.environ)
     env.update({"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"})
     proc = subprocess.run(
         [go, "mod", "download", "-json", f"{module}@{version}"],
-        cwd=src,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
+        timeout=timeout,
         check=False,
     )
     try:
-        folder = Path(json.loads(proc.stdout)["Dir"])
-    except (ValueError, KeyError, TypeError):
-        folder = None
+        info = json.loads(proc.stdout)
+    except ValueError:
+        info = {}
+    folder = Path(info["Dir"]) if isinstance(info, dict) and info.get("Dir") else None
     if proc.returncode != 0 or folder is None or not folder.is_dir():
+        error = info.get("Error") if isinstance(info, dict) else None
         raise BinaryUnavailableError(
-            f"go mod download {module}@{version} failed (exit code {proc.returncode}):\n"
-            f"{proc.stdout}{proc.stderr}"
+            f"go mod download {module}@{version} failed (exit code {proc.returncode}): "
+            f"{error or (proc.stdout + proc.stderr).strip()}"
         )
     return folder
 

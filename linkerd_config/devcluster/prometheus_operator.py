@@ -9,13 +9,14 @@ them as the operator's releases ship them.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 from pathlib import Path
 
 from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.binaries import BinaryUnavailableError, go_toolchain
+from linkerd_config.devcluster.binaries import (
+    BinaryUnavailableError,
+    go_module_dir,
+    go_toolchain,
+)
 
 MODULE = "github.com/prometheus-operator/prometheus-operator"
 CRD_FOLDER = "example/prometheus-operator-crd"
@@ -28,26 +29,7 @@ def module_dir(version: str = pinned.PROMETHEUS_OPERATOR) -> Path:
     go = go_toolchain(
         f"the Prometheus Operator's CRDs ({MODULE} v{version})", "fill the Go module cache"
     )
-    env = dict(os.environ)
-    env.update({"GOTOOLCHAIN": "local", "GOFLAGS": "-mod=mod"})
-    proc = subprocess.run(
-        [go, "mod", "download", "-json", f"{MODULE}@v{version}"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=DOWNLOAD_TIMEOUT,
-        check=False,
-    )
-    try:
-        info = json.loads(proc.stdout)
-    except ValueError:
-        info = {}
-    if proc.returncode != 0 or info.get("Error") or not info.get("Dir"):
-        raise BinaryUnavailableError(
-            f"go mod download {MODULE}@v{version} failed (exit {proc.returncode}): "
-            f"{info.get('Error') or proc.stderr.strip()}"
-        )
-    return Path(info["Dir"])
+    return go_module_dir(go, MODULE, f"v{version}", timeout=DOWNLOAD_TIMEOUT)
 
 
 def crd_path(plural: str, version: str = pinned.PROMETHEUS_OPERATOR) -> Path:

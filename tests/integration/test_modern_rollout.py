@@ -28,7 +28,7 @@ import yaml
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
-from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
@@ -78,19 +78,7 @@ async def controller(cp: LocalControlPlane, **options: Any) -> AsyncIterator[App
 
 
 async def apply(kube: KubeClient, spec: Json) -> None:
-    obj = {
-        "apiVersion": "config.linkerd.io/v1alpha1",
-        "kind": "LinkerdConfig",
-        "metadata": {"name": NAME},
-        "spec": spec,
-    }
-    await kube.request(
-        "PATCH",
-        LINKERD_CONFIGS.path(name=NAME),
-        body=obj,
-        content_type=APPLY_PATCH,
-        params={"fieldManager": "user", "force": "true"},
-    )
+    await scenario.apply_linkerdconfig(kube, NAME, spec)
 
 
 async def condition(kube: KubeClient, type_: str) -> Json:

@@ -25,7 +25,7 @@ import pytest
 
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.client import APPLY_PATCH, KubeClient
+from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
@@ -67,19 +67,7 @@ async def linkerd(cp: LocalControlPlane, kube: KubeClient, fmt: Format) -> Async
 
 
 async def apply(kube: KubeClient, spec: Json) -> None:
-    obj = {
-        "apiVersion": "config.linkerd.io/v1alpha1",
-        "kind": "LinkerdConfig",
-        "metadata": {"name": NAME},
-        "spec": spec,
-    }
-    await kube.request(
-        "PATCH",
-        LINKERD_CONFIGS.path(name=NAME),
-        body=obj,
-        content_type=APPLY_PATCH,
-        params={"fieldManager": "user", "force": "true"},
-    )
+    await scenario.apply_linkerdconfig(kube, NAME, spec)
 
 
 async def up_to_date(kube: KubeClient, reason: str, text: str = "") -> Json | None:

@@ -29,7 +29,7 @@ import yaml
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
-from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, PODS, Json
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
@@ -93,13 +93,7 @@ def linkerdconfig(anchors: str) -> Json:
 
 async def apply(kube: KubeClient, anchors: str) -> int:
     """Apply the LinkerdConfig with ``anchors``; its generation."""
-    applied: Json = await kube.request(
-        "PATCH",
-        LINKERD_CONFIGS.path(name=NAME),
-        body=linkerdconfig(anchors),
-        content_type=APPLY_PATCH,
-        params={"fieldManager": "user", "force": "true"},
-    )
+    applied = await scenario.apply_linkerdconfig(kube, NAME, linkerdconfig(anchors)["spec"])
     return int(applied["metadata"]["generation"])
 
 

@@ -30,7 +30,7 @@ import pytest
 from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
-from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, PODS, Json
 from linkerd_config.linkerd import rollout
@@ -132,19 +132,7 @@ async def controller(cp: LocalControlPlane) -> AsyncIterator[App]:
 
 
 async def apply(kube: KubeClient, spec: Json) -> None:
-    obj = {
-        "apiVersion": LINKERD_CONFIGS.api_version,
-        "kind": LINKERD_CONFIGS.kind,
-        "metadata": {"name": NAME},
-        "spec": spec,
-    }
-    await kube.request(
-        "PATCH",
-        LINKERD_CONFIGS.path(name=NAME),
-        body=obj,
-        content_type=APPLY_PATCH,
-        params={"fieldManager": "user", "force": "true"},
-    )
+    await scenario.apply_linkerdconfig(kube, NAME, spec)
 
 
 async def condition(kube: KubeClient, type_: str) -> Json:

@@ -17,7 +17,7 @@ from typing import Any
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
-from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
@@ -329,3 +329,22 @@ async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> Async
     finally:
         await kube.request("DELETE", f"{VAP_BINDINGS}/{name}")
         await kube.request("DELETE", f"{VAPS}/{name}")
+
+
+async def apply_linkerdconfig(kube: KubeClient, name: str, spec: Json) -> Json:
+    """``kubectl apply --server-side --force-conflicts`` of a LinkerdConfig, as a user (field
+    manager ``user``) would: the object as stored."""
+    obj = {
+        "apiVersion": LINKERD_CONFIGS.api_version,
+        "kind": LINKERD_CONFIGS.kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    applied: Json = await kube.request(
+        "PATCH",
+        LINKERD_CONFIGS.path(name=name),
+        body=obj,
+        content_type=APPLY_PATCH,
+        params={"fieldManager": "user", "force": "true"},
+    )
+    return applied

@@ -12,6 +12,7 @@ import pytest
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
+from tests.support.merge_patch import apply_merge_patch
 
 SPEC: Json = {
     "global": {"linkerdVersion": "edge-26.8.3"},
@@ -201,19 +202,6 @@ def test_the_template_gone_back_to_is_the_previous_replicasets(
 def test_merge_patch_between_two_documents(current: Json, wanted: Json, patch: Json) -> None:
     assert rollback.merge_patch(current, wanted) == patch
     assert apply_merge_patch(current, patch) == wanted
-
-
-def apply_merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386's algorithm, as the API server applies a merge patch."""
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = apply_merge_patch(result.get(key), value)
-    return result
 
 
 def test_restore_patch_is_conditional_and_lands_exactly_on_the_old_template() -> None:

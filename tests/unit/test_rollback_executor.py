@@ -15,6 +15,7 @@ from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
+from tests.support.merge_patch import apply_merge_patch
 from tests.unit.test_rollout_executor import (
     DESIRED,
     HASH,
@@ -96,7 +97,7 @@ class RollbackWorld(World):
         ReplicaSet per restarted Deployment, whose pods ``status`` describes."""
         for key, patch in self.writer.patches:
             obj = self.deployments.get(key)
-            spec = rollback_apply(obj["spec"], patch["spec"])
+            spec = apply_merge_patch(obj["spec"], patch["spec"])
             self.deployments.put({**obj, "spec": spec, "status": status})
             self.live_replicasets[obj["metadata"]["name"]].append(
                 self.replicaset(self.deployments.get(key), "2")
@@ -108,24 +109,12 @@ class RollbackWorld(World):
         names = []
         for key, patch in self.writer.patches:
             obj = self.deployments.get(key)
-            template = rollback_apply(obj["spec"]["template"], patch["spec"]["template"])
+            template = apply_merge_patch(obj["spec"]["template"], patch["spec"]["template"])
             self.deployments.put({**obj, "spec": {**obj["spec"], "template": template},
                                   "status": HEALTHY_STATUS})  # fmt: skip
             names.append(key)
         self.writer.patches.clear()
         return names
-
-
-def rollback_apply(target: Any, patch: Any) -> Any:
-    if not isinstance(patch, dict):
-        return patch
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = rollback_apply(result.get(key), value)
-    return result
 
 
 async def failed_first_pass(world: RollbackWorld, config: Json) -> Any:
