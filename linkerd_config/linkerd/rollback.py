@@ -121,6 +121,14 @@ def phase_rank(halt: Json | None) -> int:
     return {ROLLING_BACK: 1, ROLLED_BACK: 2}.get(str(phase), 0)
 
 
+def same_halt(one: Json, other: Json) -> bool:
+    """Whether two halt records are one halt at different phases (the same configuration,
+    generation and resume annotation, begun at the same time)."""
+    return all(
+        one.get(k) == other.get(k) for k in ("configHash", "generation", "resumeToken", "at")
+    )
+
+
 def finished(halt: Json) -> Json:
     """``halt``'s rollback record, now that every workload it lists is back and healthy."""
     return {**halt, "rollback": {**(section(halt) or {}), "phase": ROLLED_BACK}}

@@ -165,6 +165,10 @@ class _ConfigProgress:
     halt: Json | None = None
     """The halt this process decided, until its status write is read back (reconciles in
     between must neither report it again nor restart anything)."""
+    halt_read: object = None
+    """The LinkerdConfig's resourceVersion ``halt`` was decided on: once the cache holds any
+    other, status is the record (our write read back, or a later one: another leader's, while
+    this process did not lead)."""
     canary_passed: Json | None = None
     """The canary's record once this process saw it pass (spec.rollout.canary): until status
     says so, the rest's restarts must not look like a larger canary."""
@@ -295,13 +299,20 @@ class RolloutExecutor:
         """The halt (or rollback) in force for ``config_hash``: status's, or the one this
         process decided and has not read back from status yet."""
         halt = workload_health.halt_state(config, config_hash)
-        decided = self._of(config_hash).halt
+        progress = self._of(config_hash)
+        decided = progress.halt
         if decided is None:
             return halt
         if halt.halted is not None:
-            if rollback.phase_rank(decided) > rollback.phase_rank(halt.halted):
+            if rollback.same_halt(decided, halt.halted) and rollback.phase_rank(
+                decided
+            ) > rollback.phase_rank(halt.halted):
                 return replace(halt, halted=decided)  # a later phase of ours, not read yet
-            self._of(config_hash).halt = None  # read back: status is the record now
+            # Read back, or another halt since (another leader's): status is the record now.
+            progress.halt = None
+            return halt
+        if (config.get("metadata") or {}).get("resourceVersion") != progress.halt_read:
+            progress.halt = None  # status moved on without it (another leader's writes)
             return halt
         if halt.halted is None:
             mine = workload_health.halt_state(
@@ -312,6 +323,12 @@ class RolloutExecutor:
                 return halt
             return mine
         return halt
+
+    def _decided(self, config: Json, config_hash: str, record: Json) -> None:
+        """Remember a halt (or rollback) record decided on ``config`` until status holds it."""
+        progress = self._of(config_hash)
+        progress.halt = record
+        progress.halt_read = (config.get("metadata") or {}).get("resourceVersion")
 
     async def roll(
         self, config: Json, desired: Desired, effective: Desired | None = None
@@ -516,7 +533,7 @@ class RolloutExecutor:
                 requeue_after=HEALTH_RECHECK, status=kept,
             )  # fmt: skip
         record = rollback.finished(halt)
-        self._of(failed.config_hash).halt = record
+        self._decided(config, failed.config_hash, record)
         log.warning("rollout rolled back", linkerdconfig=name, to=effective.config_hash)
         self.recorder.record(
             config,
@@ -745,7 +762,7 @@ class RolloutExecutor:
             self.metrics.halted.labels(name).set(1)
         log.warning(f"rollout {outcome}", linkerdconfig=name, failed=listed, then=after)
         self.metrics.halts.inc()
-        self._of(config_hash).halt = record
+        self._decided(config, config_hash, record)
         self.recorder.record(
             config, "Warning", reason, f"rollout of proxy {version} {outcome}: {listed}{after}"
         )

@@ -1,0 +1,76 @@
+"""Attacks on ``onFailure: Rollback`` and the halt it starts from, one reconcile at a time with
+the rollout executor's fakes (``test_rollback_executor``'s world): leadership changing hands
+between the steps, and a ``status.lastCompleted`` that can no longer be used."""
+
+from __future__ import annotations
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollback, workload_health
+from linkerd_config.linkerd.workload_health import HALT_FIELD
+from tests.unit.test_rollback_executor import RollbackWorld, failed_first_pass, rollback_config
+from tests.unit.test_rollout_executor import DESIRED, HASH, with_status
+
+
+def _versioned(config: Json, resource_version: str, **changes: object) -> Json:
+    return {
+        **config,
+        "metadata": {**config["metadata"], "resourceVersion": resource_version, **changes},
+    }
+
+
+async def test_a_decision_of_an_earlier_term_does_not_override_the_halt_status_holds() -> None:
+    """Leader A starts a rollback; its status write never lands (it lost the lease). Leader B
+    then halts the next generation (``onFailure: Halt`` now) and writes that. When A leads
+    again, status's halt is the record: A's old rollback must not come back."""
+    world = RollbackWorld(2)
+    config = _versioned(rollback_config(), "10")
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"  # decided by A, never written
+    spec = {"rollout": {**config["spec"]["rollout"], "onFailure": "Halt"}}
+    later = {**_versioned(config, "20", generation=3), "spec": spec}
+    plain = workload_health.halt_record(
+        later, HASH, [("deployment/ns/app-00", "new pods refused")], "2026-11-24T01:00:00Z"
+    )
+    later = {**later, "status": {**later["status"], HALT_FIELD: plain}}
+    seen = world.executor.halt_state(later, HASH).halted
+    assert seen == plain
+    assert rollback.config_to_render(later, seen) is None  # the ConfigMap stays as asked
+    outcome = await world.executor.roll(later, DESIRED, DESIRED)
+    assert outcome.reason == "RolloutHalted"
+    assert outcome.status[HALT_FIELD] == plain
+
+
+async def test_a_decision_of_an_earlier_term_does_not_come_back_once_status_moved_on() -> None:
+    """Leader A decides a rollback that it never writes; leader B finds the workload healthy
+    after all and the rollout completes (no halt in status, ``lastCompleted`` this one). A
+    leading again must not roll back a rollout that completed."""
+    world = RollbackWorld(2)
+    config = _versioned(rollback_config(), "10")
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"  # decided by A, never written
+    completed = rollback.completed_record(config, HASH, "2026-11-24T01:00:00Z")
+    later = _versioned(config, "30")
+    later = {**later, "status": {**later["status"], rollback.LAST_COMPLETED_FIELD: completed}}
+    assert world.executor.halt_state(later, HASH).halted is None
+
+
+async def test_the_decision_still_holds_until_its_own_write_is_read_back() -> None:
+    """What the memo is for: the cache has not shown our status write yet (the same
+    resourceVersion), so the halt decided stands and nothing is reported twice."""
+    world = RollbackWorld(2)
+    config = _versioned(rollback_config(), "10")
+    started = await failed_first_pass(world, config)
+    again = await world.executor.roll(config, DESIRED, DESIRED)
+    assert again.status[HALT_FIELD] == started.status[HALT_FIELD]
+    assert [e[3] for e in world.recorder.full].count("RollingBack") == 2  # config + workload
+    read_back = _versioned(with_status(config, started), "11")
+    assert world.executor.halt_state(read_back, HASH).halted == started.status[HALT_FIELD]
+
+
+def test_one_halt_at_two_phases_is_the_same_halt_another_is_not() -> None:
+    config = {"metadata": {"generation": 2}}
+    halt = workload_health.halt_record(config, HASH, [("deployment/ns/a", "x")], "T1")
+    started = rollback.start(halt, {"configHash": "h0", "generation": 1}, [])
+    assert rollback.same_halt(rollback.finished(started), started)
+    for changed in ({"at": "T2"}, {"generation": 3}, {"resumeToken": "1"}, {"configHash": "h"}):
+        assert not rollback.same_halt(rollback.finished(started), {**started, **changed})
