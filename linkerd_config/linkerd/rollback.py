@@ -137,19 +137,53 @@ def finished(halt: Json) -> Json:
 def config_to_render(config: Json, halt: Json | None) -> Json | None:
     """The LinkerdConfig as it stood when ``halt``'s rollback target completed (its spec's
     ``rollout`` kept as it is now), to render instead of the spec; None when ``halt`` is no
-    rollback, or its target is not what status records (then it cannot go back)."""
+    rollback, or its target is not what status records or no longer validates (then it
+    cannot go back)."""
     rollback = section(halt)
+    if rollback is None:
+        return None
     target = last_completed(config)
-    if rollback is None or target is None or target["configHash"] != rollback.get("toHash"):
+    if target is None or target["configHash"] != rollback.get("toHash"):
         return None
+    return _going_back(config, target)[0]
+
+
+def _going_back(config: Json, record: Mapping[str, Any]) -> tuple[Json | None, str]:
+    """``config`` with ``record``'s spec (its ``rollout`` as it is now), or None and why not.
+    The recorded spec is checked as the webhook and the reconcile check a spec: it passed
+    when it was recorded, but a later release may refuse it, and anyone allowed to patch
+    status may have written it."""
+    # Here, not at the top: validation reads the CRD's schema, which reads MAX_LISTED above.
+    from linkerd_config.linkerd.validation import render_errors, validate  # noqa: PLC0415
+
     try:
-        spec = orjson.loads(target["spec"])
+        spec = orjson.loads(record["spec"])
     except orjson.JSONDecodeError:
-        return None
+        return None, "its recorded spec is not JSON"
     if not isinstance(spec, dict):
-        return None
+        return None, "its recorded spec is not a JSON object"
     rollout = (config.get("spec") or {}).get("rollout")
-    return {**config, "spec": {**spec, **({"rollout": rollout} if rollout else {})}}
+    going_back = {**config, "spec": {**spec, **({"rollout": rollout} if rollout else {})}}
+    problems = validate(going_back)
+    if problems:
+        return None, f"its spec no longer validates: {render_errors(problems)}"
+    return going_back, ""
+
+
+def target(config: Json, failed_hash: str) -> tuple[Json | None, str]:
+    """Where a failed rollout of ``failed_hash`` goes back to (the ``lastCompleted`` record),
+    or None and why it cannot go back."""
+    record = last_completed(config)
+    if record is None:
+        if (config.get("status") or {}).get(LAST_COMPLETED_FIELD) is not None:
+            return None, "status.lastCompleted cannot be read"
+        return None, "no earlier configuration of this LinkerdConfig completed its rollout"
+    if record["configHash"] == failed_hash:
+        return None, "the last configuration that completed its rollout is the one that failed"
+    why = _going_back(config, record)[1]
+    if why:
+        return None, f"the last completed configuration, {record['configHash']}, {why}"
+    return record, ""
 
 
 def parse_workload(name: str) -> Workload | None:

@@ -376,12 +376,11 @@ class RolloutExecutor:
         )
         if checked.failed:
             owners = [(restarted[w][1], why) for w, why in checked.failed]
-            back_to = rollback.last_completed(config) if spec.rollback else None
-            if back_to is not None and back_to["configHash"] == config_hash:
-                back_to = None  # the configuration that failed is the last that completed
+            back_to, why_not = rollback.target(config, config_hash) if spec.rollback else (None, "")
+            going_back = (back_to, [w for _, w in restarted.values()], why_not)
             return self._halt(
                 config, config_hash, version, checked.failed, owners, counts,
-                going_back=(back_to, [w for _, w in restarted.values()]) if spec.rollback else None,
+                going_back=going_back if spec.rollback else None,
             )  # fmt: skip
         if not plan.workloads and checked.open:
             completed = rollback.completed_record(config, config_hash, rfc3339(self.wall()))
@@ -734,17 +733,17 @@ class RolloutExecutor:
         failed: tuple[tuple[str, str], ...],
         workloads: list[tuple[rollout.Workload, str]],
         counts: tuple[int, int, int],
-        going_back: tuple[Json | None, list[rollout.Workload]] | None = None,
+        going_back: tuple[Json | None, list[rollout.Workload], str] | None = None,
     ) -> RolloutOutcome:
         """Stop the rollout: recorded in status (any leader reads it back), one Warning on
         the LinkerdConfig and one on each failed workload, counted. With ``going_back`` (the
-        configuration to return to, if any, and the owners restarted for this one), the
-        record starts a rollback instead."""
+        configuration to return to, if any, the owners restarted for this one, and why it
+        cannot go back if it cannot), the record starts a rollback instead."""
         name = str(config["metadata"]["name"])
         record = workload_health.halt_record(config, config_hash, failed, rfc3339(self.wall()))
         listed = "; ".join(f"{w}: {why}" for w, why in failed)
         reason, outcome, after = HALTED, "halted", ""
-        back_to, restarted = going_back or (None, [])
+        back_to, restarted, why_not = going_back or (None, [], "")
         if back_to is not None:
             record = rollback.start(record, back_to, restarted)
             reason, outcome = ROLLING_BACK, "failed"
@@ -755,10 +754,7 @@ class RolloutExecutor:
             self._progress.pop(str(back_to["configHash"]), None)
         else:
             if going_back is not None:
-                after = (
-                    " (onFailure: Rollback, but no earlier configuration of this "
-                    "LinkerdConfig completed its rollout: halted instead)"
-                )
+                after = f" (onFailure: Rollback, but {why_not}: halted instead)"
             self.metrics.halted.labels(name).set(1)
         log.warning(f"rollout {outcome}", linkerdconfig=name, failed=listed, then=after)
         self.metrics.halts.inc()

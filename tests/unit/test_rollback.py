@@ -63,7 +63,7 @@ def halt_to(to_hash: str, phase: str = rollback.ROLLING_BACK) -> Json:
 
 
 def test_the_config_rendered_while_rolled_back_is_the_last_completed_one() -> None:
-    old = {"global": SPEC["global"], "proxy": {"proxyVersion": "edge-26.8.1"}}
+    old = {"global": {"version": "edge-26.8.1"}, "proxy": {"proxyVersion": "edge-26.8.1"}}
     last = {"configHash": "h0", "generation": 2, "spec": orjson.dumps(old).decode()}
     stored = config({rollback.LAST_COMPLETED_FIELD: last})
     rendered = rollback.config_to_render(stored, halt_to("h0"))

@@ -4,11 +4,14 @@ between the steps, and a ``status.lastCompleted`` that can no longer be used."""
 
 from __future__ import annotations
 
+import orjson
+import pytest
+
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.unit.test_rollback_executor import RollbackWorld, failed_first_pass, rollback_config
-from tests.unit.test_rollout_executor import DESIRED, HASH, with_status
+from tests.unit.test_rollout_executor import DESIRED, HASH, OLD, with_status
 
 
 def _versioned(config: Json, resource_version: str, **changes: object) -> Json:
@@ -74,3 +77,56 @@ def test_one_halt_at_two_phases_is_the_same_halt_another_is_not() -> None:
     assert rollback.same_halt(rollback.finished(started), started)
     for changed in ({"at": "T2"}, {"generation": 3}, {"resumeToken": "1"}, {"configHash": "h"}):
         assert not rollback.same_halt(rollback.finished(started), {**started, **changed})
+
+
+def _completed_with(spec: Json) -> Json:
+    """``rollback_config``'s LinkerdConfig, its ``lastCompleted`` holding ``spec``."""
+    config = rollback_config()
+    record = {
+        **config["status"][rollback.LAST_COMPLETED_FIELD],
+        "spec": orjson.dumps(spec).decode(),
+    }
+    return {**config, "status": {**config["status"], rollback.LAST_COMPLETED_FIELD: record}}
+
+
+VALID_OLD_SPEC: Json = {"proxy": {"proxyVersion": OLD, "proxyInitImageVersion": "v1.2.0"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        # Accepted by an earlier release (before the U+2028 fix), refused by this one.
+        (
+            {"proxy": {**VALID_OLD_SPEC["proxy"], "proxyVersion": f"{OLD}\u2028"}},
+            "spec.proxy.proxyVersion",
+        ),
+        ({"proxy": {**VALID_OLD_SPEC["proxy"], "logLevel": "warn,\u2028x"}}, "spec.proxy.logLevel"),
+        # Written by someone with the right to patch status: rendering it crashed.
+        ({"global": 5, "proxy": VALID_OLD_SPEC["proxy"]}, "spec.global"),
+    ],
+)
+async def test_a_last_completed_spec_that_no_longer_validates_is_not_gone_back_to(
+    spec: Json, why: str
+) -> None:
+    """The rollback renders the recorded spec into the ConfigMap: only what the webhook and
+    the reconcile would accept may be written, so a record that no longer validates halts
+    the rollout instead, saying why."""
+    config = _completed_with(spec)
+    halted = await failed_first_pass(RollbackWorld(2), config)
+    assert halted.reason == "RolloutHalted", halted.message
+    assert "rollback" not in halted.status[HALT_FIELD]
+    assert "no longer validates" in halted.message and why in halted.message
+    # A rollback already under way when it stopped validating renders the spec instead.
+    started = await failed_first_pass(RollbackWorld(2), _completed_with(VALID_OLD_SPEC))
+    assert started.reason == "RollingBack"
+    under_way = with_status(config, started)
+    assert rollback.config_to_render(under_way, started.status[HALT_FIELD]) is None
+
+
+async def test_a_valid_last_completed_spec_is_gone_back_to() -> None:
+    started = await failed_first_pass(RollbackWorld(2), _completed_with(VALID_OLD_SPEC))
+    assert started.reason == "RollingBack"
+    rendered = rollback.config_to_render(
+        with_status(_completed_with(VALID_OLD_SPEC), started), started.status[HALT_FIELD]
+    )
+    assert rendered is not None and rendered["spec"]["proxy"] == VALID_OLD_SPEC["proxy"]

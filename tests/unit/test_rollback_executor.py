@@ -46,7 +46,10 @@ def rollback_config(last_completed: bool = True) -> Json:
     status: Json = {}
     if last_completed:
         completed = rollback.completed_record(
-            {"metadata": {"generation": 1}, "spec": {"proxy": {"proxyVersion": OLD}}},
+            {
+                "metadata": {"generation": 1},
+                "spec": {"proxy": {"proxyVersion": OLD, "proxyInitImageVersion": "v1.2.0"}},
+            },
             OLD_HASH,
             "2026-11-24T00:00:00Z",
         )
