@@ -95,7 +95,18 @@ VALID_OLD_SPEC: Json = {"proxy": {"proxyVersion": OLD, "proxyInitImageVersion": 
 @pytest.mark.parametrize(
     ("spec", "why"),
     [
-        # Accepted by an earlier release (before the U+2028 fix), refused by this one.
+        # Accepted before e7ea3eb (str.strip() removed the U+2028), refused since.
+        (
+            {
+                "proxy": {
+                    "proxyVersion": "edge-20.10.1",
+                    "proxyInitImageVersion": "v1.3.6",
+                    "destinationGetNetworks": "10.0.0.0/8\u2028",
+                }
+            },
+            "spec.proxy.destinationGetNetworks",
+        ),
+        # Values this release refuses (as a record someone wrote into status could hold).
         (
             {"proxy": {**VALID_OLD_SPEC["proxy"], "proxyVersion": f"{OLD}\u2028"}},
             "spec.proxy.proxyVersion",
