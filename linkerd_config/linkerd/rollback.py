@@ -34,7 +34,11 @@ from typing import Any, Final
 import orjson
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
+from linkerd_config.linkerd.rollout import (
+    RESTARTED_AT_ANNOTATION,
+    RESTARTED_FOR_ANNOTATION,
+    Workload,
+)
 
 LAST_COMPLETED_FIELD: Final = "lastCompleted"
 ROLLING_BACK: Final = "RollingBack"
@@ -231,6 +235,27 @@ def previous_template(
     if isinstance(labels, dict):
         labels.pop(TEMPLATE_HASH_LABEL, None)
     return template
+
+
+def _without_restart_records(template: Json) -> Json:
+    found = copy.deepcopy(template)
+    metadata = found.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if isinstance(metadata, dict) and isinstance(annotations, dict):
+        for key in (RESTARTED_FOR_ANNOTATION, RESTARTED_AT_ANNOTATION):
+            annotations.pop(key, None)
+        if not annotations:
+            metadata.pop("annotations")
+    return found
+
+
+def only_restarted_since(deployment: Json, template: Json) -> bool:
+    """Whether ``deployment``'s pod template differs from ``template`` (its previous
+    ReplicaSet's) in our restart records only. Otherwise someone changed it since (an image,
+    an env var: a ReplicaSet of its own, recording the failed configuration still), and
+    going back to ``template`` would undo their change, not ours."""
+    live = (deployment.get("spec") or {}).get("template") or {}
+    return _without_restart_records(live) == _without_restart_records(template)
 
 
 def merge_patch(current: Any, wanted: Any) -> Any:

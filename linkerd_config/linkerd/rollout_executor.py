@@ -584,16 +584,18 @@ class RolloutExecutor:
         self, config: Json, workload: rollout.Workload, failed_hash: str, old_hash: str
     ) -> str:
         """Bring one workload back from ``failed_hash``: a Deployment to its previous
-        ReplicaSet's pod template (``kubectl rollout undo``), anything else restarted onto
-        ``old_hash``. How it was done, or "" when it needed nothing (already back, gone, or
-        changed since: the next reconcile looks again)."""
+        ReplicaSet's pod template (``kubectl rollout undo``) when only our restart changed it
+        since, anything else restarted onto ``old_hash``. How it was done, or "" when it
+        needed nothing (already back, gone, or changed since: the next reconcile looks
+        again)."""
         if workload.kind == "Deployment":
             live = await self.writer.get(DEPLOYMENTS, workload.namespace, workload.name)
             if live is None or not rollout.already_restarted(live, failed_hash):
                 return ""
             siblings = await self.writer.list(REPLICASETS, workload.namespace)
             template = rollback.previous_template(live, siblings, failed_hash)
-            if template is not None:
+            # Edited since our restart: restarted instead, so the edit stands.
+            if template is not None and rollback.only_restarted_since(live, template):
                 try:
                     await self.writer.merge_patch(
                         DEPLOYMENTS,

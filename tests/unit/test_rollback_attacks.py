@@ -9,8 +9,16 @@ import pytest
 
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
 from linkerd_config.linkerd.workload_health import HALT_FIELD
-from tests.unit.test_rollback_executor import RollbackWorld, failed_first_pass, rollback_config
+from tests.support.merge_patch import apply_merge_patch
+from tests.unit.test_rollback_executor import (
+    OLD_DESIRED,
+    OLD_HASH,
+    RollbackWorld,
+    failed_first_pass,
+    rollback_config,
+)
 from tests.unit.test_rollout_executor import DESIRED, HASH, OLD, with_status
 
 
@@ -141,3 +149,90 @@ async def test_a_valid_last_completed_spec_is_gone_back_to() -> None:
         with_status(_completed_with(VALID_OLD_SPEC), started), started.status[HALT_FIELD]
     )
     assert rendered is not None and rendered["spec"]["proxy"] == VALID_OLD_SPEC["proxy"]
+
+
+async def test_a_deployment_edited_since_our_restart_keeps_the_edit_when_it_goes_back() -> None:
+    """Our restart changes two annotations of the pod template; someone then changes the
+    image (a new ReplicaSet, still recording the failed configuration). Going back must undo
+    our change, not theirs: the previous ReplicaSet's template would bring the old image
+    back, so the Deployment is restarted onto the old configuration instead."""
+    world = RollbackWorld(2)
+    config = rollback_config()
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"
+    live = world.deployments.get("ns/app-00")
+    edited_template = {
+        **live["spec"]["template"],
+        "spec": {"containers": [{"name": "app", "image": "app:v2"}]},
+    }
+    edited = {
+        **live,
+        "metadata": {**live["metadata"], "resourceVersion": "3"},
+        "spec": {**live["spec"], "template": edited_template},
+    }
+    world.deployments.put(edited)
+    world.live_replicasets["app-00"].append(world.replicaset(edited, "3"))
+    config = with_status(config, started)
+    world.executor.found(OLD_HASH)
+    world.writer.injects = OLD
+    world.clock.now += 5.0
+    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert "brought 1 of 1" in restoring.message
+    ((key, patch),) = world.writer.patches
+    assert key == "ns/app-00"
+    after = apply_merge_patch(edited["spec"], patch["spec"])
+    assert after["template"]["spec"] == edited_template["spec"]  # the image change stands
+    annotations = after["template"]["metadata"]["annotations"]
+    assert annotations[RESTARTED_FOR_ANNOTATION] == OLD_HASH
+
+
+async def test_a_deployment_only_we_changed_goes_back_to_its_previous_template() -> None:
+    world = RollbackWorld(2)
+    config = rollback_config()
+    started = await failed_first_pass(world, config)
+    config = with_status(config, started)
+    world.executor.found(OLD_HASH)
+    world.writer.injects = OLD
+    world.clock.now += 5.0
+    await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    ((_, patch),) = world.writer.patches
+    assert patch["spec"]["template"] == {"metadata": {"annotations": None}}
+
+
+OURS = {RESTARTED_FOR_ANNOTATION: "h1", "config.linkerd.io/restarted-at": "t"}
+BEFORE: Json = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"image": "w:1"}]}}
+
+
+@pytest.mark.parametrize(
+    ("live", "only_ours"),
+    [
+        ({**BEFORE, "metadata": {**BEFORE["metadata"], "annotations": OURS}}, True),
+        (BEFORE, True),
+        (
+            {
+                "metadata": {**BEFORE["metadata"], "annotations": OURS},
+                "spec": {"containers": [{"image": "w:2"}]},
+            },
+            False,
+        ),
+        (
+            {
+                **BEFORE,
+                "metadata": {
+                    **BEFORE["metadata"],
+                    "annotations": {**OURS, "kubectl.kubernetes.io/restartedAt": "t"},
+                },
+            },
+            False,
+        ),
+        (
+            {**BEFORE, "metadata": {"labels": {"app": "web", "tier": "2"}, "annotations": OURS}},
+            False,
+        ),
+    ],
+)
+def test_only_a_template_changed_by_our_restart_alone_goes_back(
+    live: Json, only_ours: bool
+) -> None:
+    deployment = {"metadata": {"name": "web"}, "spec": {"template": live}}
+    assert rollback.only_restarted_since(deployment, BEFORE) is only_ours
