@@ -268,23 +268,33 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         return Plan(name, decided)
     desired, configmaps = decided
     desired = defaults.restricted(desired)
+    # The stored object's rollout of this very spec rolled back: applying it again (no new
+    # generation) keeps the ConfigMaps on the configuration returned to, as the controller
+    # does (``rollback.config_to_render``).
+    written = desired
+    if old is not None and old.get("spec") == config.get("spec"):
+        halt = workload_health.halt_state(old, desired.config_hash).halted
+        held = _rolled_back_to(old, halt, configmaps, desired)
+        if isinstance(held, Problem):
+            return Plan(name, held)
+        written = held or desired
     target = desired.target
     current = configmaps.get(target.name)
     annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
     data = (current or {}).get("data") or {}
     keys = [
         KeyChange(str(target), key, tuple(found))
-        for key in sorted(desired.data)
-        if (found := key_diff(data.get(key), desired.data[key]))
+        for key in sorted(written.data)
+        if (found := key_diff(data.get(key), written.data[key]))
     ]
-    for companion, wanted in sorted(desired.companions.items()):
+    for companion, wanted in sorted(written.companions.items()):
         there = (configmaps.get(companion) or {}).get("data") or {}
         keys.extend(
             KeyChange(f"{target.namespace}/{companion}", key, tuple(found))
             for key in sorted(wanted)
             if (found := key_diff(there.get(key), wanted[key]))
         )
-    ours = {OWNER_ANNOTATION: name, HASH_ANNOTATION: desired.config_hash}
+    ours = {OWNER_ANNOTATION: name, HASH_ANNOTATION: written.config_hash}
     metadata_changes = diff(
         {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
     )
@@ -292,7 +302,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     batch = spec.batch_size(defaults.max_restarts_per_pass)
     restarts, kept_lines, first = _rollout(view, desired, batch, spec.canary, old)
     try:
-        anchors = _anchors(desired, configmaps, old, view)
+        anchors = _anchors(written, configmaps, old, view)
     except BundleError as exc:
         return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
     return Plan(

@@ -4,14 +4,20 @@ between the steps, and a ``status.lastCompleted`` that can no longer be used."""
 
 from __future__ import annotations
 
+import copy
+
 import orjson
 import pytest
 
+from linkerd_config.inspection import render_plan
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
+from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan
+from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.merge_patch import apply_merge_patch
+from tests.support.samples import install_configmap, modern_install, sample
 from tests.unit.test_rollback_executor import (
     OLD_DESIRED,
     OLD_HASH,
@@ -236,3 +242,84 @@ def test_only_a_template_changed_by_our_restart_alone_goes_back(
 ) -> None:
     deployment = {"metadata": {"name": "web"}, "spec": {"template": live}}
     assert rollback.only_restarted_since(deployment, BEFORE) is only_ours
+
+
+# -- plan while rolled back -------------------------------------------------------------------
+
+
+def _rolled_back_cluster(fmt: str) -> tuple[Json, ClusterView, str]:
+    """A LinkerdConfig whose rollout of its spec failed and was rolled back: the stored
+    object (its status: lastCompleted, the RolledBack record) and the cluster as the
+    controller leaves it (the ConfigMaps on the configuration returned to)."""
+    if fmt == "legacy":
+        config = sample("edge_19.12.3.yaml")
+        installed = {"linkerd-config": install_configmap()}
+        old_version = "edge-19.12.1"
+        config["spec"]["global"]["version"] = "edge-19.12.3"
+    else:
+        installed = {cm["metadata"]["name"]: cm for cm in modern_install()}
+        config = {
+            "apiVersion": "config.linkerd.io/v1alpha1",
+            "kind": "LinkerdConfig",
+            "metadata": {"name": "linkerd"},
+            "spec": {"proxy": {"proxyVersion": "edge-26.8.3"}},
+        }
+        old_version = "edge-26.8.2"
+    config["spec"]["rollout"] = {"onFailure": "Rollback"}
+    old = copy.deepcopy(config)
+    old["spec"]["proxy"]["proxyVersion"] = old_version
+    target = target_of(config)
+    asked = desired_config(config, current_data(installed, target))
+    back = desired_config(old, current_data(installed, target))
+    kept = copy.deepcopy(installed)  # the ConfigMaps as the rollback leaves them
+    ours = apply_body(back, config["metadata"]["name"])
+    kept[target.name]["data"].update(ours["data"])
+    kept[target.name]["metadata"].setdefault("annotations", {}).update(
+        ours["metadata"]["annotations"]
+    )
+    for name, data in back.companions.items():
+        kept[name]["data"].update(data)
+    stored = copy.deepcopy(config)
+    stored["metadata"] = {
+        **stored["metadata"],
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+        "generation": 2,
+    }
+    last = rollback.completed_record(
+        {"metadata": {"generation": 1}, "spec": old["spec"]}, back.config_hash, "t0"
+    )
+    assert last is not None
+    halt = workload_health.halt_record(
+        stored, asked.config_hash, [("deployment/emojivoto/web", "new pods refused")], "t1"
+    )
+    stored["status"] = {
+        rollback.LAST_COMPLETED_FIELD: last,
+        HALT_FIELD: rollback.finished(rollback.start(halt, last, [])),
+    }
+    cluster = ClusterView(
+        configs=[stored],
+        configmaps={f"linkerd/{n}": cm for n, cm in kept.items()},
+        pods=[],
+        namespaces={},
+        replicasets={},
+        workloads={},
+        config_namespace="linkerd",
+    )
+    return config, cluster, back.config_hash
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+def test_a_plan_of_the_rolled_back_spec_changes_no_configmap(fmt: str) -> None:
+    """Applying the spec that failed again changes nothing (no new generation): the
+    controller keeps the ConfigMap on the configuration it returned to, so ``plan`` must not
+    show it going back to the failed one."""
+    config, cluster, back_hash = _rolled_back_cluster(fmt)
+    result = plan(config, cluster, RolloutDefaults())
+    assert result.problem is None, result.problem
+    assert result.keys == () and result.metadata == (), render_plan(result)
+    assert result.halted == ("deployment/emojivoto/web: new pods refused",)
+    # A changed spec is a new attempt: its configuration is written, as the controller would.
+    changed = copy.deepcopy(config)
+    changed["spec"]["rollout"]["progressDeadline"] = "20m"
+    again = plan(changed, cluster, RolloutDefaults())
+    assert again.keys and again.current_hash == back_hash
