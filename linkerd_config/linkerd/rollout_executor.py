@@ -172,6 +172,11 @@ class _ConfigProgress:
     canary_passed: Json | None = None
     """The canary's record once this process saw it pass (spec.rollout.canary): until status
     says so, the rest's restarts must not look like a larger canary."""
+    restores_tried: dict[str, float] = field(default_factory=dict)
+    """Monotonic time this process last tried to bring each workload back from this failed
+    configuration (a rollback): tried again no sooner than ``HEALTH_RECHECK`` later, however
+    many events wake the reconcile meanwhile (a refusal is not sent, said and counted on
+    each of them)."""
 
 
 @dataclass(frozen=True)
@@ -500,13 +505,23 @@ class RolloutExecutor:
                     *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
                     f"{progress.waiting_why}", requeue_after=asked, status=kept,
                 )  # fmt: skip
+            tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
+            due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= HEALTH_RECHECK]
+            if not due:
+                return RolloutOutcome(
+                    *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                    f"{len(pending)} workload(s) not back onto it yet, tried again shortly",
+                    requeue_after=min(tried[str(w)] for w in pending) + HEALTH_RECHECK - now,
+                    status=kept,
+                )  # fmt: skip
+            tried.update((str(w), now) for w in due)
             limit = asyncio.Semaphore(RESTART_CONCURRENCY)
 
             async def restore(workload: rollout.Workload) -> bool:
                 async with limit:
                     return await self._restore_reported(config, workload, failed, effective)
 
-            done = await asyncio.gather(*(restore(w) for w in pending))
+            done = await asyncio.gather(*(restore(w) for w in due))
             return RolloutOutcome(
                 *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: brought "
                 f"{sum(done)} of {len(pending)} workload(s) back onto it",

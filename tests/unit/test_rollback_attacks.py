@@ -15,6 +15,7 @@ from linkerd_config.linkerd import rollback, workload_health
 from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
+from linkerd_config.linkerd.rollout_executor import HEALTH_RECHECK
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.merge_patch import apply_merge_patch
 from tests.support.samples import install_configmap, modern_install, sample
@@ -323,3 +324,30 @@ def test_a_plan_of_the_rolled_back_spec_changes_no_configmap(fmt: str) -> None:
     changed["spec"]["rollout"]["progressDeadline"] = "20m"
     again = plan(changed, cluster, RolloutDefaults())
     assert again.keys and again.current_hash == back_hash
+
+
+async def test_a_refused_restore_is_tried_again_at_a_pace_not_on_every_event() -> None:
+    """Every pod and workload change wakes the reconcile. A restore the API server refuses
+    (a webhook refusing updates of that Deployment, say) was sent again, with a Warning
+    Event and a failure counted, on every one of them."""
+    world = RollbackWorld(2)
+    config = rollback_config()
+    config = with_status(config, await failed_first_pass(world, config))
+    world.executor.found(OLD_HASH)
+    world.writer.injects = OLD
+    world.writer.forbidden.add("app-00")
+    world.clock.now += 5.0
+    for _ in range(20):  # 20 events in 2 s
+        world.clock.now += 0.1
+        outcome = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+        assert outcome.reason == "RollingBack"
+    refused = [e for e in world.recorder.full if e[3] == "RollbackFailed"]
+    assert len(refused) == 1, len(refused)
+    failures = world.executor.metrics.restart_failures.labels("Deployment")
+    assert failures._value.get() == 1.0  # type: ignore[attr-defined]
+    assert outcome.requeue_after is not None and 0 < outcome.requeue_after <= HEALTH_RECHECK
+    world.clock.now += HEALTH_RECHECK  # its time comes: tried again, and once allowed, done
+    world.writer.forbidden.clear()
+    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert "brought 1 of 1" in restoring.message
+    assert world.writer.patched == ["ns/app-00", "ns/app-00"]  # the restart, the restore
