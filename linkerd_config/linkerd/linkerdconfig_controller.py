@@ -407,7 +407,18 @@ class LinkerdConfigController:
         going_back = rollback.config_to_render(config, halt.halted)
         if going_back is None:
             return asked, asked
-        return asked, await asyncio.to_thread(desired_config, going_back, current)
+        try:
+            return asked, await asyncio.to_thread(desired_config, going_back, current)
+        except (FormatError, VersionError) as exc:
+            # What is installed now cannot take it (Linkerd upgraded to the values format
+            # since, say). The spec is not invalid for that: the rollout halts instead.
+            log.warning(
+                "cannot roll back: the last completed configuration does not render onto "
+                "what is installed; halted instead",
+                linkerdconfig=config["metadata"]["name"],
+                problem=str(exc),
+            )
+            return asked, asked
 
     async def _preserve(self, config: Json, name: str, configmap: Json, desired: Desired) -> None:
         """Keep the copy of what we did not write in ConfigMap ``name`` (the target, or one it

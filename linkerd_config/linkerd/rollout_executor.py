@@ -481,9 +481,11 @@ class RolloutExecutor:
             self.metrics.rolled_back.labels(name).set(0)
             self.metrics.halted.labels(name).set(1)
             return RolloutOutcome(
-                *counts, HALTED, f"{head}; cannot roll back: status no longer records "
-                f"configuration {section.get('toHash')} as the last completed "
-                f"(lastCompleted), so the rollout is halted instead. {RESUME_HINT}",
+                *counts, HALTED, f"{head}; cannot roll back to configuration "
+                f"{section.get('toHash')}: status no longer records it as the last completed "
+                "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
+                f"installed now (the controller's log says which), so the rollout is halted "
+                f"instead. {RESUME_HINT}",
                 status=kept,
             )  # fmt: skip
         back_to = f"configuration {effective.config_hash} (proxy {effective.proxy.version})"

@@ -8,10 +8,14 @@ import copy
 
 import orjson
 import pytest
+from prometheus_client import CollectorRegistry
 
 from linkerd_config.inspection import render_plan
+from linkerd_config.kube.client import ClusterAccess, KubeClient
+from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
+from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
@@ -351,3 +355,45 @@ async def test_a_refused_restore_is_tried_again_at_a_pace_not_on_every_event() -
     restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
     assert "brought 1 of 1" in restoring.message
     assert world.writer.patched == ["ns/app-00", "ns/app-00"]  # the restart, the restore
+
+
+# -- the controller's rendering of a rollback ------------------------------------------------
+
+
+async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_invalid_spec() -> None:
+    """The last completed configuration was legacy (``global``/``proxy`` keys, Linkerd up to
+    edge-20.10.1); Linkerd was upgraded since, to a release that reads ``values``, and the
+    first configuration for it failed. Going back cannot render onto what is installed: the
+    spec itself is valid, so the LinkerdConfig must not be reported invalid and stopped there
+    (the failed configuration stays written, the rollout halted, saying why)."""
+    access = ClusterAccess("https://127.0.0.1:1", False, lambda: None, "test")
+    registry = CollectorRegistry()
+    client = KubeClient(access, registry=registry)  # never opened: nothing here does I/O
+    controller = LinkerdConfigController(client, EventRecorder(client, "test"))
+    installed = {cm["metadata"]["name"]: cm for cm in modern_install()}
+    config: Json = {
+        "apiVersion": "config.linkerd.io/v1alpha1",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": "linkerd", "generation": 4, "resourceVersion": "7"},
+        "spec": {"proxy": {"proxyVersion": "edge-26.8.3"}, "rollout": {"onFailure": "Rollback"}},
+    }
+    legacy = sample("edge_19.12.3.yaml")
+    last = rollback.completed_record({**legacy, "metadata": {"generation": 3}}, "h0", "t0")
+    assert last is not None and rollback.target({**config, "status": {
+        rollback.LAST_COMPLETED_FIELD: last}}, "h1")[0] is not None  # it validates  # fmt: skip
+    current = current_data(installed, target_of(config))
+    asked = desired_config(config, current)
+    halt = workload_health.halt_record(
+        config, asked.config_hash, [("deployment/ns/app", "new pods refused")], "t1"
+    )
+    config["status"] = {
+        rollback.LAST_COMPLETED_FIELD: last,
+        HALT_FIELD: rollback.start(halt, last, []),
+    }
+    spec_said, written = await controller._render(config, current)
+    assert spec_said.config_hash == asked.config_hash
+    assert written.config_hash == asked.config_hash  # nothing else can be written
+    outcome = await controller.rollout.roll(config, spec_said, written)
+    assert outcome.reason == "RolloutHalted"
+    assert "cannot roll back to configuration h0" in outcome.message
+    assert "renders onto the Linkerd installed now" in outcome.message
