@@ -568,7 +568,8 @@ def _rolled_back_to(
     config: Json, halt: Json | None, configmaps: dict[str, Json], desired: Desired
 ) -> Desired | Problem | None:
     """What the ConfigMap holds while a failed rollout is rolled back (the controller's own
-    choice: ``rollback.config_to_render``); None when no rollback is in force."""
+    choice: ``rollback.config_to_render``); None when no rollback is in force, or when what
+    is installed now cannot take it (then the controller writes the spec and halts)."""
     going_back = rollback.config_to_render(config, halt)
     if going_back is None:
         return None
@@ -576,8 +577,8 @@ def _rolled_back_to(
         return desired_config(going_back, current_data(configmaps, desired.target))
     except InstalledDataError as exc:
         return Problem("InstalledConfigUnreadable", str(exc))
-    except (FormatError, VersionError) as exc:
-        return Problem("InvalidConfig", str(exc))
+    except (FormatError, VersionError):
+        return None
 
 
 def _rolled_back_line(halt: Json | None, held: Desired | None) -> str:

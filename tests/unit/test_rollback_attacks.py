@@ -16,7 +16,7 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan
+from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
 from linkerd_config.linkerd.rollout_executor import HEALTH_RECHECK
@@ -397,3 +397,18 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
     assert outcome.reason == "RolloutHalted"
     assert "cannot roll back to configuration h0" in outcome.message
     assert "renders onto the Linkerd installed now" in outcome.message
+    # status and plan say what the controller does: no invalid spec, the halt.
+    cluster = ClusterView(
+        configs=[{**config, "metadata": {**config["metadata"], "creationTimestamp": "t"}}],
+        configmaps={f"linkerd/{n}": cm for n, cm in installed.items()},
+        pods=[],
+        namespaces={},
+        replicasets={},
+        workloads={},
+        config_namespace="linkerd",
+    )
+    (said,) = status(cluster, RolloutDefaults())
+    assert said.problem is None, said.problem
+    assert said.halted == ("deployment/ns/app: new pods refused",) and not said.rolled_back
+    planned = plan(config, cluster, RolloutDefaults())
+    assert planned.problem is None, planned.problem
