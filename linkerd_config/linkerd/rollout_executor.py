@@ -141,6 +141,15 @@ def _skipped_message(skipped: list[tuple[str, str]]) -> str:
     return f"Skipped, not restarted: {_listed(shown, 5)}."
 
 
+def _failures(failed: Iterable[object]) -> str:
+    """Failed workloads and why, as messages list them: a few, each cut short, the rest
+    counted (a condition's message is at most 32768 characters, and a pass may fail
+    thousands of workloads at once, each with the API server's reason)."""
+    items = [workload_health.cut(str(f), 1024) for f in failed]
+    shown = "; ".join(items[:5])
+    return shown if len(items) <= 5 else f"{shown}; and {len(items) - 5} more"
+
+
 def _listed(items: list[str], limit: int = 10) -> str:
     shown = ", ".join(items[:limit])
     return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
@@ -366,7 +375,7 @@ class RolloutExecutor:
         self.metrics.rolled_back.labels(name).set(0)
         if halt.halted is not None:
             self.metrics.halted.labels(name).set(1)
-            failed = "; ".join(halt.halted.get("failed") or ())
+            failed = _failures(halt.halted.get("failed") or ())
             return RolloutOutcome(
                 *counts, HALTED, f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
                 status={workload_health.HALT_FIELD: halt.halted},
@@ -472,7 +481,7 @@ class RolloutExecutor:
         section = rollback.section(halt) or {}
         self.metrics.halted.labels(name).set(0)
         self.metrics.rolled_back.labels(name).set(1)
-        failed_list = "; ".join(str(f) for f in halt.get("failed") or ())
+        failed_list = _failures(halt.get("failed") or ())
         head = f"rollout of proxy {failed.proxy.version} failed ({failed_list})"
         plan = self._plan(effective)
         counts = (len(plan.workloads), 0, 0)
@@ -760,7 +769,7 @@ class RolloutExecutor:
         cannot go back if it cannot), the record starts a rollback instead."""
         name = str(config["metadata"]["name"])
         record = workload_health.halt_record(config, config_hash, failed, rfc3339(self.wall()))
-        listed = "; ".join(f"{w}: {why}" for w, why in failed)
+        listed = _failures(f"{w}: {why}" for w, why in failed)
         reason, outcome, after = HALTED, "halted", ""
         back_to, restarted, why_not = going_back or (None, [], "")
         if back_to is not None:

@@ -312,18 +312,37 @@ def halt_state(config: Json, config_hash: str) -> HaltState:
         resumed,
         {
             HALT_FIELD: None,
-            FORGIVEN_FIELD: {"configHash": config_hash, "workloads": sorted(resumed)},
+            FORGIVEN_FIELD: {
+                "configHash": config_hash,
+                "workloads": sorted(resumed)[:MAX_LISTED],
+            },
         },
     )
 
 
+MAX_LISTED: Final = 1000
+"""The most failed (and forgiven) workloads status lists: the CRD's maxItems. A pass may
+restart up to 10000, and a refusal fails all of them at once; the rest are counted in the
+messages, and fail again after a resume that could not name them."""
+MAX_FAILURE_CHARS: Final = 4096
+"""The longest failure status keeps (the CRD's maxLength): the API server's reason for
+refusing a pod is as long as the admission policy or webhook made it."""
+
+
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters ending in an ellipsis."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}…"
+
+
 def halt_record(config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str) -> Json:
     """The status record of a new halt: what failed and why, for this configuration,
-    generation and resume token."""
+    generation and resume token (within the CRD's bounds: else the API server refuses the
+    status write, and the halt is never recorded)."""
+    listed = [cut(f"{name}: {why}", MAX_FAILURE_CHARS) for name, why in failed]
     return {
         "configHash": config_hash,
         "generation": _generation(config),
         "resumeToken": _resume_token(config),
-        "failed": [f"{name}: {why}" for name, why in failed],
+        "failed": listed[:MAX_LISTED],
         "at": at,
     }

@@ -16,6 +16,7 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, workload_health
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from linkerd_config.linkerd.linkerdconfig_resource import status_schema
 from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
@@ -26,6 +27,7 @@ from tests.support.samples import install_configmap, modern_install, sample
 from tests.unit.test_rollback_executor import (
     OLD_DESIRED,
     OLD_HASH,
+    REFUSED,
     RollbackWorld,
     failed_first_pass,
     rollback_config,
@@ -412,3 +414,71 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
     assert said.halted == ("deployment/ns/app: new pods refused",) and not said.rolled_back
     planned = plan(config, cluster, RolloutDefaults())
     assert planned.problem is None, planned.problem
+
+
+# -- a halt of many workloads, against the CRD's bounds ---------------------------------------
+
+
+def _outside_schema(schema: Json, value: object, path: str = "status") -> list[str]:
+    """Where ``value`` breaks the schema's maxItems and maxLength (what the API server
+    refuses a status write for)."""
+    found: list[str] = []
+    if isinstance(value, str) and len(value) > schema.get("maxLength", len(value)):
+        found.append(f"{path}: {len(value)} characters > {schema['maxLength']}")
+    if isinstance(value, list):
+        if len(value) > schema.get("maxItems", len(value)):
+            found.append(f"{path}: {len(value)} items > {schema['maxItems']}")
+        for i, item in enumerate(value):
+            found += _outside_schema(schema.get("items") or {}, item, f"{path}[{i}]")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            inner = (schema.get("properties") or {}).get(key) or {}
+            found += _outside_schema(inner, item, f"{path}.{key}")
+    return found
+
+
+REFUSAL = (
+    'pods "{name}-7d9f8b6c5d-x2x9z" is forbidden: ValidatingAdmissionPolicy '
+    "'refuse-new-proxy' with binding 'refuse-new-proxy-binding' denied request: this "
+    "namespace does not admit the new proxy version yet"
+)
+
+
+@pytest.mark.parametrize(
+    ("failing", "detail"),
+    [(200, ""), (1200, ""), (3, " (a webhook's long reason)" * 400)],
+)
+async def test_a_halt_of_many_workloads_fits_what_the_api_server_stores(
+    failing: int, detail: str
+) -> None:
+    """maxRestartsPerPass admits up to 10000; a namespace-wide refusal fails every workload
+    of the pass at once, each with the API server's message. The halt's status (the record,
+    the condition messages) must stay within the CRD's bounds, else the API server refuses
+    the status write and the halt is never recorded; and a resume must still be written."""
+    world = RollbackWorld(failing)
+    config = {**rollback_config(last_completed=False), "spec": {"rollout": {}}}
+    config["spec"]["rollout"] = {"maxRestartsPerPass": failing, "progressDeadline": "30s"}
+    await world.executor.roll(config, DESIRED, DESIRED)
+    for key, _ in world.writer.patches:
+        name = key.split("/")[1]
+        refused = {**REFUSED, "conditions": [{**REFUSED["conditions"][0],
+                   "message": REFUSAL.format(name=name) + detail}]}  # fmt: skip
+        world.writer.patches = [(key, _)]
+        world.restarted(refused)
+    world.clock.now += 1.0
+    halted = await world.executor.roll(config, DESIRED, DESIRED)
+    assert halted.reason == "RolloutHalted"
+    schema = status_schema()
+    condition = schema["properties"]["conditions"]["items"]["properties"]["message"]
+    assert len(halted.message) <= condition["maxLength"], len(halted.message)
+    assert _outside_schema(schema, halted.status) == []
+    assert halted.message.count("deployment/ns/") == min(failing, 5)
+    assert failing <= 5 or f"and {failing - 5} more" in halted.message
+    assert len(halted.status[HALT_FIELD]["failed"]) == min(failing, 1000)
+    # Resumed: what status then says of the forgiven fits too.
+    written = with_status(config, halted)
+    resumed = {**written, "metadata": {**written["metadata"],
+               "annotations": {workload_health.RESUME_ANNOTATION: "1"}}}  # fmt: skip
+    after = world.executor.halt_state(resumed, HASH)
+    assert after.halted is None
+    assert _outside_schema(schema, after.status) == []
