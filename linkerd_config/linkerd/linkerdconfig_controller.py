@@ -282,6 +282,7 @@ class LinkerdConfigController:
         if config is None or config["metadata"].get("deletionTimestamp"):
             # Deleting a LinkerdConfig never deletes the ConfigMap: the mesh outlives us.
             log.info("linkerdconfig gone; configmap left as it is", linkerdconfig=key)
+            self.rollout.forget(key)
             return Result()
         status: Json = dict(config.get("status") or {})
         conditions: list[Json] = list(status.get("conditions") or [])

@@ -273,6 +273,12 @@ class RolloutExecutor:
         # was derived). A reconcile that changes no cache (a reverted edit, a status write)
         # reuses them: deciding over 50,000 pods costs once per change, not per reconcile.
 
+    def forget(self, name: str) -> None:
+        """LinkerdConfig ``name`` is gone: its gauges go with it (a halted one's 1 would keep
+        the alert on it firing)."""
+        self.metrics.halted.remove(name)
+        self.metrics.rolled_back.remove(name)
+
     def _of(self, config_hash: str) -> _ConfigProgress:
         return self._progress.setdefault(config_hash, _ConfigProgress())
 

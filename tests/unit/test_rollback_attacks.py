@@ -482,3 +482,20 @@ async def test_a_halt_of_many_workloads_fits_what_the_api_server_stores(
     after = world.executor.halt_state(resumed, HASH)
     assert after.halted is None
     assert _outside_schema(schema, after.status) == []
+
+
+async def test_a_deleted_linkerdconfig_leaves_no_halted_gauge_to_alert_on() -> None:
+    """LinkerdConfigRolloutHalted and LinkerdConfigRolloutRolledBack fire while the leader's
+    gauge is 1. A LinkerdConfig deleted while halted (or rolled back) kept its 1 until the
+    process restarted: an alert about an object that no longer exists, for ever."""
+    access = ClusterAccess("https://127.0.0.1:1", False, lambda: None, "test")
+    registry = CollectorRegistry()
+    client = KubeClient(access, registry=registry)  # never opened: nothing here does I/O
+    controller = LinkerdConfigController(client, EventRecorder(client, "test"))
+    controller.rollout.metrics.halted.labels("gone").set(1)
+    controller.rollout.metrics.rolled_back.labels("gone").set(1)
+    controller.rollout.metrics.halted.labels("kept").set(1)
+    await controller.reconcile("gone")  # not in the cache: deleted
+    for family in ("linkerd_config_rollout_halted", "linkerd_config_rollout_rolled_back"):
+        assert registry.get_sample_value(family, {"linkerdconfig": "gone"}) is None, family
+    assert registry.get_sample_value("linkerd_config_rollout_halted", {"linkerdconfig": "kept"})
