@@ -258,6 +258,17 @@ def only_restarted_since(deployment: Json, template: Json) -> bool:
     return _without_restart_records(live) == _without_restart_records(template)
 
 
+def restores_to(template: Json, hashes: Iterable[str]) -> bool:
+    """Whether restoring ``template`` (a previous ReplicaSet's) brings back one of
+    ``hashes``' configurations, as far as its record tells: it records one of them, or none
+    (no restart of ours made it). One recording another configuration (whose rollout never
+    completed: a newer spec came first) would bring back that one's proxy, and the rollback
+    would wait for ever for pods nothing restarts."""
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    recorded = annotations.get(RESTARTED_FOR_ANNOTATION)
+    return recorded is None or recorded in set(hashes)
+
+
 def merge_patch(current: Any, wanted: Any) -> Any:
     """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: a key that
     ``wanted`` lacks is set to null, objects are patched key by key, anything else replaced."""

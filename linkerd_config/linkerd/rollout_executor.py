@@ -536,7 +536,9 @@ class RolloutExecutor:
 
             async def restore(workload: rollout.Workload) -> bool:
                 async with limit:
-                    return await self._restore_reported(config, workload, failed, effective)
+                    return await self._restore_reported(
+                        config, workload, failed, effective, str(section.get("toHash") or "")
+                    )
 
             done = await asyncio.gather(*(restore(w) for w in due))
             return RolloutOutcome(
@@ -579,14 +581,21 @@ class RolloutExecutor:
         )  # fmt: skip
 
     async def _restore_reported(
-        self, config: Json, workload: rollout.Workload, failed: Desired, effective: Desired
+        self,
+        config: Json,
+        workload: rollout.Workload,
+        failed: Desired,
+        effective: Desired,
+        to_hash: str = "",
     ) -> bool:
         """``_restore``, counted, logged and recorded as an Event on the workload; a refusal
         is reported with the API server's reason and retried on the next reconcile."""
         involved = self._involved(workload)
         name = config["metadata"]["name"]
         try:
-            how = await self._restore(config, workload, failed.config_hash, effective.config_hash)
+            how = await self._restore(
+                config, workload, failed.config_hash, effective.config_hash, to_hash
+            )
         except ApiError as exc:
             reason = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
             log.warning("rollback of a workload failed; will retry", workload=str(workload),
@@ -613,11 +622,18 @@ class RolloutExecutor:
         return bool(how)
 
     async def _restore(
-        self, config: Json, workload: rollout.Workload, failed_hash: str, old_hash: str
+        self,
+        config: Json,
+        workload: rollout.Workload,
+        failed_hash: str,
+        old_hash: str,
+        to_hash: str = "",
     ) -> str:
         """Bring one workload back from ``failed_hash``: a Deployment to its previous
         ReplicaSet's pod template (``kubectl rollout undo``) when only our restart changed it
-        since, anything else restarted onto ``old_hash``. How it was done, or "" when it
+        since and that ReplicaSet is not another configuration's (``rollback.restores_to``:
+        ``old_hash`` is rendered, ``to_hash`` recorded), anything else restarted onto
+        ``old_hash``. How it was done, or "" when it
         needed nothing (already back, gone, or changed since: the next reconcile looks
         again)."""
         if workload.kind == "Deployment":
@@ -626,8 +642,13 @@ class RolloutExecutor:
                 return ""
             siblings = await self.writer.list(REPLICASETS, workload.namespace)
             template = rollback.previous_template(live, siblings, failed_hash)
-            # Edited since our restart: restarted instead, so the edit stands.
-            if template is not None and rollback.only_restarted_since(live, template):
+            # Edited since our restart: restarted instead, so the edit stands. Another
+            # configuration's: restarted instead, so its proxy does not come back.
+            if (
+                template is not None
+                and rollback.only_restarted_since(live, template)
+                and rollback.restores_to(template, (old_hash, to_hash))
+            ):
                 try:
                     await self.writer.merge_patch(
                         DEPLOYMENTS,

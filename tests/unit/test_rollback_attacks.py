@@ -14,7 +14,7 @@ from linkerd_config.inspection import render_plan
 from linkerd_config.kube.client import ClusterAccess, KubeClient
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback, workload_health
+from linkerd_config.linkerd import rollback, rollout, workload_health
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.linkerdconfig_resource import status_schema
 from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
@@ -499,3 +499,52 @@ async def test_a_deleted_linkerdconfig_leaves_no_halted_gauge_to_alert_on() -> N
     for family in ("linkerd_config_rollout_halted", "linkerd_config_rollout_rolled_back"):
         assert registry.get_sample_value(family, {"linkerdconfig": "gone"}) is None, family
     assert registry.get_sample_value("linkerd_config_rollout_halted", {"linkerdconfig": "kept"})
+
+
+async def test_a_previous_replicaset_of_another_configuration_is_not_gone_back_to() -> None:
+    """A completed (h0, lastCompleted); B's rollout restarted app-00 (its ReplicaSet records
+    hB, its pod runs B's proxy) but a new spec came before B completed; that one failed. Going
+    back to A must not restore B's ReplicaSet: its pods run B's proxy, the rollback's gate
+    waits for A's, and nothing restarts them: RollingBack for ever. The Deployment is
+    restarted onto A instead."""
+    b_proxy = "edge-19.12.2"
+    world = RollbackWorld(2)
+    live = world.deployments.get("ns/app-00")
+    template = live["spec"]["template"]
+    template = {**template, "metadata": {**template["metadata"],
+                "annotations": {RESTARTED_FOR_ANNOTATION: "hB"}}}  # fmt: skip
+    live = {**live, "spec": {**live["spec"], "template": template}}
+    world.deployments.put(live)
+    world.live_replicasets["app-00"] = [world.replicaset(live, "1")]
+    pod = world.pods.get("ns/app-00-pod")
+    annotations = {rollout.PROXY_VERSION_ANNOTATION: b_proxy}
+    world.pods.put({**pod, "metadata": {**pod["metadata"], "annotations": annotations}})
+    config = rollback_config()
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"
+    config = with_status(config, started)
+    world.executor.found(OLD_HASH)
+    world.writer.injects = OLD
+    world.clock.now += 5.0
+    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert "brought 1 of 1" in restoring.message
+    ((_, patch),) = world.writer.patches
+    annotations = patch["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[RESTARTED_FOR_ANNOTATION] == OLD_HASH  # restarted onto A
+    world.restored()
+    pod = world.pods.get("ns/app-00-pod")
+    annotations = {rollout.PROXY_VERSION_ANNOTATION: OLD}  # its new pod, injected with A
+    world.pods.put({**pod, "metadata": {**pod["metadata"], "annotations": annotations}})
+    done = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert done.reason == "RolledBack", done.message
+
+
+@pytest.mark.parametrize(
+    ("recorded", "restores"), [(None, True), ("h0", True), ("h0b", True), ("hB", False)]
+)
+def test_a_previous_template_restores_only_the_configuration_returned_to(
+    recorded: str | None, restores: bool
+) -> None:
+    annotations = {} if recorded is None else {RESTARTED_FOR_ANNOTATION: recorded}
+    template = {"metadata": {"annotations": annotations}, "spec": {}}
+    assert rollback.restores_to(template, ("h0", "h0b")) is restores
