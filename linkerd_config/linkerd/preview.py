@@ -393,6 +393,7 @@ def _rollout(
         rollout.pending(planned.workloads, view.record, desired.config_hash),
         lambda w: w.kind,
         view.record,
+        rollback.settled(stored or {}),
     )
     ahead, said = _canary_first(view, desired.config_hash, first, stored, todo)
     rest = [w for w in todo if w not in ahead]
@@ -612,7 +613,9 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     # While rolled back, the ConfigMap and the pods are measured against what was returned to.
     standing = view.standing(held or desired)  # one pass over the pods: the stale ones
     candidates = [w for w, states in sorted(standing.workloads.items()) if rollout.STALE in states]
-    _, skipped = workload_health.preflight_split(candidates, lambda w: w.kind, view.record)
+    _, skipped = workload_health.preflight_split(
+        candidates, lambda w: w.kind, view.record, rollback.settled(config)
+    )
     why_skipped = dict(skipped)
     stale = tuple(
         WorkloadLine(w, SKIPPED, {f"skipped: {why_skipped[w]}": pods})

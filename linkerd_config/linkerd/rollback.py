@@ -89,6 +89,12 @@ def last_completed(config: Json) -> Json | None:
     return dict(record)
 
 
+def settled(config: Json) -> str | None:
+    """The hash of the last configuration whose rollout completed, if status records one."""
+    found = last_completed(config)
+    return None if found is None else str(found["configHash"])
+
+
 def start(halt: Json, target: Json, restarted: Iterable[Workload]) -> Json:
     """A halt record turned into a rollback to ``target`` (a ``lastCompleted`` record), with
     the owners the failed rollout restarted: the ones to bring back."""

@@ -423,7 +423,9 @@ class RolloutExecutor:
                 f"would be restarted for proxy {version}; set spec.rollout.paused to false "
                 "to resume",
             )  # fmt: skip
-        todo, skipped = self._preflight(rollout.pending(plan.workloads, self._record, config_hash))
+        todo, skipped = self._preflight(
+            rollout.pending(plan.workloads, self._record, config_hash), rollback.settled(config)
+        )
         # spec.rollout.canary: until it passes, only the canary is restarted (canary.decide).
         todo, first = self._canary(config, config_hash, spec, restarted, halt.forgiven, todo)
         progress = self._of(config_hash)
@@ -773,11 +775,13 @@ class RolloutExecutor:
         )
 
     def _preflight(
-        self, workloads: list[rollout.Workload]
+        self, workloads: list[rollout.Workload], settled: str | None
     ) -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
         """Of the workloads to restart, those that may be, and the others with why not:
         paused or already unhealthy, their trouble is not ours."""
-        ready, skipped = workload_health.preflight_split(workloads, lambda w: w.kind, self._record)
+        ready, skipped = workload_health.preflight_split(
+            workloads, lambda w: w.kind, self._record, settled
+        )
         return ready, [(str(w), why) for w, why in skipped]
 
     def _halt(

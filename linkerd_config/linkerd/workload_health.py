@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
 
 State = Literal["done", "waiting", "failed"]
 W = TypeVar("W")
@@ -139,15 +140,24 @@ def _daemonset(status: Json, observed: bool) -> Verdict:
     return Verdict("done")
 
 
-def preflight(kind: str, obj: Json) -> str | None:
+def preflight(kind: str, obj: Json, settled: str | None = None) -> str | None:
     """Why a workload must not be restarted now (None: it may be): paused, or already
-    unhealthy, so a restart would not tell the new configuration's health from its own."""
+    unhealthy, so a restart would not tell the new configuration's health from its own.
+
+    An unhealthy workload whose pod template records our restart for a configuration other
+    than ``settled`` (the last one whose rollout completed) is unhealthy because of an
+    earlier attempt of ours, halted or rolled back short of it: restarting it onto the new
+    configuration is what repairs it, so it is not skipped (else it would be, for ever)."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
     if kind == "Deployment" and spec.get("paused") is True:
         return "paused (spec.paused)"
     if not _observed(obj):
         return None  # a change of its own in flight: its rollout status says more later
+    template = ((spec.get("template") or {}).get("metadata") or {}).get("annotations") or {}
+    ours = template.get(RESTARTED_FOR_ANNOTATION)
+    if isinstance(ours, str) and ours and ours != settled:
+        return None
     before = rollout_status(kind, obj)
     if before.failed:
         return f"already failing before its restart: {before.why}"
@@ -161,15 +171,19 @@ def preflight(kind: str, obj: Json) -> str | None:
 
 
 def preflight_split(
-    workloads: Iterable[W], kind_of: Callable[[W], str], record: Callable[[W], Json | None]
+    workloads: Iterable[W],
+    kind_of: Callable[[W], str],
+    record: Callable[[W], Json | None],
+    settled: str | None = None,
 ) -> tuple[list[W], list[tuple[W, str]]]:
     """Of the workloads a pass would restart, those that may be (one with no record, a bare
-    pod, always may), and the others with why not. The executor and ``plan`` both ask."""
+    pod, always may), and the others with why not. The executor and ``plan`` both ask;
+    ``settled``: the last completed configuration's hash (``preflight``)."""
     ready: list[W] = []
     skipped: list[tuple[W, str]] = []
     for workload in workloads:
         obj = record(workload)
-        why = None if obj is None else preflight(kind_of(workload), obj)
+        why = None if obj is None else preflight(kind_of(workload), obj, settled)
         if why is None:
             ready.append(workload)
         else:

@@ -16,10 +16,16 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, rollout, workload_health
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
-from linkerd_config.linkerd.linkerdconfig_resource import status_schema
+from linkerd_config.linkerd.linkerdconfig_resource import Target, status_schema
 from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
-from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
-from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
+from linkerd_config.linkerd.reconcile import (
+    Desired,
+    apply_body,
+    current_data,
+    desired_config,
+    target_of,
+)
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, DesiredProxy
 from linkerd_config.linkerd.rollout_executor import HEALTH_RECHECK
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.merge_patch import apply_merge_patch
@@ -548,3 +554,23 @@ def test_a_previous_template_restores_only_the_configuration_returned_to(
     annotations = {} if recorded is None else {RESTARTED_FOR_ANNOTATION: recorded}
     template = {"metadata": {"annotations": annotations}, "spec": {}}
     assert rollback.restores_to(template, ("h0", "h0b")) is restores
+
+
+async def test_a_new_attempt_repairs_what_the_failed_one_broke() -> None:
+    """A new generation while rolling back: the Deployment still on the failed template is
+    failing because of us, so the new attempt restarts it rather than skipping it for ever
+    as 'already failing'."""
+    fixed = Desired(
+        Target("linkerd", "linkerd-config"), {}, "h3", "Spec", DesiredProxy("edge-19.12.4")
+    )
+    world = RollbackWorld(2)
+    config = _completed_with(VALID_OLD_SPEC)
+    started = await failed_first_pass(world, config)
+    assert started.reason == "RollingBack"
+    retried = with_status(config, started)
+    retried = {**retried, "metadata": {**retried["metadata"], "generation": 3}}
+    world.writer.injects = "edge-19.12.4"
+    world.executor.found("h3")
+    outcome = await world.executor.roll(retried, fixed, fixed)
+    assert "Skipped" not in outcome.message, outcome.message
+    assert world.writer.patched == ["ns/app-00", "ns/app-00"]  # restarted again, for h3

@@ -271,3 +271,37 @@ def test_the_gate(
     found = gate(items, now, 600.0, frozenset(forgiven))
     assert (found.waiting, found.failed) == (waiting, failed)
     assert found.open == (not waiting and not failed)
+
+
+def _restarted_for(obj: dict[str, Any], config_hash: str) -> dict[str, Any]:
+    annotations = {"config.linkerd.io/restarted-for": config_hash}
+    spec = {**obj["spec"], "template": {"metadata": {"annotations": annotations}}}
+    return {**obj, "spec": spec}
+
+
+REFUSED_BY_US = _restarted_for(
+    {**HEALTHY, "status": {**HEALTHY["status"], "conditions": [TIMED_OUT]}}, "h-failed"
+)
+
+
+@pytest.mark.parametrize(
+    ("obj", "settled", "why"),
+    [
+        # Broken by an attempt of ours that never completed (halted, rolled back short of
+        # it, superseded): restarting it onto the new configuration repairs it.
+        (REFUSED_BY_US, "h-completed", None),
+        (REFUSED_BY_US, None, None),
+        # Broken after a rollout of ours completed on it: its own trouble, skipped.
+        (_restarted_for(REFUSED_BY_US, "h-completed"), "h-completed", "already failing"),
+        # Paused is paused, whoever restarted it last.
+        (_restarted_for({**HEALTHY, "spec": {"replicas": 2, "paused": True}}, "h-failed"),
+         "h-completed", "paused"),
+    ],
+)  # fmt: skip
+def test_preflight_does_not_skip_what_an_earlier_attempt_of_ours_broke(
+    obj: dict[str, Any], settled: str | None, why: str | None
+) -> None:
+    found = preflight("Deployment", obj, settled)
+    assert (found is None) == (why is None), found
+    if why is not None:
+        assert found is not None and why in found
