@@ -103,6 +103,8 @@ UP_TO_DATE = "UpToDate"
 HALTED = "RolloutHalted"
 ROLLING_BACK = rollback.ROLLING_BACK
 ROLLED_BACK = rollback.ROLLED_BACK
+ROLLBACK_STUCK = "RollbackNotHealthy"
+"""The reason while a rollback's workloads are past their deadline on the old configuration."""
 HEALTH_RECHECK = 5.0
 """While restarted workloads come back, look again at least this often (their informers
 wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
@@ -181,6 +183,8 @@ class _ConfigProgress:
     canary_passed: Json | None = None
     """The canary's record once this process saw it pass (spec.rollout.canary): until status
     says so, the rest's restarts must not look like a larger canary."""
+    rollback_stuck_said: bool = False
+    """The Warning that the rollback's own workloads missed their deadline was recorded."""
     restores_tried: dict[str, float] = field(default_factory=dict)
     """Monotonic time this process last tried to bring each workload back from this failed
     configuration (a rollback): tried again no sooner than ``HEALTH_RECHECK`` later, however
@@ -560,8 +564,24 @@ class RolloutExecutor:
         ]
         deadline = RolloutSpec.of(config).progress_deadline
         checked = workload_health.gate(standing, self.wall(), deadline)
-        if not checked.open:
-            behind = [f"{w}: {why}" for w, why in (*checked.failed, *checked.waiting)]
+        if checked.failed:
+            # Past the deadline on the old configuration too: the rollback stays in force
+            # (it may still come back), said once as a Warning and in the reason.
+            stuck = [f"{w}: {why}" for w, why in checked.failed]
+            progress = self._of(failed.config_hash)
+            if not progress.rollback_stuck_said:
+                progress.rollback_stuck_said = True
+                self.recorder.record(
+                    config, "Warning", ROLLBACK_STUCK,
+                    f"rolling back to {back_to} is not healthy either: {_listed(stuck, 5)}",
+                )  # fmt: skip
+            return RolloutOutcome(
+                *counts, ROLLBACK_STUCK, f"{head}; rolling back to {back_to}, which is not "
+                f"healthy either: {_listed(stuck, 5)}",
+                requeue_after=HEALTH_RECHECK, status=kept,
+            )  # fmt: skip
+        if checked.waiting:
+            behind = [f"{w}: {why}" for w, why in checked.waiting]
             return RolloutOutcome(
                 *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
                 f"{len(behind)} workload(s) not healthy on it yet: {_listed(behind, 5)}",

@@ -235,10 +235,20 @@ async def test_a_rollback_that_does_not_come_back_healthy_says_so_and_waits() ->
     await world.executor.roll(config, DESIRED, OLD_DESIRED)
     world.restored()
     world.deployments.put({**world.deployments.get("ns/app-00"), "status": NOT_AVAILABLE})
-    world.clock.now += 60.0  # past the deadline
-    stuck = await world.executor.roll(config, DESIRED, OLD_DESIRED)
-    assert stuck.reason == "RollingBack"
-    assert "deployment/ns/app-00: not complete 30s after its restart" in stuck.message
+    world.clock.now += 20.0  # within the deadline: waiting
+    waiting = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    assert waiting.reason == "RollingBack" and "not healthy on it yet" in waiting.message
+    world.clock.now += 40.0  # past it: said, once, and still in force
+    for _ in range(3):
+        stuck = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+        assert stuck.reason == "RollbackNotHealthy"
+        assert "deployment/ns/app-00: not complete 30s after its restart" in stuck.message
+        assert stuck.status[HALT_FIELD]["rollback"]["phase"] == "RollingBack"
+    said = [e for e in world.recorder.full if e[3] == "RollbackNotHealthy"]
+    assert len(said) == 1 and said[0][2] == "Warning"
+    # Once it comes back, the rollback ends as any other.
+    world.deployments.put({**world.deployments.get("ns/app-00"), "status": HEALTHY_STATUS})
+    assert (await world.executor.roll(config, DESIRED, OLD_DESIRED)).reason == "RolledBack"
 
 
 async def test_a_resume_or_new_generation_ends_the_rollback() -> None:
