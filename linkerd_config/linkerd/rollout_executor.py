@@ -427,11 +427,11 @@ class RolloutExecutor:
                 f"would be restarted for proxy {version}; set spec.rollout.paused to false "
                 "to resume",
             )  # fmt: skip
-        todo, skipped = self._preflight(
+        ready, skipped = self._preflight(
             rollout.pending(plan.workloads, self._record, config_hash), rollback.settled(config)
         )
         # spec.rollout.canary: until it passes, only the canary is restarted (canary.decide).
-        todo, first = self._canary(config, config_hash, spec, restarted, halt.forgiven, todo)
+        todo, first = self._canary(config, config_hash, spec, restarted, halt.forgiven, ready)
         progress = self._of(config_hash)
         finished = progress.pass_finished
         pace = rollout.pace(
@@ -451,6 +451,7 @@ class RolloutExecutor:
             return self._with_canary(first, self._rolling(
                 plan, len(recorded) + evicted, evicted, version, pace.wait or interval,
                 _skipped_message(skipped),
+                status=self._completed_but_skipped(config, config_hash, ready, skipped),
             ))  # fmt: skip
         asked = await self._ask_injector(config, desired, todo, progress)
         if isinstance(asked, float):
@@ -894,6 +895,7 @@ class RolloutExecutor:
         version: str,
         wait: float,
         why: str,
+        status: Json | None = None,
     ) -> RolloutOutcome:
         message = (
             f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
@@ -906,7 +908,23 @@ class RolloutExecutor:
             "RollingOut",
             message,
             requeue_after=wait if wait > 0 else self.options.restart_interval,
+            status=status or {},
         )
+
+    def _completed_but_skipped(
+        self,
+        config: Json,
+        config_hash: str,
+        ready: list[rollout.Workload],
+        skipped: list[tuple[str, str]],
+    ) -> Json:
+        """``status.lastCompleted`` when everything this rollout could restart is done and
+        healthy (the gate is open), only skipped workloads left: they do not count against
+        the configuration, so it is what a later rollback may return to."""
+        if ready or not skipped:
+            return {}
+        completed = rollback.completed_record(config, config_hash, rfc3339(self.wall()))
+        return {} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed}
 
     def _workload_objects(self) -> list[Json]:
         return [obj for store in self.workloads.values() for obj in store.list()]

@@ -284,3 +284,19 @@ async def test_an_owner_the_record_does_not_list_still_goes_back() -> None:
     outcome = await world.executor.roll(config, DESIRED, OLD_DESIRED)
     assert "brought 1 of 1" in outcome.message
     assert world.restored() == ["ns/app-00"]
+
+
+async def test_a_rollout_done_but_for_skipped_workloads_is_what_a_rollback_returns_to() -> None:
+    """A paused workload never restarts, so the rollout never reaches UpToDate; everything it
+    could restart being done and healthy, its configuration is still the last completed."""
+    world = World(2, restart_interval=1.0)
+    paused = world.deployments.get("ns/app-00")
+    world.deployments.put({**paused, "spec": {**paused["spec"], "paused": True}})
+    config: Json = {"metadata": {"name": "cfg", "generation": 4}, "status": {}}
+    first = await world.executor.roll(config, DESIRED)
+    assert world.writer.patched == ["ns/app-01"] and "lastCompleted" not in first.status
+    world.record_restarts()  # app-01 back, healthy, on the new proxy
+    world.clock.now += 5.0
+    after = await world.executor.roll(config, DESIRED)
+    assert after.reason == "RollingOut" and "paused (spec.paused)" in after.message
+    assert after.status["lastCompleted"]["configHash"] == HASH
