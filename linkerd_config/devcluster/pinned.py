@@ -23,6 +23,10 @@ PROMETHEUS_OPERATOR = "0.85.0"
 """The Prometheus Operator module whose CRDs (PrometheusRule) the manifests tests create, as
 the operator publishes them (``example/prometheus-operator-crd/``), fetched as a Go module."""
 
+CERT_MANAGER = "1.21.2"
+"""The cert-manager module whose CRDs (Issuer, Certificate) the manifests tests dry-run our
+objects against (``deploy/crds/``), fetched as a Go module."""
+
 GO_DIRECTIVE = "1.24.0"
 """Copied from Kubernetes' go.mod with its godebug line, so runtime defaults match upstream."""
 

@@ -9,7 +9,7 @@ render accepted by the Prometheus Operator's real CRD.
   exports them.
 * The component (added to the default overlay, as a user adds it) and the chart with
   ``alerts.enabled=true`` render the same PrometheusRule; each is created on the local control
-  plane under the operator's own CRD (from its Go module, ``devcluster.prometheus_operator``)
+  plane under the operator's own CRD (from its Go module, ``devcluster.third_party_crds``)
   and read back unchanged (nothing pruned, so no field the CRD does not know), and a rule
   the schema forbids is refused (the schema is really applied).
 """
@@ -31,7 +31,7 @@ import yaml
 from linkerd_config.devcluster.binaries import ensure_helm
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.prometheus import find_promtool
-from linkerd_config.devcluster.prometheus_operator import crd_path
+from linkerd_config.devcluster.third_party_crds import crd_path
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, ApiResource
 from tests.support.alert_rules import REPO, alerting_rules, write_rules_file

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from linkerd_config.devcluster import third_party_crds
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
@@ -43,7 +44,6 @@ OVERLAYS = (
 )
 KUBECTL_TIMEOUT = 60.0
 SA_USER = "system:serviceaccount:linkerd:linkerd-config"
-STAND_IN_LABEL = "linkerd-config.test/stand-in"
 
 Obj = dict[str, Any]
 
@@ -488,54 +488,22 @@ def test_dockerfile_matches_the_deployment(rendered: dict[str, str]) -> None:
 # -- the API server accepts them (server-side dry-run) ---------------------------------------
 
 
-def stand_in_crd(group: str, kind: str, plural: str) -> Obj:
-    """TEST STAND-IN for a third-party CRD (Prometheus Operator, cert-manager): same names,
-    no schema, so the API server can dry-run our objects of that kind."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.{group}",
-            "labels": {STAND_IN_LABEL: "true"},
-            "annotations": {
-                "linkerd-config.test/description": (
-                    "stand-in created by tests/integration/test_manifests.py; not the real CRD"
-                )
-            },
-        },
-        "spec": {
-            "group": group,
-            "scope": "Namespaced",
-            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-            "versions": [
-                {
-                    "name": "v1",
-                    "served": True,
-                    "storage": True,
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
-STAND_INS = (
-    stand_in_crd("monitoring.coreos.com", "PodMonitor", "podmonitors"),
-    stand_in_crd("cert-manager.io", "Issuer", "issuers"),
-    stand_in_crd("cert-manager.io", "Certificate", "certificates"),
-)
+def real_third_party_crds() -> list[Obj]:
+    """The real CRDs of the kinds our manifests use from other projects (the Prometheus
+    Operator's PodMonitor, cert-manager's Issuer and Certificate), from their Go modules."""
+    files = [
+        third_party_crds.crd_path("podmonitors", third_party_crds.PROMETHEUS_OPERATOR),
+        third_party_crds.crd_path("issuers", third_party_crds.CERT_MANAGER),
+        third_party_crds.crd_path("certificates", third_party_crds.CERT_MANAGER),
+    ]
+    return [yaml.safe_load(path.read_text()) for path in files]
 
 
 @pytest.fixture(scope="module")
 async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
     """Namespace linkerd (Linkerd's, so not in our manifests), the probe namespace (in our
     manifests, but a server-side dry run creates nothing, so the Role in it would find no
-    namespace; a real apply creates it first) and the stand-in CRDs."""
+    namespace; a real apply creates it first) and the third-party CRDs, the real ones."""
     for name in ("linkerd", "linkerd-config-probe"):
         with contextlib.suppress(ApiError):
             await kube.request(
@@ -543,14 +511,15 @@ async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
             )
     await kube.request("GET", NAMESPACES.path(name="linkerd"))
     created: list[str] = []
-    for crd in STAND_INS:
+    crds = await asyncio.to_thread(real_third_party_crds)
+    for crd in crds:
         try:
             await kube.request("POST", CRDS.path(), body=crd, fenced=False)
             created.append(crd["metadata"]["name"])
         except ApiError as exc:
             if not exc.conflict:
                 raise
-    for crd in STAND_INS:
+    for crd in crds:
         spec = crd["spec"]
         path = f"/apis/{spec['group']}/v1/namespaces/linkerd/{spec['names']['plural']}"
 
@@ -558,7 +527,7 @@ async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
             await kube.request("GET", path)
             return True
 
-        await eventually(served, timeout=30, what=f"stand-in {crd['metadata']['name']} served")
+        await eventually(served, timeout=30, what=f"{crd['metadata']['name']} served")
     yield
     for name in created:
         with contextlib.suppress(ApiError):
