@@ -21,20 +21,19 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
 import pytest
 
-from linkerd_config.app import App, build, running
+from linkerd_config.app import App
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, Json
 from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample
@@ -55,12 +54,8 @@ THE_CANARY = "deployment/cart/web"
 MODERN_TAG = "edge-26.8.3"
 
 
-@contextlib.asynccontextmanager
-async def controller(cp: LocalControlPlane, identity: str) -> AsyncIterator[App]:
-    settings = scenario.local_settings(cp.kubeconfig, "--identity", identity)
-    app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=600))
-    async with running(app):
-        yield app
+def controller(cp: LocalControlPlane, identity: str) -> contextlib.AbstractAsyncContextManager[App]:
+    return scenario.controller(cp, identity)
 
 
 async def workloads_meshed(kube: KubeClient) -> None:

@@ -25,14 +25,13 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.app import App, build, running
+from linkerd_config.app import App
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support import commands, scenario
 from tests.support.audit import received_at, successful_writes
@@ -69,12 +68,10 @@ async def world(cp: LocalControlPlane) -> AsyncIterator[tuple[KubeClient, Linker
             yield kube, install
 
 
-@contextlib.asynccontextmanager
-async def controller(cp: LocalControlPlane, **options: Any) -> AsyncIterator[App]:
-    settings = scenario.local_settings(cp.kubeconfig, "--identity", "modern-rollout")
-    app = await build(settings, RolloutOptions(**options))
-    async with running(app):
-        yield app
+def controller(
+    cp: LocalControlPlane, **options: Any
+) -> contextlib.AbstractAsyncContextManager[App]:
+    return scenario.controller(cp, "modern-rollout", **options)
 
 
 async def apply(kube: KubeClient, spec: Json) -> None:

@@ -11,12 +11,10 @@ import time
 import pytest
 import yaml
 
-from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, PODS, Json
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format
@@ -93,9 +91,7 @@ async def test_paused_and_unavailable_workloads_are_skipped_and_listed(
             assert "skipped: paused (spec.paused)" in skipped["paused"]
             assert any("skipped: not available before its restart" in r for r in skipped["sick"])
 
-            settings = scenario.local_settings(cp.kubeconfig, "--identity", "preflight")
-            app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=600))
-            async with running(app):
+            async with scenario.controller(cp, "preflight"):
                 applied = time.time()
                 await kube.request("POST", LINKERD_CONFIGS.path(), body=linkerdconfig(fmt))
 

@@ -23,13 +23,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from linkerd_config.app import App, build, running
+from linkerd_config.app import App
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format
@@ -94,12 +93,10 @@ def leader_process(cp: LocalControlPlane, identity: str) -> RunProcess:
     return RunProcess(argv, {"PATH": "/usr/bin:/bin"})
 
 
-@contextlib.asynccontextmanager
-async def leader_in_process(cp: LocalControlPlane, identity: str) -> AsyncIterator[App]:
-    settings = scenario.local_settings(cp.kubeconfig, "--identity", identity, *LEADER_FLAGS)
-    app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=600.0))
-    async with running(app):
-        yield app
+def leader_in_process(
+    cp: LocalControlPlane, identity: str
+) -> contextlib.AbstractAsyncContextManager[App]:
+    return scenario.controller(cp, identity, *LEADER_FLAGS)
 
 
 def patched_since(cp: LocalControlPlane, since: float) -> list[str]:

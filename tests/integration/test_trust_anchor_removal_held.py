@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.app import App, build, running
+from linkerd_config.app import App
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.kube.client import ApiError, KubeClient
@@ -35,7 +35,6 @@ from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, PODS, J
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, bundle_hash
 from tests.support import commands, scenario
 from tests.support.anchors import bundle, trust_anchor
@@ -71,12 +70,10 @@ async def world(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
             yield kube
 
 
-@contextlib.asynccontextmanager
-async def controller(cp: LocalControlPlane, **options: Any) -> AsyncIterator[App]:
-    settings = scenario.local_settings(cp.kubeconfig, "--identity", "trust-anchor-guard")
-    app = await build(settings, RolloutOptions(**options))
-    async with running(app):
-        yield app
+def controller(
+    cp: LocalControlPlane, **options: Any
+) -> contextlib.AbstractAsyncContextManager[App]:
+    return scenario.controller(cp, "trust-anchor-guard", **options)
 
 
 def linkerdconfig(anchors: str) -> Json:

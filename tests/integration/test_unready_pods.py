@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from linkerd_config.app import App, build, running
+from linkerd_config.app import App
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
@@ -35,7 +35,6 @@ from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, PODS, Json
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource, received_at, successful_writes
@@ -123,12 +122,8 @@ async def kube(cp: LocalControlPlane, release: Release) -> AsyncIterator[KubeCli
             yield client
 
 
-@contextlib.asynccontextmanager
-async def controller(cp: LocalControlPlane) -> AsyncIterator[App]:
-    settings = scenario.local_settings(cp.kubeconfig, "--identity", "unready-pods")
-    app = await build(settings, RolloutOptions(restart_interval=0.5, injector_wait=600))
-    async with running(app):
-        yield app
+def controller(cp: LocalControlPlane) -> contextlib.AbstractAsyncContextManager[App]:
+    return scenario.controller(cp, "unready-pods")
 
 
 async def apply(kube: KubeClient, spec: Json) -> None:

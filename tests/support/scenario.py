@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from linkerd_config.app import App, build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import LinkerdInstall
 from linkerd_config.devcluster.proxy_injector import ProxyInjector
@@ -21,6 +22,7 @@ from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.settings import Settings, parse
 from tests.support.samples import install_configmap
 from tests.support.waiting import eventually
@@ -348,3 +350,17 @@ async def apply_linkerdconfig(kube: KubeClient, name: str, spec: Json) -> Json:
         params={"fieldManager": "user", "force": "true"},
     )
     return applied
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    cp: LocalControlPlane, identity: str, *flags: str, **options: Any
+) -> AsyncIterator[App]:
+    """The controller in this process (``local_settings`` plus ``flags``), with the rollout
+    ``options`` (restarts 0.5 s apart, the injector's fallback wait 600 s, unless given),
+    running while the block runs."""
+    settings = local_settings(cp.kubeconfig, "--identity", identity, *flags)
+    rollout_options = RolloutOptions(**{"restart_interval": 0.5, "injector_wait": 600.0, **options})
+    app = await build(settings, rollout_options)
+    async with running(app):
+        yield app

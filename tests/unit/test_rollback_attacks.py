@@ -192,10 +192,7 @@ async def test_a_deployment_edited_since_our_restart_keeps_the_edit_when_it_goes
     world.deployments.put(edited)
     world.live_replicasets["app-00"].append(world.replicaset(edited, "3"))
     config = with_status(config, started)
-    world.executor.found(OLD_HASH)
-    world.writer.injects = OLD
-    world.clock.now += 5.0
-    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    restoring = await world.bring_back(config)
     assert "brought 1 of 1" in restoring.message
     ((key, patch),) = world.writer.patches
     assert key == "ns/app-00"
@@ -210,10 +207,7 @@ async def test_a_deployment_only_we_changed_goes_back_to_its_previous_template()
     config = rollback_config()
     started = await failed_first_pass(world, config)
     config = with_status(config, started)
-    world.executor.found(OLD_HASH)
-    world.writer.injects = OLD
-    world.clock.now += 5.0
-    await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    await world.bring_back(config)
     ((_, patch),) = world.writer.patches
     assert patch["spec"]["template"] == {"metadata": {"annotations": None}}
 
@@ -529,10 +523,7 @@ async def test_a_previous_replicaset_of_another_configuration_is_not_gone_back_t
     started = await failed_first_pass(world, config)
     assert started.reason == "RollingBack"
     config = with_status(config, started)
-    world.executor.found(OLD_HASH)
-    world.writer.injects = OLD
-    world.clock.now += 5.0
-    restoring = await world.executor.roll(config, DESIRED, OLD_DESIRED)
+    restoring = await world.bring_back(config)
     assert "brought 1 of 1" in restoring.message
     ((_, patch),) = world.writer.patches
     annotations = patch["spec"]["template"]["metadata"]["annotations"]

@@ -107,6 +107,14 @@ class RollbackWorld(World):
             )
         self.writer.patches.clear()
 
+    async def bring_back(self, config: Json) -> Any:
+        """The ConfigMap holds the old configuration and the injector serves it now: the next
+        reconcile restores what the failed rollout restarted."""
+        self.executor.found(OLD_HASH)
+        self.writer.injects = OLD
+        self.clock.now += 5.0
+        return await self.executor.roll(config, DESIRED, OLD_DESIRED)
+
     def restored(self) -> list[str]:
         """Our restore patches land: each template back, its old pods healthy."""
         names = []
