@@ -69,7 +69,7 @@ $(BENCH_STAMP): $(STAMP) requirements/bench.lock
 	touch $(BENCH_STAMP)
 
 SCALE_ARGS ?=
-bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results in bench/results/, the README's scale table
+bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results and bench/results/figures.md
 	PYTHONPATH=. $(PY) bench/control_plane_bench.py
 	PYTHONPATH=. $(PY) bench/informer_bench.py
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
@@ -78,7 +78,7 @@ bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results in bench/r
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 
-bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone: SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 ...'
+bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/results/figures.md): SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 ...'
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 

@@ -1,6 +1,6 @@
-"""Write the README's scale table from ``bench/results/scale.json`` (between the markers
-``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so the README shows what the bench
-measured and nothing else: whole-process figures, the machine and its load, the command.
+"""Write the scale tables of ``bench/results/figures.md`` from ``bench/results/scale.json``
+(between the markers ``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so they show what
+the bench measured and nothing else: whole-process figures, the machine and its load, the command.
 
     .venv/bin/python bench/readme_tables.py        (make bench runs it last)
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "scale.json"
-README = ROOT / "README.md"
+FIGURES = ROOT / "bench" / "results" / "figures.md"
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 
 
@@ -133,18 +133,18 @@ def scale_section(results: dict[str, Any]) -> str:
 
 def main() -> None:
     results = json.loads(RESULTS.read_text())
-    readme = README.read_text()
-    if BEGIN not in readme or END not in readme:
-        raise SystemExit(f"README.md has no {BEGIN} … {END} section")
+    figures = FIGURES.read_text()
+    if BEGIN not in figures or END not in figures:
+        raise SystemExit(f"{FIGURES.name} has no {BEGIN} … {END} section")
     section = scale_section(results)
     updated = re.sub(
         re.escape(BEGIN) + ".*?" + re.escape(END),
         lambda _m: f"{BEGIN}\n{section}\n{END}",
-        readme,
+        figures,
         flags=re.S,
     )
-    README.write_text(updated)
-    print(f"README.md: scale table from {RESULTS.relative_to(ROOT)}")
+    FIGURES.write_text(updated)
+    print(f"{FIGURES.relative_to(ROOT)}: scale tables from {RESULTS.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
