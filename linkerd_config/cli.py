@@ -11,7 +11,7 @@ from importlib import metadata
 from pathlib import Path
 
 from linkerd_config import settings as settings_module
-from linkerd_config.devcluster import service
+from linkerd_config.devcluster import real_node, service
 from linkerd_config.devcluster.binaries import BinaryUnavailableError
 
 
@@ -56,7 +56,7 @@ def _dev_cluster(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     try:
         if args.action == "up":
-            ready = service.up(state_dir, workloads=not args.no_workloads)
+            ready = service.up(state_dir, workloads=not args.no_workloads, real_node=args.real_node)
             print(f"control plane up at {ready['server']}")
             print(f"export KUBECONFIG={ready['kubeconfig']}")
             print(f"export PATH={ready['bin_dir']}:$PATH   # kubectl v{ready['kubernetes']}")
@@ -69,6 +69,16 @@ def _dev_cluster(args: argparse.Namespace) -> int:
                 print("no control plane running")
                 return 1
             print(json.dumps(state, indent=2))
+        elif args.action == "load-image":
+            state = service.status(state_dir)
+            if state is None or not state.get("real_node"):
+                print("no control plane with a real node; start one: dev-cluster up --real-node")
+                return 1
+            if not args.image:
+                print("load-image needs an image: dev-cluster load-image IMG", file=sys.stderr)
+                return 1
+            real_node.load_image(Path(state["real_node"]["containerd"]), args.image)
+            print(f"loaded {args.image} into {state['real_node']['name']}'s containerd")
         elif args.action == "env":
             state = service.status(state_dir)
             if state is None:
@@ -76,7 +86,11 @@ def _dev_cluster(args: argparse.Namespace) -> int:
                 return 1
             print(f"export KUBECONFIG={state['kubeconfig']}")
             print(f"export PATH={state['bin_dir']}:$PATH")
-    except (service.DevClusterError, BinaryUnavailableError) as exc:
+    except (
+        service.DevClusterError,
+        BinaryUnavailableError,
+        real_node.RealNodeUnavailableError,
+    ) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
@@ -133,10 +147,16 @@ def build_parser() -> argparse.ArgumentParser:
         "  status  print its state (server, kubeconfig, pids, which components are alive);\n"
         "          exit 1 when none is running\n"
         '  env     print only the exports, for eval "$(linkerd-config dev-cluster env)"\n'
+        "  load-image IMG\n"
+        "          copy the image IMG from podman or docker (CONTAINER_TOOL) into the real\n"
+        "          node's containerd (with up --real-node), as `kind load` does\n"
         "  down    stop it and remove every file up created",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    dev.add_argument("action", choices=["up", "down", "status", "env"], help="see below")
+    dev.add_argument(
+        "action", choices=["up", "down", "status", "env", "load-image"], help="see below"
+    )
+    dev.add_argument("image", nargs="?", help="load-image: the image to copy")
     dev.add_argument(
         "--state-dir",
         default=os.environ.get("LINKERD_CONFIG_DEV_CLUSTER_DIR", str(service.default_state_dir())),
@@ -146,6 +166,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-workloads",
         action="store_true",
         help="only etcd and kube-apiserver: faster, but Deployments never get pods",
+    )
+    dev.add_argument(
+        "--real-node",
+        action="store_true",
+        help="also a real node (kubelet, containerd, runc, kube-proxy) that runs the pods of "
+        "namespace linkerd (kwok's node runs every other pod); needs root and Debian's "
+        "containerd, runc, iptables and containernetworking-plugins",
     )
     dev.set_defaults(func=_dev_cluster)
     return parser

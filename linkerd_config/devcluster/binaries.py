@@ -32,6 +32,8 @@ ALL_BINARIES = (
     "kubectl",
     "kwok",
 )
+NODE_BINARIES = ("kubelet", "kube-proxy")
+"""Built only for a real node (``dev-cluster up --real-node``), from the same module."""
 
 
 class BinaryUnavailableError(RuntimeError):
@@ -93,6 +95,8 @@ def _kubernetes_module() -> _GoModule:
             "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
             "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
             "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+            "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+            "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
         },
         ldflags=" ".join(stamp),
     )

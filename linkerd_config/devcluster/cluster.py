@@ -20,8 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster import kwok_stages, pinned
-from linkerd_config.devcluster.binaries import Progress, ensure_binaries, ensure_kwok_manifests
+from linkerd_config.devcluster import kwok_stages, pinned, real_node
+from linkerd_config.devcluster.binaries import (
+    NODE_BINARIES,
+    Progress,
+    ensure_binaries,
+    ensure_kwok_manifests,
+)
 from linkerd_config.devcluster.processes import ManagedProcess
 from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
 from linkerd_config.kube.resource import CRDS
@@ -60,6 +65,10 @@ _CONTROLLERS = ",".join(
         "resourcequota-controller",
     ]
 )
+_REAL_NODE_CONTROLLERS = ",endpoints-controller,endpointslice-controller"
+"""kube-proxy routes a Service to the endpoints these keep; kwok's pods need none."""
+SERVICE_CIDR = "10.0.0.0/24"
+KUBERNETES_SERVICE_IP = "10.0.0.1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -70,6 +79,9 @@ class ControlPlaneError(RuntimeError):
 class ControlPlaneOptions:
     workloads: bool = True
     """Run kube-controller-manager, kube-scheduler and kwok so workloads really roll."""
+    real_node: bool = False
+    """Also run a real node (kubelet, containerd, kube-proxy: ``real_node``) for the
+    controller's own pods; needs root and Debian's containerd, runc and CNI plugins."""
     start_timeout: float = 90.0
 
 
@@ -132,6 +144,17 @@ class LocalControlPlane:
         names = ["etcd", "kube-apiserver", "kubectl"]
         if self.options.workloads:
             names += ["kube-controller-manager", "kube-scheduler", "kwok"]
+        self._node: real_node.RealNode | None = None
+        if self.options.real_node:
+            if not self.options.workloads:
+                raise ControlPlaneError("a real node needs the workload components")
+            real_node.check_machine()
+            if real_node.node_address_taken():
+                raise real_node.RealNodeUnavailableError(
+                    f"another real node holds this machine's address {real_node.NODE_IP} "
+                    "(one per machine); stop its control plane first"
+                )
+            names += list(NODE_BINARIES)
         self._bins = ensure_binaries(tuple(names), self.progress)
         if self.options.workloads:
             self._kwok_manifests = ensure_kwok_manifests(self.progress)
@@ -143,12 +166,20 @@ class LocalControlPlane:
             self.add_user(ADMIN_USER, ["system:masters"], self.kubeconfig)
             if self.options.workloads:
                 self._start_workload_components()
+            if self.options.real_node:
+                self.api_request("POST", "/api/v1/namespaces", real_node.controller_namespace())
+                self._node = real_node.RealNode(self, self._bins)
+                self._node.start()
         except BaseException:
             self.stop()
             raise
 
     def stop(self) -> None:
         """Stop components in reverse start order, then remove every file we made."""
+        node = getattr(self, "_node", None)
+        if node is not None:
+            node.stop()
+            self._node = None
         for name in reversed(list(self._procs)):
             self._procs[name].stop()
         self._procs.clear()
@@ -169,6 +200,13 @@ class LocalControlPlane:
             proc.stop()
         elif not missing_ok:
             raise KeyError(f"no component {name!r} is running")
+
+    @property
+    def node(self) -> real_node.RealNode:
+        """The real node; only with ``ControlPlaneOptions(real_node=True)``."""
+        if self._node is None:
+            raise ControlPlaneError("this control plane has no real node")
+        return self._node
 
     @property
     def certificate_authority(self) -> TinyCA:
@@ -197,7 +235,11 @@ class LocalControlPlane:
     def _write_pki(self) -> None:
         self._ca = TinyCA("linkerd-config-local-ca")
         _write(self.workdir / "ca.crt", self._ca.cert_pem)
-        serving = self._ca.serving(["localhost"], [LOOPBACK])
+        # Also the names and addresses a pod uses for the API server (in-cluster config).
+        serving = self._ca.serving(
+            ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
+            [LOOPBACK, KUBERNETES_SERVICE_IP, real_node.NODE_IP],
+        )
         _write(self.workdir / "apiserver.crt", serving.cert_pem)
         _write(self.workdir / "apiserver.key", serving.key_pem)
         sa = signing_key()
@@ -207,6 +249,9 @@ class LocalControlPlane:
         probe = self._ca.client("system:local-probe", ["system:masters"])
         _write(self.workdir / "probe.crt", probe.cert_pem)
         _write(self.workdir / "probe.key", probe.key_pem)
+        kubelet_client = self._ca.client("kube-apiserver-kubelet-client", ["system:masters"])
+        _write(self.workdir / "kubelet-client.crt", kubelet_client.cert_pem)
+        _write(self.workdir / "kubelet-client.key", kubelet_client.key_pem)
 
     def _start_etcd(self) -> None:
         self.etcd_port = free_port()
@@ -236,15 +281,13 @@ class LocalControlPlane:
             [
                 str(self._bins["kube-apiserver"]),
                 f"--etcd-servers={self.etcd_url}",
-                f"--bind-address={LOOPBACK}",
-                f"--advertise-address={LOOPBACK}",
+                *self._address_flags(),
                 f"--secure-port={self.apiserver_port}",
                 f"--tls-cert-file={w / 'apiserver.crt'}",
                 f"--tls-private-key-file={w / 'apiserver.key'}",
                 f"--client-ca-file={w / 'ca.crt'}",
                 "--authorization-mode=RBAC",
-                "--endpoint-reconciler-type=none",
-                "--service-cluster-ip-range=10.0.0.0/24",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
                 "--allow-privileged=true",
                 *self._admission_flags(),
                 f"--service-account-issuer={self.server}",
@@ -256,6 +299,30 @@ class LocalControlPlane:
             ],
         )
         self._wait("kube-apiserver", lambda: self._api_ok("/readyz"))
+
+    def _address_flags(self) -> list[str]:
+        """Loopback only, unless a real node's pods must reach the API server: then it
+        listens on every address and is advertised (the ``kubernetes`` Service's endpoint)
+        at the node's address, and calls the kubelet with a client certificate."""
+        if not self.options.real_node:
+            return [
+                f"--bind-address={LOOPBACK}",
+                f"--advertise-address={LOOPBACK}",
+                "--endpoint-reconciler-type=none",
+            ]
+        w = self.workdir
+        config = w / "admission.json"
+        _write(config, real_node.admission_config().encode())
+        return [
+            "--bind-address=0.0.0.0",
+            f"--advertise-address={real_node.NODE_IP}",
+            "--endpoint-reconciler-type=lease",
+            f"--kubelet-client-certificate={w / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={w / 'kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--enable-admission-plugins=PodNodeSelector",
+            f"--admission-control-config-file={config}",
+        ]
 
     def _admission_flags(self) -> list[str]:
         # With a controller manager, behave like a real cluster: the ServiceAccount plugin
@@ -279,7 +346,7 @@ class LocalControlPlane:
             [
                 str(self._bins["kube-controller-manager"]),
                 f"--kubeconfig={kc}",
-                f"--controllers={_CONTROLLERS}",
+                f"--controllers={self._controllers()}",
                 f"--root-ca-file={self.workdir / 'ca.crt'}",
                 "--leader-elect=false",
                 "--secure-port=0",
@@ -317,6 +384,9 @@ class LocalControlPlane:
             {"spec": {"taints": None}},
             content_type="application/merge-patch+json",
         )
+
+    def _controllers(self) -> str:
+        return _CONTROLLERS + (_REAL_NODE_CONTROLLERS if self.options.real_node else "")
 
     def _kwok_argv(self) -> list[str]:
         return [
@@ -459,6 +529,7 @@ class LocalControlPlane:
             "kwok": pinned.KWOK if self.options.workloads else None,
             "pids": self.pids(),
             "bin_dir": str(self.bin_dir),
+            "real_node": self._node.describe() if self._node is not None else None,
         }
 
 

@@ -59,7 +59,9 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def up(state_dir: Path, workloads: bool = True, timeout: float = 3600.0) -> dict[str, Any]:
+def up(
+    state_dir: Path, workloads: bool = True, timeout: float = 3600.0, real_node: bool = False
+) -> dict[str, Any]:
     """Start the control plane in the background; returns its state once ready.
 
     The timeout is generous because the first run builds the binaries.
@@ -73,6 +75,8 @@ def up(state_dir: Path, workloads: bool = True, timeout: float = 3600.0) -> dict
     argv = [sys.executable, "-m", "linkerd_config.devcluster.service", str(state_dir)]
     if not workloads:
         argv.append("--no-workloads")
+    if real_node:
+        argv.append("--real-node")
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
@@ -142,7 +146,7 @@ def status(state_dir: Path) -> dict[str, Any] | None:
     return state
 
 
-def _supervise(state_dir: Path, workloads: bool) -> int:
+def _supervise(state_dir: Path, workloads: bool, real_node: bool) -> int:
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -152,7 +156,8 @@ def _supervise(state_dir: Path, workloads: bool) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     cp = LocalControlPlane(
-        ControlPlaneOptions(workloads=workloads), progress=lambda m: print(m, flush=True)
+        ControlPlaneOptions(workloads=workloads, real_node=real_node),
+        progress=lambda m: print(m, flush=True),
     )
     cp.start()
     try:
@@ -178,4 +183,10 @@ def _supervise(state_dir: Path, workloads: bool) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(_supervise(Path(sys.argv[1]), workloads="--no-workloads" not in sys.argv))
+    sys.exit(
+        _supervise(
+            Path(sys.argv[1]),
+            workloads="--no-workloads" not in sys.argv,
+            real_node="--real-node" in sys.argv,
+        )
+    )
