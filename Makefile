@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
-.PHONY: docker-build docker-push render deploy undeploy helm-deploy helm-undeploy
+.PHONY: docker-build docker-build-local docker-push render deploy undeploy helm-deploy helm-undeploy
 .PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run bench-scale \
         controller kind-cluster cert-manager emojivoto
@@ -103,7 +103,6 @@ dev-cluster-status: $(STAMP) ## print the local control plane's state (server, k
 # ---- for people with a real cluster (current kubeconfig) ----------------------------------
 KUBECTL ?= kubectl
 KIND ?= kind
-DOCKER ?= docker
 IMG ?= linkerd-config:latest
 OVERLAY ?= default
 KIND_CLUSTER ?= linkerd-config
@@ -122,14 +121,24 @@ uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
 run: $(STAMP) ## run the controller locally against the current kubeconfig (ENABLE_WEBHOOKS=false honoured)
 	$(PY) -m linkerd_config run
 
-docker-build: ## build the controller image IMG (default linkerd-config:latest)
-	$(call need,$(DOCKER),to build the image)
-	@$(DOCKER) info >/dev/null 2>&1 || { echo "make $@: the Docker engine is not running" >&2; exit 1; }
-	$(DOCKER) build -t $(IMG) .
+# The image tool (kubebuilder's name). Empty: docker when its engine answers, else podman.
+# PYTHON_IMAGE: another base than the Dockerfile's python:3.11.13-slim-bookworm.
+# podman as root where limits cannot be raised (a Firecracker VM) gets a containers.conf from
+# the cache folder unless CONTAINERS_CONF is set: see devcluster/container_image.py.
+CONTAINER_TOOL ?=
+PYTHON_IMAGE ?=
+CONTAINER_IMAGE = $(PY) -m linkerd_config.devcluster.container_image --tool '$(CONTAINER_TOOL)'
 
-docker-push: ## push IMG to its registry
-	$(call need,$(DOCKER),to push the image)
-	$(DOCKER) push $(IMG)
+docker-build: $(STAMP) ## build the controller image IMG (default linkerd-config:latest) with CONTAINER_TOOL
+	$(CONTAINER_IMAGE) build '$(IMG)' $(if $(PYTHON_IMAGE),--python-image '$(PYTHON_IMAGE)')
+
+# No registry reachable: the base made from Debian's packages (python3 3.11), once per machine.
+docker-build-local: $(STAMP) ## docker-build on a base made with mmdebstrap from Debian bookworm (no registry needed; cached)
+	base=$$($(CONTAINER_IMAGE) base) && \
+	$(CONTAINER_IMAGE) build '$(IMG)' --python-image "$$base"
+
+docker-push: $(STAMP) ## push IMG to its registry with CONTAINER_TOOL
+	$(CONTAINER_IMAGE) push '$(IMG)'
 
 # IMG as kustomize's images entry (name, name:tag or name@sha256:digest; a registry port is
 # fine), in a throw-away overlay beside the others (kustomize refuses absolute bases).
