@@ -162,9 +162,13 @@ deploy: ## install manifests/$(OVERLAY) with image IMG into the current cluster 
 	$(KUBECTL) create namespace linkerd --dry-run=client -o yaml | $(KUBECTL) apply -f -
 	$(MAKE) --no-print-directory render | $(KUBECTL) apply -f -
 
-undeploy: ## remove what deploy installed (not the namespace, which Linkerd owns)
+# The CRD stays, as with helm-undeploy: deleting it would delete every LinkerdConfig
+# (`make uninstall` removes it on purpose). kubectl kustomize separates documents by "---".
+undeploy: ## remove what deploy installed, except the CRD (your LinkerdConfigs) and the namespace
 	$(call need,$(KUBECTL),to talk to your cluster)
-	$(MAKE) --no-print-directory render | $(KUBECTL) delete --ignore-not-found -f -
+	$(MAKE) --no-print-directory render \
+	  | awk 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } !/(^|\n)kind: CustomResourceDefinition\n/' \
+	  | $(KUBECTL) delete --ignore-not-found -f -
 
 # The chart (manifests/chart) with the pinned helm (built on first use, like the control plane).
 HELM = $(PY) -m linkerd_config.devcluster.helm_cli

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from linkerd_config.devcluster import container_image
 from linkerd_config.devcluster.binaries import Progress, build_lock, cache_root
 
 if TYPE_CHECKING:
@@ -527,7 +528,9 @@ class RealNode:
 
     def stop(self) -> None:
         """Pods first (through the kubelet, so their networks and mounts are torn down),
-        then the components, then whatever a crash left: tasks, mounts, links, rules."""
+        then the components, then whatever a crash left: tasks, network namespaces, mounts,
+        links, rules."""
+        namespaces = self._network_namespaces()
         with contextlib.suppress(Exception):
             pods = self.cp.api_request(
                 "GET", f"/api/v1/pods?fieldSelector=spec.nodeName%3D{NODE_NAME}"
@@ -550,8 +553,27 @@ class RealNode:
         subprocess.run(
             [str(self.bins["kube-proxy"]), "--cleanup"], capture_output=True, check=False
         )
+        for path in namespaces:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+            path.unlink(missing_ok=True)
+        _remove_chains()
         unmount_under(self.root)
         remove_node_address()
+
+    def _network_namespaces(self) -> list[Path]:
+        """The network namespaces containerd made for this node's sandboxes (bind mounts
+        under /var/run/netns), read from the containers' specs."""
+        found: set[Path] = set()
+        with contextlib.suppress(Exception):
+            for container in self.ctr("containers", "ls", "-q", timeout=10).split():
+                info = json.loads(self.ctr("containers", "info", container, timeout=10))
+                spec = info.get("Spec") or {}
+                for ns in (spec.get("linux") or {}).get("namespaces") or []:
+                    if ns.get("type") == "network" and ns.get("path", "").startswith(
+                        "/var/run/netns/"
+                    ):
+                        found.add(Path(ns["path"]))
+        return sorted(found)
 
     def _no_tasks(self) -> bool:
         return not self.ctr("tasks", "ls", "-q", timeout=10).split()
@@ -573,28 +595,31 @@ def import_archive(socket: Path, archive: Path) -> None:
     )
 
 
-def container_tool() -> str:
-    """``CONTAINER_TOOL`` (kubebuilder's name), else podman, else docker."""
-    explicit = os.environ.get("CONTAINER_TOOL")
-    if explicit:
-        return explicit
-    for tool in ("podman", "docker"):
-        if shutil.which(tool):
-            return tool
-    raise RealNodeUnavailableError("no podman or docker on PATH (set CONTAINER_TOOL)")
-
-
 def load_image(socket: Path, image: str) -> None:
     """Copy ``image`` from podman's or docker's store into the node's containerd, as
     ``kind load docker-image`` does: a docker-archive carries its name with it."""
-    tool = container_tool()
+    try:
+        tool = container_image.container_tool()
+    except container_image.ContainerToolError as exc:
+        raise RealNodeUnavailableError(str(exc)) from None
     with tempfile.TemporaryDirectory(prefix="linkerd-config-image-") as tmp:
         archive = Path(tmp) / "image.tar"
         argv = [tool, "save", "-o", str(archive), image]
-        if Path(tool).name == "podman":
+        if container_image.is_podman(tool):
             argv[2:2] = ["--format", "docker-archive"]
         _run(argv, timeout=600)
         import_archive(socket, archive)
+
+
+def _remove_chains() -> None:
+    """The chains ``kube-proxy --cleanup`` leaves: the kubelet's canaries and hint, the localnet
+    firewall, with the jumps to it."""
+    commands = [["-D", hook, "-j", "KUBE-FIREWALL"] for hook in ("INPUT", "OUTPUT")]
+    for table in ("mangle", "nat", "filter"):
+        for chain in ("KUBE-KUBELET-CANARY", "KUBE-FIREWALL", "KUBE-IPTABLES-HINT"):
+            commands += [["-t", table, "-F", chain], ["-t", table, "-X", chain]]
+    for args in commands:
+        subprocess.run(["iptables", *args], capture_output=True, check=False)
 
 
 def _kill_shims(containerd_root: Path) -> None:
