@@ -1,0 +1,241 @@
+"""The controller as users run it: the image built with ``make docker-build-local``, loaded
+into the real node of a local control plane, installed with ``make deploy`` (kustomize, the
+default overlay with the real cert-manager) and ``make helm-deploy``, running as two pods.
+
+Each install is checked from outside, as an operator would: Ready through its probes, the
+in-cluster configuration, no 403 in its logs, one Lease holder and a handover when the
+leader's pod is deleted, no write by a non-holder (the audit log), the webhooks reached
+through their Service, ``/metrics`` scraped on the pod IP by the real Prometheus, the seed
+scenario (Linkerd's real injector) reconciled from inside the cluster, and a clean uninstall.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from linkerd_config.devcluster import real_node
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from linkerd_config.devcluster.prometheus import Prometheus, ScrapeJob
+from linkerd_config.devcluster.third_party_crds import crd_path
+from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.kubeconfig import load_access
+from linkerd_config.kube.resource import CONFIGMAPS
+from linkerd_config.settings import parse
+from tests.support import in_cluster, scenario
+from tests.support.in_cluster import IMAGE, kubectl, make
+from tests.support.samples import SAMPLES
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.integration
+
+SETTINGS = parse([])
+HANDOVER_LIMIT = SETTINGS.lease_duration + SETTINGS.retry_period
+"""A follower takes over at the latest one lease duration after the last renewal, noticing
+within one retry period."""
+NOT_OBJECTS = frozenset({"events", "events.events.k8s.io"})
+"""Listed but not installed: what happened, not what exists."""
+
+
+@pytest.fixture(scope="module")
+def image() -> str:
+    """Built once for the module, from this checkout, with the tool the machine has."""
+    make(None, "docker-build-local", f"IMG={IMAGE}")
+    return IMAGE
+
+
+@pytest.fixture
+def cluster(image: str) -> Iterator[LocalControlPlane]:
+    """A control plane of its own with a real node holding ``image`` (one real node per
+    machine: tests using this fixture run one after the other)."""
+    with LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp:
+        real_node.load_image(cp.node.socket, image)
+        # What the install's PodMonitor needs: the Prometheus Operator's own CRD.
+        kubectl(cp, "apply", "--server-side", "-f", str(crd_path("podmonitors")))
+        yield cp
+
+
+@pytest.fixture
+async def kube(cluster: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    access = await load_access(str(cluster.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+        yield client
+
+
+def snapshot(cp: LocalControlPlane) -> set[str]:
+    """Every object of every listable kind the API server serves, in namespace linkerd and
+    cluster-wide: an uninstall is judged by the difference, not by a list of kinds."""
+    names: list[str] = []
+    for namespaced, where in (("true", ["-n", in_cluster.NAMESPACE]), ("false", [])):
+        kinds = kubectl(
+            cp, "api-resources", "--verbs=list", f"--namespaced={namespaced}", "-o", "name"
+        ).split()
+        kinds = [k for k in kinds if k not in NOT_OBJECTS]
+        names += kubectl(cp, "get", ",".join(kinds), *where, "-o", "name").split()
+    return set(names)
+
+
+async def running_install(cp: LocalControlPlane) -> list[dict[str, object]]:
+    """Two pods Ready on the real node, through the kubelet's calls to their probes."""
+
+    async def two_ready() -> list[dict[str, object]] | None:
+        pods = in_cluster.controller_pods(cp)
+        ok = [p for p in pods if in_cluster.ready(p)]
+        return pods if len(pods) == 2 and len(ok) == 2 else None
+
+    pods = await eventually(two_ready, timeout=240, interval=1, what="two controller pods Ready")
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["nodeName"] == real_node.NODE_NAME
+        container = spec["containers"][0]
+        assert container["image"] == IMAGE
+        assert container["readinessProbe"]["httpGet"] and container["livenessProbe"]["httpGet"]
+        env = {e["name"] for e in container.get("env", [])}
+        assert "KUBECONFIG" not in env
+        assert not any("kubeconfig" in v["name"] for v in spec.get("volumes", []))
+    return pods
+
+
+async def check_install(
+    cp: LocalControlPlane, kube: KubeClient, deployed_at: float, before: set[str]
+) -> set[str]:
+    """Checks a running install from outside; returns what the install made (every object
+    that appeared from ``before`` to its pods being Ready)."""
+    pods = await running_install(cp)
+    installed = snapshot(cp) - before
+    names = sorted(p["metadata"]["name"] for p in pods)
+
+    # In-cluster configuration, as its own ServiceAccount, with no 403 anywhere.
+    for name in names:
+        logs = in_cluster.pod_logs(cp, name)
+        assert '"cluster": "in-cluster"' in logs, logs[-2000:]
+        assert " 403" not in logs and "Forbidden" not in logs and "forbidden" not in logs, logs[
+            -3000:
+        ]
+
+    # One leader.
+    holder = await eventually(
+        lambda: _async(in_cluster.lease_holder(cp)), timeout=60, what="a Lease holder"
+    )
+    assert holder in names
+
+    # The webhooks, called by the API server through their Service (kube-proxy routes it).
+    for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
+        configs = json.loads(kubectl(cp, "get", kind, "-o", "json"))["items"]
+        ours = [c for c in configs if c["metadata"]["name"].startswith("linkerd-config")]
+        assert ours and all(
+            w["clientConfig"]["service"]["namespace"] == in_cluster.NAMESPACE
+            and "url" not in w["clientConfig"]
+            for c in ours
+            for w in c["webhooks"]
+        ), ours
+    refused = kubectl(cp, "apply", "-f", str(SAMPLES / "invalid" / "garbage_pem.yaml"), check=False)
+    assert "denied the request" in refused and "trustAnchorsPEM" in refused, refused
+    minimal = SAMPLES / "edge_19.12.3_use_webhook_defaults.yaml"
+    defaulted = json.loads(
+        kubectl(cp, "apply", "--dry-run=server", "-o", "json", "-f", str(minimal))
+    )
+    assert defaulted["spec"]["global"].get("version"), defaulted["spec"]
+
+    # /metrics on each pod IP, scraped by the real Prometheus.
+    ips = [p["status"]["podIP"] for p in pods]
+    with Prometheus([ScrapeJob("in-cluster", [f"{ip}:8080" for ip in ips])]) as prom:
+        prom.wait_scraped("in-cluster", timeout=60)
+        up = prom.query('up{job="in-cluster"}')
+        assert sorted(r["value"][1] for r in up) == ["1", "1"], up
+        ours = prom.query('count by (instance) ({job="in-cluster",__name__=~"linkerd_config_.+"})')
+        assert sorted(r["metric"]["instance"] for r in ours) == sorted(f"{ip}:8080" for ip in ips)
+
+    # The seed scenario, reconciled from inside the cluster.
+    await seed_scenario(cp, kube)
+
+    # Handover: delete the leader's pod; another (the other replica, or the one the
+    # ReplicaSet starts in its place: whichever asks first) takes the Lease within the
+    # lease timings.
+    started = time.monotonic()
+    kubectl(cp, "-n", in_cluster.NAMESPACE, "delete", "pod", holder, "--wait=false")
+
+    async def new_holder() -> str | None:
+        now = in_cluster.lease_holder(cp)
+        live = {p["metadata"]["name"] for p in in_cluster.controller_pods(cp)}
+        return now if now and now != holder and now in live else None
+
+    successor = await eventually(
+        new_holder, timeout=HANDOVER_LIMIT + 30, interval=0.2, what="a new Lease holder"
+    )
+    took = time.monotonic() - started
+    print(f"handover from {holder} to {successor} took {took:.1f}s")
+    assert took <= HANDOVER_LIMIT, f"handover took {took:.1f}s (limit {HANDOVER_LIMIT:.0f}s)"
+
+    # No write by a non-holder, in the API server's own record.
+    writes = in_cluster.controller_writes(cp, deployed_at)
+    assert any(w.get("verb") in ("update", "patch", "create") for w in writes)
+    assert in_cluster.writes_by_non_holders(writes) == []
+    return installed
+
+
+async def seed_scenario(cp: LocalControlPlane, kube: KubeClient) -> None:
+    """edge-19.12.1 installed, Linkerd's real edge-19.12.3 injector, the README's workloads
+    on kwok's node; the edge-19.12.3 LinkerdConfig applied with kubectl."""
+    async with scenario.readme_starting_point(cp, kube):
+        kubectl(cp, "apply", "-f", str(SAMPLES / "edge_19.12.3.yaml"))
+
+        async def reconciled() -> bool:
+            cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+            if "edge-19.12.3" not in cm["data"]["global"]:
+                return False
+            pods = await scenario.running_pods(kube, scenario.EMOJIVOTO)
+            images = {p["metadata"]["labels"]["app"]: scenario.readme_check(p) for p in pods}
+            return all(images.get(a) == scenario.NEW_PROXY_IMAGE for a in scenario.OPTED_IN)
+
+        await eventually(reconciled, timeout=240, interval=1, what="the seed scenario rolled")
+
+
+async def _async(value: object) -> object:
+    return value
+
+
+async def undeployed(cp: LocalControlPlane, installed: set[str], allowed: set[str]) -> None:
+    """Every object the install made is gone but ``allowed`` (namespaces take a while)."""
+
+    async def gone() -> bool:
+        return not (snapshot(cp) & installed) - allowed
+
+    await eventually(gone, timeout=180, interval=2, what="the install's objects deleted")
+    assert (snapshot(cp) & installed) - allowed == set()
+
+
+KEPT = {
+    # The CRD (deleting it deletes every LinkerdConfig) and the API it serves.
+    "customresourcedefinition.apiextensions.k8s.io/linkerdconfigs.config.linkerd.io",
+    "apiservice.apiregistration.k8s.io/v1alpha1.config.linkerd.io",
+    # Written by the controller, not the install: who led last.
+    f"lease.coordination.k8s.io/{in_cluster.LEASE}",
+}
+
+
+async def test_make_deploy_with_cert_manager(
+    cluster: LocalControlPlane, kube: KubeClient, image: str
+) -> None:
+    from linkerd_config.devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
+
+    start_cert_manager(cluster)
+    before = snapshot(cluster)
+    deployed_at = time.time()
+    make(cluster, "deploy", f"IMG={image}")
+    installed = await check_install(cluster, kube, deployed_at, before)
+    make(cluster, "undeploy", f"IMG={image}")
+    # cert-manager does not delete a Certificate's Secret with it (its default).
+    await undeployed(cluster, installed, KEPT | {"secret/linkerd-config-webhook-cert"})
+
+
+async def test_make_helm_deploy(cluster: LocalControlPlane, kube: KubeClient, image: str) -> None:
+    before = snapshot(cluster)
+    deployed_at = time.time()
+    make(cluster, "helm-deploy", f"IMG={image}")
+    installed = await check_install(cluster, kube, deployed_at, before)
+    make(cluster, "helm-undeploy")
+    await undeployed(cluster, installed, KEPT)
