@@ -395,7 +395,10 @@ class LocalControlPlane:
             # Nodes and pods behave as the Stage objects in the API server say: kwok's
             # defaults, applied just before, plus any a test adds (kwok_stages.py).
             f"--enable-crds={kwok_stages.STAGES.kind}",
-            "--manage-all-nodes=true",
+            # Only its own node: a real node's pods must get their status from the kubelet
+            # (managing all nodes, kwok marked them Ready before their containers existed).
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--cidr=10.244.0.0/16",
             f"--node-ip={LOOPBACK}",
             "--server-address=",

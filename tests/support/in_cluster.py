@@ -18,7 +18,9 @@ from linkerd_config.devcluster.cluster import LocalControlPlane
 from tests.support import audit
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "localhost/linkerd-config:e2e"
+IMAGE = "localhost/linkerd-config:dev"
+MAKE_TARGETS = ("docker-build-local", "deploy", "undeploy", "helm-deploy", "helm-undeploy")
+"""What test_in_cluster_deploy runs, each also in the README's install block."""
 NAMESPACE = "linkerd"
 DEPLOYMENT = "linkerd-config"
 LEASE = "linkerd-config-leader"
@@ -87,6 +89,17 @@ def lease_holder(cp: LocalControlPlane) -> str | None:
     except (ValueError, KeyError):
         return None
     return str(holder) if holder else None
+
+
+def lease_renewed(cp: LocalControlPlane) -> tuple[str, str] | None:
+    """(holder, renewTime) of the Lease, None when nobody holds it."""
+    out = kubectl(cp, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
+    try:
+        spec = json.loads(out)["spec"]
+    except (ValueError, KeyError):
+        return None
+    holder, renewed = spec.get("holderIdentity"), spec.get("renewTime")
+    return (str(holder), str(renewed)) if holder and renewed else None
 
 
 def pod_logs(cp: LocalControlPlane, pod: str) -> str:
