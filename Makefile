@@ -91,8 +91,9 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
 
-dev-cluster-up: binaries ## start the local control plane in the background
-	$(PY) -m linkerd_config dev-cluster up
+DEV_CLUSTER_ARGS ?=
+dev-cluster-up: binaries ## start the local control plane in the background; DEV_CLUSTER_ARGS='--real-node --with=cert-manager ...'
+	$(PY) -m linkerd_config dev-cluster up $(DEV_CLUSTER_ARGS)
 
 dev-cluster-down: $(STAMP) ## stop it and remove its files
 	$(PY) -m linkerd_config dev-cluster down
@@ -106,7 +107,8 @@ KIND ?= kind
 IMG ?= linkerd-config:latest
 OVERLAY ?= default
 KIND_CLUSTER ?= linkerd-config
-CERT_MANAGER_VERSION ?= v1.16.2
+# As pinned.CERT_MANAGER, the cert-manager the local control plane runs.
+CERT_MANAGER_VERSION ?= v1.21.2
 # $(call need,tool,what for): a clear message instead of an obscure failure.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2)); not found on PATH." >&2; exit 1; }
 
@@ -164,11 +166,17 @@ deploy: ## install manifests/$(OVERLAY) with image IMG into the current cluster 
 
 # The CRD stays, as with helm-undeploy: deleting it would delete every LinkerdConfig
 # (`make uninstall` removes it on purpose). kubectl kustomize separates documents by "---".
+# With a cert-manager Certificate, its Secret goes too: cert-manager keeps it by default, and
+# a later `make helm-deploy` could not own it (with own-certs the Secret is yours: kept).
 undeploy: ## remove what deploy installed, except the CRD (your LinkerdConfigs) and the namespace
 	$(call need,$(KUBECTL),to talk to your cluster)
-	$(MAKE) --no-print-directory render \
+	@rendered="$$($(MAKE) --no-print-directory render)" && \
+	printf '%s\n' "$$rendered" \
 	  | awk 'BEGIN { RS = "\n---\n"; ORS = "\n---\n" } !/(^|\n)kind: CustomResourceDefinition\n/' \
-	  | $(KUBECTL) delete --ignore-not-found -f -
+	  | $(KUBECTL) delete --ignore-not-found -f - && \
+	if printf '%s\n' "$$rendered" | grep -q '^kind: Certificate$$'; then \
+	  $(KUBECTL) -n linkerd delete secret linkerd-config-webhook-cert --ignore-not-found; \
+	fi
 
 # The chart (manifests/chart) with the pinned helm (built on first use, like the control plane).
 HELM = $(PY) -m linkerd_config.devcluster.helm_cli

@@ -56,7 +56,12 @@ def _dev_cluster(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     try:
         if args.action == "up":
-            ready = service.up(state_dir, workloads=not args.no_workloads, real_node=args.real_node)
+            ready = service.up(
+                state_dir,
+                workloads=not args.no_workloads,
+                real_node=args.real_node,
+                addons=tuple(args.addons),
+            )
             print(f"control plane up at {ready['server']}")
             print(f"export KUBECONFIG={ready['kubeconfig']}")
             print(f"export PATH={ready['bin_dir']}:$PATH   # kubectl v{ready['kubernetes']}")
@@ -173,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also a real node (kubelet, containerd, runc, kube-proxy) that runs the pods of "
         "namespace linkerd (kwok's node runs every other pod); needs root and Debian's "
         "containerd, runc, iptables and containernetworking-plugins",
+    )
+    dev.add_argument(
+        "--with",
+        dest="addons",
+        action="append",
+        default=[],
+        choices=service.ADDONS,
+        help="up: also run cert-manager (built from its Go module) or serve the Prometheus "
+        "Operator's CRDs; what the default kustomize overlay needs (repeatable)",
     )
     dev.set_defaults(func=_dev_cluster)
     return parser

@@ -49,10 +49,8 @@ import shutil
 import subprocess
 import sys
 import urllib.error
-from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -67,7 +65,7 @@ from linkerd_config.devcluster.binaries import (
     go_toolchain,
 )
 from linkerd_config.devcluster.cluster import ControlPlaneError, LocalControlPlane
-from linkerd_config.kube.resource import CRDS, NAMESPACES
+from linkerd_config.kube.resource import NAMESPACES
 
 MODULE = "github.com/cert-manager/cert-manager"
 WRAPPER_MODULE = f"{MODULE}/linkerd-config-devcluster"
@@ -234,7 +232,7 @@ def start_cert_manager(cp: LocalControlPlane) -> None:
     if any(name.startswith("cert-manager-") for name in cp.pids()):
         raise ControlPlaneError("cert-manager already runs on this control plane")
     binaries = ensure_cert_manager(cp.progress)
-    _apply_crds(cp)
+    third_party_crds.apply(cp, crd_files())
     _create_namespace(cp, NAMESPACE)
     configs = {
         "controller": {
@@ -273,31 +271,6 @@ def start_cert_manager(cp: LocalControlPlane) -> None:
             component, [str(binaries[name]), f"--config={config}", f"--ready-file={ready}"]
         )
         cp.wait_for(f"cert-manager's {name} started", ready.exists)
-
-
-def _apply_crds(cp: LocalControlPlane) -> None:
-    """Server-side apply (idempotent; never held like a POST right after another CRD)."""
-    crds: list[dict[str, Any]] = [yaml.safe_load(p.read_text()) for p in crd_files()]
-    for crd in crds:
-        cp.api_request(
-            "PATCH",
-            CRDS.path(name=crd["metadata"]["name"])
-            + "?fieldManager=linkerd-config-devcluster&force=true",
-            crd,
-            content_type="application/apply-patch+yaml",
-        )
-    for crd in crds:
-        spec = crd["spec"]
-        path = f"/apis/{spec['group']}/v1/{spec['names']['plural']}?limit=1"
-        cp.wait_for(f"{crd['metadata']['name']} served", _served(cp, path))
-
-
-def _served(cp: LocalControlPlane, path: str) -> Callable[[], bool]:
-    def check() -> bool:
-        cp.api_request("GET", path)
-        return True
-
-    return check
 
 
 def _create_namespace(cp: LocalControlPlane, name: str) -> None:

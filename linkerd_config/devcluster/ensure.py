@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.binaries import ensure_binaries, ensure_helm
+from linkerd_config.devcluster import pinned, real_node
+from linkerd_config.devcluster.binaries import NODE_BINARIES, ensure_binaries, ensure_helm
+from linkerd_config.devcluster.cert_manager import ensure_cert_manager
 from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
 
 
@@ -11,6 +12,16 @@ def main() -> None:
     for name, path in ensure_binaries().items():
         print(f"{name}: {path}", flush=True)
     print(f"helm: {ensure_helm()}", flush=True)
+    for name, path in ensure_cert_manager().items():
+        print(f"cert-manager {name}: {path}", flush=True)
+    missing = real_node.missing_requirements()
+    if missing:
+        # The real node's tests will fail with the same list; everything else works.
+        print(f"real node: this machine lacks {'; '.join(missing)}", flush=True)
+    else:
+        for name, path in ensure_binaries(NODE_BINARIES).items():
+            print(f"{name}: {path}", flush=True)
+        print(f"pause image: {real_node.pause_image_archive()}", flush=True)
     for rel in pinned.LINKERD_RELEASES.values():
         print(f"linkerd {rel.tag} controller: {ensure_linkerd(rel.tag)}", flush=True)
         if rel.builds_cli:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from linkerd_config.devcluster import cert_manager, third_party_crds
 from linkerd_config.devcluster.binaries import cache_root
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
@@ -59,8 +60,18 @@ def _alive(pid: int) -> bool:
         return False
 
 
+ADDONS = ("cert-manager", "prometheus-operator-crds")
+"""What ``up --with`` can add: the real cert-manager (its controller and cainjector, from its
+Go module, on the host), and the Prometheus Operator's CRDs (PodMonitor, PrometheusRule):
+the two things the default kustomize overlay needs of a cluster."""
+
+
 def up(
-    state_dir: Path, workloads: bool = True, timeout: float = 3600.0, real_node: bool = False
+    state_dir: Path,
+    workloads: bool = True,
+    timeout: float = 3600.0,
+    real_node: bool = False,
+    addons: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Start the control plane in the background; returns its state once ready.
 
@@ -77,6 +88,7 @@ def up(
         argv.append("--no-workloads")
     if real_node:
         argv.append("--real-node")
+    argv += [f"--with={addon}" for addon in addons]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True
@@ -146,7 +158,18 @@ def status(state_dir: Path) -> dict[str, Any] | None:
     return state
 
 
-def _supervise(state_dir: Path, workloads: bool, real_node: bool) -> int:
+def _add(cp: LocalControlPlane, addon: str) -> None:
+    if addon == "cert-manager":
+        cert_manager.start_cert_manager(cp)
+    elif addon == "prometheus-operator-crds":
+        third_party_crds.apply(
+            cp, [third_party_crds.crd_path(p) for p in ("podmonitors", "prometheusrules")]
+        )
+    else:
+        raise DevClusterError(f"unknown addon {addon!r}; known: {', '.join(ADDONS)}")
+
+
+def _supervise(state_dir: Path, workloads: bool, real_node: bool, addons: tuple[str, ...]) -> int:
     stop = False
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -161,6 +184,8 @@ def _supervise(state_dir: Path, workloads: bool, real_node: bool) -> int:
     )
     cp.start()
     try:
+        for addon in addons:
+            _add(cp, addon)
         kubeconfig = state_dir / "kubeconfig"
         kubeconfig.write_bytes(cp.kubeconfig.read_bytes())
         kubeconfig.chmod(0o600)
@@ -188,5 +213,6 @@ if __name__ == "__main__":
             Path(sys.argv[1]),
             workloads="--no-workloads" not in sys.argv,
             real_node="--real-node" in sys.argv,
+            addons=tuple(a.split("=", 1)[1] for a in sys.argv if a.startswith("--with=")),
         )
     )

@@ -9,8 +9,12 @@ not copied into this repository.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
 
 from linkerd_config.devcluster import pinned
 from linkerd_config.devcluster.binaries import (
@@ -18,6 +22,9 @@ from linkerd_config.devcluster.binaries import (
     go_module_dir,
     go_toolchain,
 )
+
+if TYPE_CHECKING:
+    from linkerd_config.devcluster.cluster import LocalControlPlane
 
 DOWNLOAD_TIMEOUT = 600.0
 
@@ -68,6 +75,32 @@ def crd_path(plural: str, source: CrdSource = PROMETHEUS_OPERATOR) -> Path:
             f"{source.module} v{source.version} has no {source.folder}/{path.name}"
         )
     return path
+
+
+def apply(cp: LocalControlPlane, files: Sequence[Path]) -> None:
+    """Server-side apply each CRD file (idempotent; never held like a POST right after
+    another CRD), then wait until every one is served."""
+    from linkerd_config.kube.resource import CRDS  # noqa: PLC0415 - keeps main() light
+
+    crds: list[dict[str, Any]] = [yaml.safe_load(p.read_text()) for p in files]
+    for crd in crds:
+        cp.api_request(
+            "PATCH",
+            CRDS.path(name=crd["metadata"]["name"])
+            + "?fieldManager=linkerd-config-devcluster&force=true",
+            crd,
+            content_type="application/apply-patch+yaml",
+        )
+    for crd in crds:
+        spec = crd["spec"]
+        version = next(v["name"] for v in spec["versions"] if v.get("served", True))
+        path = f"/apis/{spec['group']}/{version}/{spec['names']['plural']}?limit=1"
+        cp.wait_for(f"{crd['metadata']['name']} served", lambda p=path: _get(cp, p))
+
+
+def _get(cp: LocalControlPlane, path: str) -> bool:
+    cp.api_request("GET", path)
+    return True
 
 
 def main() -> None:
