@@ -218,7 +218,16 @@ def build(
 ) -> None:
     """Build the Dockerfile in the current folder (the repository's root) as ``image``."""
     chosen = container_tool(tool)
-    _run(build_command(chosen, image, python_image), tool_env(chosen), progress)
+    try:
+        _run(build_command(chosen, image, python_image), tool_env(chosen), progress)
+    except ContainerToolError as exc:
+        if python_image.startswith("localhost/"):
+            raise
+        # The usual cause on a machine with no registry: the published base cannot be pulled.
+        raise ContainerToolError(
+            f"{exc}; if the base image ({python_image or 'the Dockerfile default'}) cannot be "
+            "pulled here, `make docker-build-local` builds one from Debian's packages"
+        ) from None
 
 
 def push(image: str, tool: str | None = None, progress: Progress = print) -> None:
