@@ -149,11 +149,6 @@ class LocalControlPlane:
             if not self.options.workloads:
                 raise ControlPlaneError("a real node needs the workload components")
             real_node.check_machine()
-            if real_node.node_address_taken():
-                raise real_node.RealNodeUnavailableError(
-                    f"another real node holds this machine's address {real_node.NODE_IP} "
-                    "(one per machine); stop its control plane first"
-                )
             names += list(NODE_BINARIES)
         self._bins = ensure_binaries(tuple(names), self.progress)
         if self.options.workloads:

@@ -23,6 +23,7 @@ Everything else lives in the control plane's work directory and goes with it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import json
@@ -34,7 +35,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from linkerd_config.devcluster import container_image
 from linkerd_config.devcluster.binaries import Progress, build_lock, cache_root
@@ -412,7 +413,7 @@ def unmount_under(root: Path) -> None:
         subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 
-def wait_until(what: str, ready: Callable[[], bool], timeout: float) -> bool:
+def wait_until(ready: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError, ValueError, subprocess.SubprocessError):
@@ -448,10 +449,18 @@ class RealNode:
         self.root = cp.workdir / "node"
         self.containerd_root = self.root / "containerd"
         self.socket = self.containerd_root / "containerd.sock"
+        self._lock: IO[str] | None = None
 
     def start(self) -> None:
+        """Take the machine's real-node lock first: held for the node's life (released if
+        this process dies), so a second node is refused and a crashed one's leftovers are
+        known to be stale and removed."""
+        self._lock = take_machine_lock()
         pause = pause_image_archive(self.cp.progress)
         self.root.mkdir(parents=True, exist_ok=True)
+        if node_address_taken():
+            self.cp.progress("removing what a real node that did not stop left behind")
+            clean_stale(self.bins["kube-proxy"], self.cp.workdir)
         add_node_address()
         self._start_containerd()
         self.import_image(pause)
@@ -530,6 +539,8 @@ class RealNode:
         """Pods first (through the kubelet, so their networks and mounts are torn down),
         then the components, then whatever a crash left: tasks, network namespaces, mounts,
         links, rules."""
+        if self._lock is None:
+            return  # never started (another node holds the machine): nothing here is ours
         namespaces = self._network_namespaces()
         with contextlib.suppress(Exception):
             pods = self.cp.api_request(
@@ -542,7 +553,7 @@ class RealNode:
                     f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
                     {"gracePeriodSeconds": 0},
                 )
-            wait_until("the node's containers gone", self._no_tasks, timeout=30)
+            wait_until(self._no_tasks, timeout=30)
         for name in ("kube-proxy", "kubelet"):
             self.cp.stop_component(name, missing_ok=True)
         with contextlib.suppress(Exception):
@@ -559,6 +570,9 @@ class RealNode:
         _remove_chains()
         unmount_under(self.root)
         remove_node_address()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def _network_namespaces(self) -> list[Path]:
         """The network namespaces containerd made for this node's sandboxes (bind mounts
@@ -611,6 +625,71 @@ def load_image(socket: Path, image: str) -> None:
         import_archive(socket, archive)
 
 
+def take_machine_lock() -> IO[str]:
+    """The machine's one real node: an exclusive lock on a file in the cache, or an error
+    naming the process that holds it."""
+    path = cache_root() / "real-node.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = path.open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise RealNodeUnavailableError(
+            f"another real node runs on this machine (process {holder}); stop its control "
+            "plane first (one real node per machine: its address, bridge and kubelet port)"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(str(os.getpid()))
+    lock.flush()
+    return lock
+
+
+def clean_stale(kube_proxy: Path, own_workdir: Path) -> None:
+    """What a real node whose process was killed left (its lock is free, so nobody runs it):
+    its pods' processes (the kubelet's cgroups), containerd's shims, mounts, the address,
+    the bridge, the rules."""
+    for procs in Path("/sys/fs/cgroup/pids/kubepods").rglob("cgroup.procs"):
+        with contextlib.suppress(OSError, ValueError):
+            for pid in procs.read_text().split():
+                os.kill(int(pid), 9)
+    _kill_shims(Path("/node/containerd"), anywhere=True)
+    with contextlib.suppress(OSError):
+        targets = [
+            line.split()[1]
+            for line in Path("/proc/self/mounts").read_text().splitlines()
+            if "/linkerd-config-cp-" in line and "/node/" in line
+        ]
+        for target in sorted(set(targets), key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+    subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False)
+    _remove_chains()
+    remove_node_address()
+    _remove_unused_network_namespaces()
+    # The dead control plane's work directory (its other components died with it).
+    for node_dir in Path(tempfile.gettempdir()).glob("linkerd-config-cp-*/node"):
+        if node_dir.parent.resolve() != own_workdir.resolve():
+            shutil.rmtree(node_dir.parent, ignore_errors=True)
+
+
+def _remove_unused_network_namespaces() -> None:
+    """containerd's sandbox namespaces (``cni-*``) that no process is in any more: a killed
+    node's, whose pods were just killed. A namespace with a process in it is left alone."""
+    in_use: set[int] = set()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                in_use.add((proc / "ns" / "net").stat().st_ino)
+    for path in Path("/var/run/netns").glob("cni-*"):
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino not in in_use:
+                subprocess.run(["umount", "-l", str(path)], capture_output=True, check=False)
+                path.unlink(missing_ok=True)
+
+
 def _remove_chains() -> None:
     """The chains ``kube-proxy --cleanup`` leaves: the kubelet's canaries and hint, the localnet
     firewall, with the jumps to it."""
@@ -622,13 +701,15 @@ def _remove_chains() -> None:
         subprocess.run(["iptables", *args], capture_output=True, check=False)
 
 
-def _kill_shims(containerd_root: Path) -> None:
-    """containerd's runc shims outlive it by design; ours are found by their socket path."""
+def _kill_shims(containerd_root: Path, anywhere: bool = False) -> None:
+    """containerd's runc shims outlive it by design; ours are found by their socket path
+    (``anywhere``: any control plane's real node, for a crashed one's)."""
     marker = str(containerd_root)
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            if "containerd-shim" in cmdline and marker in cmdline:
+            ours = marker in cmdline and (not anywhere or "/linkerd-config-cp-" in cmdline)
+            if "containerd-shim" in cmdline and ours:
                 os.kill(int(proc.name), 9)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from linkerd_config.devcluster import cert_manager, third_party_crds
+from linkerd_config.devcluster import real_node as real_node_module
 from linkerd_config.devcluster.binaries import cache_root
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
@@ -80,6 +81,11 @@ def up(
     state = read_state(state_dir)
     if state and _alive(state["supervisor_pid"]):
         return state
+    if real_node:
+        try:
+            real_node_module.check_machine()  # here, on one line, not in the supervisor's log
+        except real_node_module.RealNodeUnavailableError as exc:
+            raise DevClusterError(str(exc)) from None
     state_dir.mkdir(parents=True, exist_ok=True)
     _state_file(state_dir).unlink(missing_ok=True)
     log_path = state_dir / "supervisor.log"

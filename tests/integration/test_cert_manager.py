@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import base64
 import datetime
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +28,14 @@ from linkerd_config.devcluster.binaries import BinaryUnavailableError
 from linkerd_config.devcluster.cert_manager import ensure_cert_manager, start_cert_manager
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.resource import CRDS
+from tests.support import in_cluster
 
 # A first run on a machine where `make binaries` has not built cert-manager builds it here
 # (about 3 minutes with empty Go caches, measured on 2 CPUs).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = in_cluster.REPO
 IMAGE = "linkerd-config:cert-manager-test"
-COMMAND_TIMEOUT = 180.0
 
 Obj = dict[str, Any]
 
@@ -52,47 +50,10 @@ def test_without_go_the_build_fails_and_says_why(
         ensure_cert_manager(progress=lambda _: None)
 
 
-def run(argv: list[str], cp: LocalControlPlane, cwd: Path = REPO) -> str:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(cp.workdir),
-        "KUBECONFIG": str(cp.kubeconfig),
-    }
-    proc = subprocess.run(
-        argv,
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{' '.join(argv)} exited {proc.returncode}:\n{proc.stderr}"
-    return proc.stdout
-
-
 def one(objs: list[Obj], kind: str, name: str) -> Obj:
     found = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
     assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
     return found[0]
-
-
-def apply_podmonitor_crd(cp: LocalControlPlane) -> None:
-    """The default overlay also has a PodMonitor: the Prometheus Operator's real CRD."""
-    path = third_party_crds.crd_path("podmonitors", third_party_crds.PROMETHEUS_OPERATOR)
-    crd = yaml.safe_load(path.read_text())
-    cp.api_request(
-        "PATCH",
-        CRDS.path(name=crd["metadata"]["name"]) + "?fieldManager=test&force=true",
-        crd,
-        content_type="application/apply-patch+yaml",
-    )
-
-    def served() -> bool:
-        cp.api_request("GET", "/apis/monitoring.coreos.com/v1/podmonitors?limit=1")
-        return True
-
-    cp.wait_for("PodMonitors served", served)
 
 
 def go_duration(text: str) -> datetime.timedelta:
@@ -107,12 +68,11 @@ def test_make_deploy_gets_a_certificate_from_cert_manager_and_its_ca_injected(
 ) -> None:
     cp = private_control_plane
     start_cert_manager(cp)
-    apply_podmonitor_crd(cp)
-    kubectl = str(cp.binary("kubectl"))
-    run(["make", "-s", "deploy", "OVERLAY=default", f"IMG={IMAGE}", f"KUBECTL={kubectl}"], cp)
-    objs = [
-        d for d in yaml.safe_load_all(run([kubectl, "kustomize", "manifests/default"], cp)) if d
-    ]
+    # The default overlay also has a PodMonitor: the Prometheus Operator's real CRD.
+    third_party_crds.apply(cp, [third_party_crds.crd_path("podmonitors")])
+    in_cluster.make(cp, "-s", "deploy", "OVERLAY=default", f"IMG={IMAGE}")
+    rendered = in_cluster.kubectl(cp, "kustomize", str(REPO / "manifests" / "default"))
+    objs = [d for d in yaml.safe_load_all(rendered) if d]
 
     # The Certificate, as the overlay renders it, becomes Ready.
     certificate = one(objs, "Certificate", "linkerd-config-serving-cert")

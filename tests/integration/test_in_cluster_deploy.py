@@ -17,10 +17,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from linkerd_config.devcluster import real_node
+from linkerd_config.devcluster import real_node, third_party_crds
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.prometheus import Prometheus, ScrapeJob
-from linkerd_config.devcluster.third_party_crds import crd_path
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
@@ -54,7 +53,7 @@ def cluster(image: str) -> Iterator[LocalControlPlane]:
     with LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp:
         real_node.load_image(cp.node.socket, image)
         # What the install's PodMonitor needs: the Prometheus Operator's own CRD.
-        kubectl(cp, "apply", "--server-side", "-f", str(crd_path("podmonitors")))
+        third_party_crds.apply(cp, [third_party_crds.crd_path("podmonitors")])
         yield cp
 
 

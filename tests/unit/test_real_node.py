@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -87,3 +89,19 @@ def test_placement_keeps_kwok_for_all_but_the_controller_namespace() -> None:
     )
     # As Linkerd's install labels it: its injector leaves the namespace's pods alone.
     assert namespace["labels"]["config.linkerd.io/admission-webhooks"] == "disabled"
+
+
+def test_dev_cluster_up_says_on_one_line_what_the_machine_lacks(tmp_path: Path) -> None:
+    """Before any process is started: exit 1, one line on stderr, the state dir untouched."""
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
+    state = tmp_path / "state"
+    proc = subprocess.run(
+        [sys.executable, "-m", "linkerd_config", "dev-cluster", "up", "--real-node",
+         "--state-dir", str(state)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: this machine cannot run a real node; missing: ")
+    assert "containerd (Debian package containerd)" in line
+    assert not state.exists()
