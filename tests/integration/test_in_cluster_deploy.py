@@ -5,15 +5,17 @@ default overlay with the real cert-manager) and ``make helm-deploy``, running as
 Each install is checked from outside, as an operator would: Ready through its probes, the
 in-cluster configuration, no 403 in its logs, one Lease holder and a handover when the
 leader's pod is deleted, no write by a non-holder (the audit log), the webhooks reached
-through their Service, ``/metrics`` scraped on the pod IP by the real Prometheus, the seed
-scenario (Linkerd's real injector) reconciled from inside the cluster, and a clean uninstall.
+through their Service, ``/metrics`` scraped on the pod IP by the real Prometheus, a scenario
+with Linkerd's real injector reconciled from inside the cluster (the seed scenario, legacy
+format, under kustomize; edge-26.8.3's values format under Helm), a crash of the leader's
+process, and a clean uninstall.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -24,7 +26,7 @@ from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.settings import parse
-from tests.support import in_cluster, scenario
+from tests.support import formats, in_cluster, scenario
 from tests.support.in_cluster import IMAGE, kubectl, make
 from tests.support.samples import SAMPLES
 from tests.support.waiting import eventually
@@ -102,7 +104,11 @@ async def running_install(cp: LocalControlPlane) -> list[dict[str, object]]:
 
 
 async def check_install(
-    cp: LocalControlPlane, kube: KubeClient, deployed_at: float, before: set[str]
+    cp: LocalControlPlane,
+    kube: KubeClient,
+    deployed_at: float,
+    before: set[str],
+    reconciles: Callable[[LocalControlPlane, KubeClient], Awaitable[None]],
 ) -> set[str]:
     """Checks a running install from outside; returns what the install made (every object
     that appeared from ``before`` to its pods being Ready)."""
@@ -152,7 +158,7 @@ async def check_install(
         assert sorted(r["metric"]["instance"] for r in ours) == sorted(f"{ip}:8080" for ip in ips)
 
     # The seed scenario, reconciled from inside the cluster.
-    await seed_scenario(cp, kube)
+    await reconciles(cp, kube)
 
     # Handover: delete the leader's pod; another (the other replica, or the one the
     # ReplicaSet starts in its place: whichever asks first) takes the Lease within the
@@ -223,6 +229,35 @@ async def seed_scenario(cp: LocalControlPlane, kube: KubeClient) -> None:
         await eventually(reconciled, timeout=240, interval=1, what="the seed scenario rolled")
 
 
+async def modern_scenario(cp: LocalControlPlane, kube: KubeClient) -> None:
+    """The other format: edge-26.8.3 as its own `linkerd install` renders it (Helm values,
+    trust roots), its real injector, a meshed namespace; a LinkerdConfig for another proxy
+    version applied with kubectl."""
+    fmt = formats.VALUES
+    async with formats.installed(cp, kube, fmt):
+        await scenario.meshed_namespace(kube, "modern", ["web", "emoji"], replicas=1)
+        manifest = cp.workdir / "modern-linkerdconfig.json"
+        manifest.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "config.linkerd.io/v1alpha1",
+                    "kind": "LinkerdConfig",
+                    "metadata": {"name": "modern"},
+                    "spec": fmt.spec(fmt.good, {}),
+                }
+            )
+        )
+        kubectl(cp, "apply", "-f", str(manifest))
+
+        async def rolled() -> bool:
+            cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+            pods = await scenario.running_pods(kube, "modern")
+            versions = set(scenario.proxy_versions(pods).values())
+            return fmt.written(cm) == fmt.good and len(pods) == 2 and versions == {fmt.good}
+
+        await eventually(rolled, timeout=240, interval=1, what="the values-format rollout")
+
+
 async def _async(value: object) -> object:
     return value
 
@@ -255,7 +290,7 @@ async def test_make_deploy_with_cert_manager(
     before = snapshot(cluster)
     deployed_at = time.time()
     make(cluster, "deploy", f"IMG={image}")
-    installed = await check_install(cluster, kube, deployed_at, before)
+    installed = await check_install(cluster, kube, deployed_at, before, seed_scenario)
     make(cluster, "undeploy", f"IMG={image}")
     # The Secret cert-manager issued goes too (undeploy deletes it: cert-manager would not).
     await undeployed(cluster, installed, KEPT)
@@ -265,6 +300,7 @@ async def test_make_helm_deploy(cluster: LocalControlPlane, kube: KubeClient, im
     before = snapshot(cluster)
     deployed_at = time.time()
     make(cluster, "helm-deploy", f"IMG={image}")
-    installed = await check_install(cluster, kube, deployed_at, before)
+    # The other configuration format than the kustomize install's seed scenario.
+    installed = await check_install(cluster, kube, deployed_at, before, modern_scenario)
     make(cluster, "helm-undeploy")
     await undeployed(cluster, installed, KEPT)
