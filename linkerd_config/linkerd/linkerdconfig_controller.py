@@ -29,8 +29,8 @@ from linkerd_config.kube.resource import (
     Json,
 )
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import rollback, rollout
-from linkerd_config.linkerd.formats.base import FormatError, InstalledDataError
+from linkerd_config.linkerd import reconcile_decision, rollback, rollout
+from linkerd_config.linkerd.formats.base import FormatError
 from linkerd_config.linkerd.formats.versions import VersionError
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONFIGMAP_SYNCED,
@@ -46,13 +46,10 @@ from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,
     companion_body,
-    current_data,
     desired_config,
     drifted,
     foreign_in_copy,
     from_preserved,
-    in_namespace,
-    owner_among,
     preserved_copy,
     preserved_name,
     progress_only,
@@ -75,9 +72,18 @@ from linkerd_config.linkerd.trust_anchor_guard import (
     meshed_pod_projection,
     meshed_selector,
 )
-from linkerd_config.linkerd.validation import render_errors, validate
+from linkerd_config.linkerd.validation import validate
 
 log = structlog.get_logger(__name__)
+
+_CONSEQUENCES = {
+    reconcile_decision.NAMESPACE_NOT_MANAGED: "; nothing written",
+    reconcile_decision.CONFLICT: "; this one changes nothing",
+    reconcile_decision.INSTALLED_CONFIG_UNREADABLE: (
+        "; nothing is written until the ConfigMap is corrected"
+    ),
+}
+"""What the controller adds to a refusal's fact (``reconcile_decision``)."""
 
 FIELD_MANAGER = "linkerd-config"
 RESTORE_FIELD_MANAGER = "linkerd-config-restore"
@@ -287,42 +293,24 @@ class LinkerdConfigController:
         status: Json = dict(config.get("status") or {})
         conditions: list[Json] = list(status.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
-        problems = validate(config)
-        if problems:
-            # The webhook refuses these; checked again here because it may be off or may
-            # have been bypassed, and a value Linkerd cannot use must never be written.
-            return await self._invalid(config, conditions, generation, render_errors(problems))
-
-        try:
-            target = target_of(config)
-        except (VersionError, FormatError) as exc:
-            return await self._invalid(config, conditions, generation, str(exc))
-        if target.namespace != self.config_namespace:
-            message = (
-                f"ConfigMap {target} is outside the namespace this controller manages "
-                f"({self.config_namespace}); nothing written"
-            )
-            return await self._invalid(
-                config, conditions, generation, message, "NamespaceNotManaged"
-            )
-        owner = owner_among(self.configs.store.list(), target)
-        if owner is not None and owner["metadata"]["name"] != key:
-            return await self._conflict(config, conditions, generation, owner["metadata"]["name"])
-
-        configmaps = in_namespace(self.configmaps.store.items(), target.namespace)
+        # Off the event loop, over copies of the caches: reading the installed data and
+        # rendering onto it cost up to formats.bounded's limits, which anyone who may edit the
+        # ConfigMap can reach. Validation runs again here because the webhook may be off or
+        # may have been bypassed, and a value Linkerd cannot use must never be written.
+        decided = await asyncio.to_thread(
+            reconcile_decision.decide,
+            config,
+            validate(config),
+            self.configs.store.list(),
+            self.configmaps.store.snapshot(),
+            self.config_namespace,
+        )
+        if isinstance(decided, reconcile_decision.Refused):
+            return await self._refused(config, conditions, generation, decided)
+        target, configmaps, current = decided.target, decided.configmaps, decided.current
         configmap = configmaps.get(target.name)
-        try:
-            # Off the event loop: reading the installed data and rendering onto it cost up to
-            # formats.bounded's limits, which anyone who may edit the ConfigMap can reach.
-            current = current_data(configmaps, target)
-            asked, desired = await self._render(config, current)
-        except InstalledDataError as exc:
-            message = f"{exc}; nothing is written until the ConfigMap is corrected"
-            return await self._invalid(
-                config, conditions, generation, message, "InstalledConfigUnreadable"
-            )
-        except (FormatError, VersionError) as exc:
-            return await self._invalid(config, conditions, generation, str(exc))
+        asked = decided.desired
+        desired = await self._to_write(config, asked, current)
 
         try:
             for name in (target.name, *sorted(desired.depends_on)):
@@ -397,19 +385,35 @@ class LinkerdConfigController:
 
     # -- steps ----------------------------------------------------------------------------
 
-    async def _render(
-        self, config: Json, current: dict[str, dict[str, str]]
-    ) -> tuple[Desired, Desired]:
-        """What the spec asks for, and what the ConfigMap must hold: the same, except while
-        a failed rollout is rolled back: then the last completed configuration (the spec
-        stays as the user wrote it; a new generation or a resume is a new attempt)."""
-        asked = await asyncio.to_thread(desired_config, config, current)
+    async def _refused(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        refused: reconcile_decision.Refused,
+    ) -> Result:
+        """Nothing is written: said in status, in the controller's words (``plan`` says what
+        would be)."""
+        message = refused.message + _CONSEQUENCES.get(refused.reason, "")
+        if refused.reason == reconcile_decision.CONFLICT:
+            return await self._conflict(config, conditions, generation, refused.owner, message)
+        # A spec validation refuses is InvalidConfig in status, as one that does not render.
+        invalid = refused.reason == reconcile_decision.INVALID
+        reason = reconcile_decision.INVALID_CONFIG if invalid else refused.reason
+        return await self._invalid(config, conditions, generation, message, reason)
+
+    async def _to_write(
+        self, config: Json, asked: Desired, current: dict[str, dict[str, str]]
+    ) -> Desired:
+        """What the ConfigMap must hold: what the spec asks for (``asked``), except while a
+        failed rollout is rolled back: then the last completed configuration (the spec stays
+        as the user wrote it; a new generation or a resume is a new attempt)."""
         halt = self.rollout.halt_state(config, asked.config_hash)
         going_back = rollback.config_to_render(config, halt.halted)
         if going_back is None:
-            return asked, asked
+            return asked
         try:
-            return asked, await asyncio.to_thread(desired_config, going_back, current)
+            return await asyncio.to_thread(desired_config, going_back, current)
         except (FormatError, VersionError) as exc:
             # What is installed now cannot take it (Linkerd upgraded to the values format
             # since, say). The spec is not invalid for that: the rollout halts instead.
@@ -419,7 +423,7 @@ class LinkerdConfigController:
                 linkerdconfig=config["metadata"]["name"],
                 problem=str(exc),
             )
-            return asked, asked
+            return asked
 
     async def _preserve(self, config: Json, name: str, configmap: Json, desired: Desired) -> None:
         """Keep the copy of what we did not write in ConfigMap ``name`` (the target, or one it
@@ -694,13 +698,9 @@ class LinkerdConfigController:
         return True
 
     async def _conflict(
-        self, config: Json, conditions: list[Json], generation: int, owner: str
+        self, config: Json, conditions: list[Json], generation: int, owner: str, message: str
     ) -> Result:
         target = target_of(config)
-        message = (
-            f"ConfigMap {target} is managed by the older LinkerdConfig {owner}; "
-            "this one changes nothing"
-        )
         previous = next((c for c in conditions if c["type"] == CONFLICT), {})
         if previous.get("status") != "True":
             self.recorder.record(config, "Warning", "Conflict", message)
@@ -729,8 +729,4 @@ class LinkerdConfigController:
 
 def _targets(config: Json, namespace: str) -> bool:
     """Whether ``config`` writes in ``namespace``."""
-    try:
-        target = target_of(config)
-    except ValueError:
-        return False
-    return target.namespace == namespace
+    return target_of(config).namespace == namespace

@@ -2,8 +2,9 @@
 the configuration in the cluster (``status``). Pure, over what the controller's caches hold.
 
 Both use the reconciler's own decisions, never a copy of them: ``validation.validate`` (the
-webhook's checks), ``reconcile.desired_config`` over ``reconcile.current_data`` (what would be
-written), ``rollout.plan_rollout`` and ``rollout.pending`` (what the executor restarts), and
+webhook's checks), ``reconcile_decision.decide`` (the target, its ownership, and
+``reconcile.desired_config`` over ``reconcile.current_data``: what would be written),
+``rollout.plan_rollout`` and ``rollout.pending`` (what the executor restarts), and
 ``DesiredProxy.verdict`` (why a pod is or is not restarted). So a plan cannot say something
 the controller would not do.
 
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd import canary, rollback, rollout, workload_health
+from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -37,14 +38,11 @@ from linkerd_config.linkerd.reconcile import (
     current_data,
     desired_config,
     drifted,
-    in_namespace,
     missing,
-    owner_among,
-    target_of,
 )
 from linkerd_config.linkerd.rollout import Workload
 from linkerd_config.linkerd.trust_anchor_guard import BundleError, Decision, evaluate
-from linkerd_config.linkerd.validation import render_errors, validate, warnings_for
+from linkerd_config.linkerd.validation import validate, warnings_for
 
 NOT_CREATED_YET = "9999-12-31T23:59:59Z"
 """The creationTimestamp a LinkerdConfig not yet in the cluster is planned with."""
@@ -255,18 +253,12 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     errors = validate(config, old, others)
     if not name:  # the API server's own check, which validation leaves to it
         errors.insert(0, FieldError("metadata.name", "is required"))
-    if errors:
-        return Plan(name, Problem("Invalid", render_errors(errors)))
-    # The API server keeps the stored object's identity on update; a new object is younger
-    # than every other (which matters for ownership: the oldest wins).
-    kept = {"creationTimestamp": NOT_CREATED_YET}
-    if old is not None:
-        kept = {k: old["metadata"][k] for k in ("creationTimestamp", "uid") if k in old["metadata"]}
-    config = {**config, "metadata": {**config["metadata"], **kept}}
-    decided = _desired(config, view)
+    if not errors:  # (an invalid one may have no metadata to keep it in)
+        config = _as_stored(config, old)
+    decided = _desired(config, errors, view)
     if isinstance(decided, Problem):
         return Plan(name, decided)
-    desired, configmaps = decided
+    desired, configmaps = decided.desired, decided.configmaps
     desired = defaults.restricted(desired)
     # The stored object's rollout of this very spec rolled back: applying it again (no new
     # generation) keeps the ConfigMaps on the configuration returned to, as the controller
@@ -327,6 +319,16 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     )
 
 
+def _as_stored(config: Json, old: Json | None) -> Json:
+    """``config`` as the API server would store it: it keeps the stored object's identity on
+    update; a new object is younger than every other (which matters for ownership: the
+    oldest wins)."""
+    kept = {"creationTimestamp": NOT_CREATED_YET}
+    if old is not None:
+        kept = {k: old["metadata"][k] for k in ("creationTimestamp", "uid") if k in old["metadata"]}
+    return {**config, "metadata": {**config["metadata"], **kept}}
+
+
 def _anchors(
     desired: Desired, configmaps: Mapping[str, Json], stored: Json | None, view: ClusterView
 ) -> Decision | None:
@@ -349,34 +351,25 @@ def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, .
     return tuple(str(f) for f in (halted or {}).get("failed") or ())
 
 
-def _desired(config: Json, view: ClusterView) -> tuple[Desired, dict[str, Json]] | Problem:
-    """The reconciler's steps before it writes: its target, its ownership, its rendering."""
-    try:
-        target = target_of(config)
-    except (VersionError, FormatError) as exc:
-        return Problem("Invalid", str(exc))
-    if target.namespace != view.config_namespace:
-        return Problem(
-            "NamespaceNotManaged",
-            f"ConfigMap {target} is outside the namespace the controller manages "
-            f"({view.config_namespace}); it would write nothing",
-        )
-    name = config["metadata"]["name"]
-    others = [c for c in view.configs if c["metadata"]["name"] != name]
-    owner = owner_among([*others, config], target)
-    if owner is not None and owner["metadata"]["name"] != name:
-        return Problem(
-            "Conflict",
-            f"ConfigMap {target} is managed by the older LinkerdConfig "
-            f"{owner['metadata']['name']}; this one would change nothing",
-        )
-    configmaps = in_namespace(view.configmaps.items(), target.namespace)
-    try:
-        return desired_config(config, current_data(configmaps, target)), configmaps
-    except InstalledDataError as exc:
-        return Problem("InstalledConfigUnreadable", str(exc))
-    except (FormatError, VersionError) as exc:
-        return Problem("InvalidConfig", str(exc))
+_CONSEQUENCES = {
+    reconcile_decision.NAMESPACE_NOT_MANAGED: "; it would write nothing",
+    reconcile_decision.CONFLICT: "; this one would change nothing",
+}
+"""What ``plan`` and ``status`` add to a refusal's fact (the controller says it in its own
+tense)."""
+
+
+def _desired(
+    config: Json, errors: Sequence[FieldError], view: ClusterView
+) -> reconcile_decision.Decided | Problem:
+    """The reconciler's steps before it writes (``reconcile_decision.decide``): its target,
+    its ownership, its rendering."""
+    decided = reconcile_decision.decide(
+        config, errors, view.configs, view.configmaps, view.config_namespace
+    )
+    if isinstance(decided, reconcile_decision.Refused):
+        return Problem(decided.reason, decided.message + _CONSEQUENCES.get(decided.reason, ""))
+    return decided
 
 
 def _rollout(
@@ -594,11 +587,10 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     name = str(config["metadata"]["name"])
     stored = config.get("status") or {}
     conditions = tuple(stored.get("conditions") or ())
-    errors = validate(config)
-    decided = Problem("Invalid", render_errors(errors)) if errors else _desired(config, view)
+    decided = _desired(config, validate(config), view)
     if isinstance(decided, Problem):
         return ConfigStatus(name, decided, conditions=conditions)
-    desired, configmaps = decided
+    desired, configmaps = decided.desired, decided.configmaps
     desired = defaults.restricted(desired)
     halt = workload_health.halt_state(config, desired.config_hash).halted
     held = _rolled_back_to(config, halt, configmaps, desired)
