@@ -7,6 +7,7 @@ writes it to ``manifests/crd/`` and a test fails when the checked-in file differ
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,8 @@ from linkerd_config.linkerd.canary import FIELD as CANARY_FIELD
 from linkerd_config.linkerd.canary import MAX_COUNT as CANARY_MAX_COUNT
 from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
 from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
-from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.formats import field_table
+from linkerd_config.linkerd.formats.field_grammar import DURATION, parse_go_duration
 from linkerd_config.linkerd.rollback import MAX_LISTED as ROLLBACK_MAX_LISTED
 
 GROUP = "config.linkerd.io"
@@ -39,17 +41,8 @@ MANAGED_BY_VALUE = "linkerd-config"
 OWNER_ANNOTATION = "config.linkerd.io/linkerdconfig"
 HASH_ANNOTATION = "config.linkerd.io/config-hash"
 
-QUANTITY_PATTERN = (
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
-DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
-VERSION_PATTERN = r"^(edge-[0-9]+\.[0-9]+\.[0-9]+|stable-[0-9]+\.[0-9]+\.[0-9]+)$"
-PORT_OR_RANGE_PATTERN = r"^[0-9]{1,5}(-[0-9]{1,5})?$"
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-MAX_DURATION_CHARS = 64
-MAX_QUANTITY_CHARS = 64
-MAX_VERSION_CHARS = 64
+# A rollout's durations: the DURATION grammar, shorter.
+ROLLOUT_DURATION = dataclasses.replace(DURATION, max_length=32)
 
 
 # -- schema building blocks ------------------------------------------------------------------
@@ -63,168 +56,11 @@ def _bool(description: str) -> dict[str, Any]:
     return {"type": "boolean", "description": description}
 
 
-def _port(description: str) -> dict[str, Any]:
-    return {"type": "integer", "minimum": 1, "maximum": 65535, "description": description}
-
-
 def _obj(description: str, properties: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return {"type": "object", "description": description, "properties": properties, **extra}
 
 
-def _image(what: str) -> dict[str, Any]:
-    return _obj(
-        f"The {what} image.",
-        {
-            "name": _str("Image repository, without tag.", maxLength=253, minLength=1),
-            "pullPolicy": _str(
-                "Kubernetes image pull policy.", enum=["Always", "IfNotPresent", "Never"]
-            ),
-        },
-    )
-
-
-def _duration(description: str) -> dict[str, Any]:
-    return _str(description, pattern=DURATION_PATTERN, maxLength=MAX_DURATION_CHARS)
-
-
-def _quantity(description: str) -> dict[str, Any]:
-    return {
-        "anyOf": [{"type": "integer"}, {"type": "string"}],
-        "pattern": QUANTITY_PATTERN,
-        "maxLength": MAX_QUANTITY_CHARS,
-        "x-kubernetes-int-or-string": True,
-        "description": description,
-    }
-
-
-def _resources() -> dict[str, Any]:
-    pair = {"cpu": _quantity("CPU quantity."), "memory": _quantity("Memory quantity.")}
-    return _obj(
-        "Proxy container resources.",
-        {"requests": _obj("Requests.", dict(pair)), "limits": _obj("Limits.", dict(pair))},
-    )
-
-
-def _ports_list(direction: str) -> dict[str, Any]:
-    return {
-        "type": "array",
-        "maxItems": 256,
-        "description": f"{direction} ports the proxy does not intercept: a port or a range "
-        "'lo-hi' (ranges need Linkerd edge-20.1.1 or later).",
-        "items": {"type": "string", "pattern": PORT_OR_RANGE_PATTERN, "maxLength": 11},
-    }
-
-
-def _immutable(field: str) -> dict[str, str]:
-    return {"rule": "self == oldSelf", "message": f"{field} is immutable"}
-
-
 def spec_schema() -> dict[str, Any]:
-    identity = _obj(
-        "mTLS identity settings.",
-        {
-            "trustDomain": _str("Trust domain of identities.", maxLength=253),
-            "trustAnchorsPEM": _str(
-                "PEM bundle of trust anchor (root CA) certificates. When empty, the anchor "
-                "already in the cluster's linkerd-config is kept.",
-                maxLength=65536,
-            ),
-            "issuanceLifeTime": _duration("Lifetime of issued certificates, e.g. 86400s."),
-            "clockSkewAllowance": _duration("Tolerated clock skew, e.g. 20s."),
-            "scheme": _str("Identity scheme.", enum=["linkerd.io/tls"]),
-        },
-    )
-    global_ = _obj(
-        "Control-plane settings (legacy: the ConfigMap's global key; values: top-level values).",
-        {
-            "linkerdNamespace": {
-                **_str(
-                    "Namespace of the Linkerd control plane.",
-                    maxLength=63,
-                    pattern=DNS_LABEL_PATTERN,
-                ),
-                "x-kubernetes-validations": [_immutable("linkerdNamespace")],
-            },
-            "cniEnabled": _bool("Whether the Linkerd CNI plugin is used."),
-            "version": _str(
-                "Linkerd version, e.g. edge-19.12.3 or edge-26.8.3; picks the config format. "
-                "Leave it out to follow the version the cluster's linkerd-config declares.",
-                pattern=VERSION_PATTERN,
-                maxLength=MAX_VERSION_CHARS,
-            ),
-            "identityContext": identity,
-            "omitWebhookSideEffects": _bool("Declare webhooks without side effects."),
-            "endpointSliceEnabled": _bool(
-                "Use EndpointSlices (legacy format edge-20.7.3 to edge-20.8.3; values: "
-                "enableEndpointSlices)."
-            ),
-            "clusterDomain": _str("Cluster DNS domain.", maxLength=253),
-            "configMap": {
-                **_str("Name of the ConfigMap to manage.", maxLength=253, minLength=1),
-                "x-kubernetes-validations": [_immutable("configMap")],
-            },
-        },
-    )
-    ports = ("adminPort", "controlPort", "inboundPort", "outboundPort")
-    distinct = " && ".join(
-        f"(!has(self.{a}) || !has(self.{b}) || self.{a} != self.{b})"
-        for i, a in enumerate(ports)
-        for b in ports[i + 1 :]
-    )
-    proxy = _obj(
-        "Data-plane proxy settings (legacy: the ConfigMap's proxy key; values: proxy, proxyInit).",
-        {
-            "proxyImage": _image("proxy"),
-            "proxyInitImage": _image("proxy-init"),
-            "adminPort": _port("Proxy admin port."),
-            "controlPort": _port("Proxy control port."),
-            "inboundPort": _port("Proxy inbound port."),
-            "outboundPort": _port("Proxy outbound port."),
-            "ignoreInboundPorts": _ports_list("Inbound"),
-            "ignoreOutboundPorts": _ports_list("Outbound"),
-            "logLevel": _str("Proxy log level, e.g. warn,linkerd2_proxy=info.", maxLength=1024),
-            "disableExternalProfiles": _bool("Do not use service profiles outside the mesh."),
-            "proxyVersion": _str("Proxy version, e.g. edge-19.12.3.", minLength=1, maxLength=128),
-            "proxyInitImageVersion": _str(
-                "proxy-init version, e.g. v1.2.0.", minLength=1, maxLength=128
-            ),
-            "proxyUID": {
-                "type": "integer",
-                "format": "int64",
-                "minimum": 0,
-                "description": "UID the proxy runs as.",
-            },
-            "resource": _resources(),
-            "debugImage": _image("debug container"),
-            "debugImageVersion": _str(
-                "Debug container version (Linkerd edge-20.1.3 / stable-2.7.0 on).", maxLength=128
-            ),
-            "destinationGetNetworks": _str(
-                "Networks the proxy resolves through the destination service, comma-separated "
-                "CIDRs (edge-20.6.3 / stable-2.8.1 on; values: clusterNetworks).",
-                maxLength=4096,
-            ),
-            "logFormat": _str("Proxy log format (edge-20.7.1 on).", enum=["plain", "json"]),
-            "outboundConnectTimeout": _duration(
-                "Proxy outbound connect timeout, e.g. 1000ms (edge-20.7.5 on)."
-            ),
-            "inboundConnectTimeout": _duration(
-                "Proxy inbound connect timeout, e.g. 100ms (edge-20.7.5 on)."
-            ),
-        },
-        # proxyInitImageVersion is required by the legacy format only (validation says so):
-        # the values format has no such field from the unified proxy image on.
-        required=["proxyVersion"],
-        **{
-            "x-kubernetes-validations": [
-                {
-                    "rule": distinct,
-                    "message": "adminPort, controlPort, inboundPort and "
-                    "outboundPort must all differ",
-                }
-            ]
-        },
-    )
     rollout = _obj(
         "How opted-in workloads are restarted onto a new configuration. Absent fields take "
         "the controller's --max-restarts-per-pass and --restart-interval.",
@@ -239,19 +75,15 @@ def spec_schema() -> dict[str, Any]:
                 "maximum": 10000,
                 "description": "Workloads restarted per pass.",
             },
-            "restartInterval": _str(
+            "restartInterval": ROLLOUT_DURATION.schema(
                 "The least time from one pass's last restart to the next pass, e.g. 30s or "
-                "2m; a pass also waits until every workload restarted so far is healthy.",
-                pattern=DURATION_PATTERN,
-                maxLength=32,
+                "2m; a pass also waits until every workload restarted so far is healthy."
             ),
-            "progressDeadline": _str(
+            "progressDeadline": ROLLOUT_DURATION.schema(
                 "How long a restarted workload may take to be healthy again (its rollout "
                 "complete, its pods on the desired proxy) before the rollout halts; default "
                 "10m, a Deployment's own default. A Deployment fails earlier when its "
-                "progressDeadlineSeconds says so.",
-                pattern=DURATION_PATTERN,
-                maxLength=32,
+                "progressDeadlineSeconds says so."
             ),
             "onFailure": _str(
                 "What a failed rollout does: Halt (the default) restarts nothing more; "
@@ -287,11 +119,9 @@ def spec_schema() -> dict[str, Any]:
                         "it (app=web); empty: every workload.",
                         maxLength=MAX_SELECTOR_CHARS,
                     ),
-                    "stableFor": _str(
+                    "stableFor": ROLLOUT_DURATION.schema(
                         "How long every canary workload must stay healthy before the rest "
-                        "begin, e.g. 15m; default 5m, at most 168h.",
-                        pattern=DURATION_PATTERN,
-                        maxLength=32,
+                        "begin, e.g. 15m; default 5m, at most 168h."
                     ),
                 },
             ),
@@ -299,7 +129,11 @@ def spec_schema() -> dict[str, Any]:
     )
     return _obj(
         "Desired Linkerd configuration.",
-        {"global": global_, "proxy": proxy, "rollout": rollout},
+        {
+            "global": field_table.schema("global"),
+            "proxy": field_table.schema("proxy"),
+            "rollout": rollout,
+        },
         required=["proxy"],
     )
 

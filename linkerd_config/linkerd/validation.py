@@ -14,11 +14,9 @@ never trusts the schema: any JSON at all comes back as errors, never as an excep
 from __future__ import annotations
 
 import datetime
-import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Final, TypeGuard
 
 from cryptography import x509
@@ -37,8 +35,9 @@ from linkerd_config.linkerd.formats import (
     reads_values,
     version_hint,
 )
-from linkerd_config.linkerd.formats.legacy import parse_go_duration
-from linkerd_config.linkerd.linkerdconfig_resource import spec_schema
+from linkerd_config.linkerd.formats.field_grammar import quantity_value
+from linkerd_config.linkerd.formats.field_table import spec_leaves
+from linkerd_config.linkerd.linkerdconfig_resource import ROLLOUT_DURATION, spec_schema
 from linkerd_config.linkerd.reconcile import owner_among, target_of
 
 __all__ = [
@@ -61,32 +60,11 @@ _MAX_DEPTH: Final = 32
 _MAX_VALUES: Final = 10_000  # a complete LinkerdConfig spec holds about 50
 _MAX_STRING_CHARS: Final = 65536  # the longest field, the PEM bundle, is capped there
 _MAX_PEM_CHARS: Final = 65536
-_MAX_LOG_LEVEL_CHARS: Final = 1024
-_MAX_DURATION_CHARS: Final = 64
-_MAX_IGNORED_PORTS: Final = 256
 _MAX_REPORTED: Final = 50
 _MAX_MESSAGE_CHARS: Final = 300
 
 _PORT_FIELDS: Final = ("adminPort", "controlPort", "inboundPort", "outboundPort")
-_IGNORE_FIELDS: Final = ("ignoreInboundPorts", "ignoreOutboundPorts")
-_MAX_PORT: Final = 65535
-# Port numbers are at most five digits: longer strings are refused before int() sees them.
-_PORT_ENTRY: Final = re.compile(r"(0|[1-9][0-9]{0,4})(?:-(0|[1-9][0-9]{0,4}))?")
 _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_DNS_LABEL: Final = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN: Final = re.compile(
-    r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-)
-# The container image reference grammar (distribution/reference), name part only: an
-# optional registry host[:port], then lower-case path components joined by separators.
-_DOMAIN_PART: Final = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_PATH_PART: Final = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*"
-_IMAGE_NAME: Final = re.compile(
-    rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?/)?{_PATH_PART}(?:/{_PATH_PART})*"
-)
-_MAX_IMAGE_NAME: Final = 255
-_MAX_NETWORKS: Final = 256
-
 # Every string field is checked against the CRD schema's own bounds (maxLength, enum) and
 # for control characters: Unicode category Cc and lone surrogates, which no Linkerd setting
 # holds. A multi-line field (the PEM bundle) keeps tab, line feed and carriage return.
@@ -94,34 +72,6 @@ _SPEC_SCHEMA: Final = spec_schema()
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _CONTROL_MULTILINE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _MULTILINE: Final = frozenset({TRUST_ANCHOR})
-_MAX_DNS_SUBDOMAIN: Final = 253
-
-_LOG_LEVELS: Final = ("trace", "debug", "info", "warn", "error", "off")
-_RUST_PATH: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(::[A-Za-z_][A-Za-z0-9_]*)*")
-
-# Kubernetes resource.ParseQuantity: sign, decimal number, then a binary or decimal SI suffix
-# or a decimal exponent (integer only: Go refuses "1e2.5" although the CRD pattern allows it).
-_QUANTITY: Final = re.compile(
-    r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
-)
-_BINARY: Final = {
-    s: 2 ** (10 * (i + 1)) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
-}
-_DECIMAL: Final = {
-    "n": -9,
-    "u": -6,
-    "m": -3,
-    "": 0,
-    "k": 3,
-    "M": 6,
-    "G": 9,
-    "T": 12,
-    "P": 15,
-    "E": 18,
-}
-_MAX_QUANTITY_DIGITS: Final = 100
-_MAX_EXPONENT: Final = 1000
-
 # Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
 # END rescans the rest of the text from every unmatched BEGIN).
 _PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
@@ -271,50 +221,40 @@ class _Checker:
         return value
 
     def check(self, spec: Mapping[str, Any]) -> None:
-        self.strings(spec, _SPEC_SCHEMA, "spec")
+        """Every stated field against its grammar (the field table's: what the schema says,
+        exactly, and the checks it cannot express), then what relates fields."""
+        for stated in spec_leaves(spec):
+            row = stated.row
+            if row is None:
+                problems = [("", stated.problem)]
+            elif row.required and stated.value == "":
+                problems = [("", f"is required, e.g. {row.grammar.example}")]
+            else:
+                problems = row.grammar.problems(stated.value)
+            for suffix, problem in problems:
+                self.fail(stated.field + suffix, problem)
+                self._settled.add(stated.field + suffix)
         global_ = self.section(spec, "global", "spec")
         proxy = self.section(spec, "proxy", "spec")
         identity = self.section(global_, "identityContext", "spec.global")
         self.trust_anchor(identity.get("trustAnchorsPEM"))
         self.versions(global_, proxy)
-        self.names(global_)
-        for key in ("issuanceLifeTime", "clockSkewAllowance"):
-            self.duration(identity, key, "spec.global.identityContext")
-        for key in _IGNORE_FIELDS:
-            self.ignored_ports(proxy.get(key), f"spec.proxy.{key}")
-        self.log_level(proxy.get("logLevel"))
-        for key in ("proxyImage", "proxyInitImage", "debugImage"):
-            image = self.section(proxy, key, "spec.proxy")
-            self.image_name(image.get("name"), f"spec.proxy.{key}.name")
-            self.one_of(image, "pullPolicy", f"spec.proxy.{key}")
-        self.one_of(identity, "scheme", "spec.global.identityContext")
-        self.one_of(proxy, "logFormat", "spec.proxy")
-        debug_version = proxy.get("debugImageVersion")
-        if debug_version not in (None, "") and not (
-            isinstance(debug_version, str) and _IMAGE_TAG.fullmatch(debug_version)
-        ):
-            self.fail(
-                "spec.proxy.debugImageVersion",
-                f"{_show(debug_version)} is not an image tag, e.g. stable-2.7.0",
-            )
-        self.networks(proxy.get("destinationGetNetworks"))
-        for key in ("outboundConnectTimeout", "inboundConnectTimeout"):
-            self.duration(proxy, key, "spec.proxy")
         self.resources(proxy.get("resource"))
         rollout = self.section(spec, "rollout", "spec")
-        self.duration(rollout, "restartInterval", "spec.rollout")
-        self.duration(rollout, "progressDeadline", "spec.rollout")
+        self.strings(rollout, _schema_at("spec.rollout"), "spec.rollout")
+        for key in ("restartInterval", "progressDeadline"):
+            self.duration(rollout, key, "spec.rollout")
         self.one_of(rollout, "onFailure", "spec.rollout")
         paused = rollout.get("paused")
         if paused is not None and not isinstance(paused, bool):
             self.fail("spec.rollout.paused", "must be true or false")
         batch = rollout.get("maxRestartsPerPass")
         if batch is not None and (
-            isinstance(batch, bool) or not isinstance(batch, int) or batch < 1
+            isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10000
         ):
             self.fail(
                 "spec.rollout.maxRestartsPerPass",
-                f"{_show(batch)} must be a whole number of at least 1",
+                f"{_show(batch)} must be a whole number of at least 1 (and at most 10000)",
             )
         # spec.rollout.canary: its duration here, its count and selectors canary's.
         self.duration(self.section(rollout, "canary", "spec.rollout"), "stableFor",
@@ -423,45 +363,6 @@ class _Checker:
             except VersionError as error:
                 self.fail("spec.global.version", str(error))
 
-    def names(self, global_: Mapping[str, Any]) -> None:
-        namespace = global_.get("linkerdNamespace")
-        if namespace is not None and not (
-            isinstance(namespace, str) and _DNS_LABEL.fullmatch(namespace)
-        ):
-            self.fail("spec.global.linkerdNamespace", "must be a namespace name (a DNS-1123 label)")
-        name = global_.get("configMap")
-        if name is not None and not _dns_subdomain(name):
-            self.fail("spec.global.configMap", "must be a ConfigMap name (a DNS-1123 subdomain)")
-        domain = global_.get("clusterDomain")
-        if domain is not None and not _dns_subdomain(domain):
-            self.fail(
-                "spec.global.clusterDomain",
-                f"{_show(domain)} is not a DNS-1123 subdomain (lower-case letters, digits, '-' "
-                "and '.'), e.g. cluster.local",
-            )
-        identity = global_.get("identityContext")
-        trust_domain = identity.get("trustDomain") if isinstance(identity, Mapping) else None
-        if trust_domain is not None and not _dns_subdomain(trust_domain):
-            # Linkerd's own check (``linkerd install``: invalid trust domain).
-            self.fail(
-                "spec.global.identityContext.trustDomain",
-                f"{_show(trust_domain)} is not a DNS-1123 subdomain, e.g. cluster.local",
-            )
-
-    def image_name(self, value: Any, field: str) -> None:
-        if value is None:
-            return
-        if not (
-            isinstance(value, str)
-            and len(value) <= _MAX_IMAGE_NAME
-            and _IMAGE_NAME.fullmatch(value)
-        ):
-            self.fail(
-                field,
-                f"{_show(value)} is not an image name ([registry[:port]/]path of lower-case "
-                "components, no tag), e.g. gcr.io/linkerd-io/proxy",
-            )
-
     def one_of(self, parent: Mapping[str, Any], key: str, path: str) -> None:
         """A field with a closed set of values: the schema's ``enum`` (its one owner)."""
         value = parent.get(key)
@@ -469,151 +370,41 @@ class _Checker:
         if value is not None and value not in allowed:
             self.fail(f"{path}.{key}", f"must be one of {', '.join(map(str, allowed))}")
 
-    def networks(self, value: Any) -> None:
-        """``destinationGetNetworks`` (values: ``clusterNetworks``): comma-separated CIDRs, as
-        Linkerd's own install checks them (Go's ``net.ParseCIDR``: host bits may be set)."""
-        field = "spec.proxy.destinationGetNetworks"
-        if value is None:
-            return
-        if not isinstance(value, str):
-            self.fail(field, "must be a string of comma-separated CIDRs, e.g. 10.0.0.0/8")
-            return
-        entries = value.split(",")
-        if len(entries) > _MAX_NETWORKS:
-            self.fail(field, f"must have at most {_MAX_NETWORKS} networks")
-            return
-        for index, entry in enumerate(entries):
-            try:
-                ipaddress.ip_network(entry.strip(" "), strict=False)  # ASCII spaces only
-            except ValueError:
-                self.fail(
-                    field,
-                    f"network {index + 1}, {_show(entry)}, is not a CIDR such as 10.0.0.0/8 "
-                    "or fd00::/8",
-                )
-                return
-
     # -- durations, ports, log level, resources ---------------------------------------------
 
     def duration(self, parent: Mapping[str, Any], key: str, path: str) -> None:
+        """A rollout duration: the grammar the schema states, and positive."""
         value = parent.get(key)
-        field = f"{path}.{key}"
-        if value is None:
-            return
-        if not isinstance(value, str):
-            self.fail(field, "must be a duration string such as 86400s or 1h30m")
-            return
-        if len(value) > _MAX_DURATION_CHARS:
-            self.fail(field, f"is longer than {_MAX_DURATION_CHARS} characters")
-            return
-        try:
-            nanos = parse_go_duration(value)
-        except ValueError as error:
-            self.fail(field, str(error))
-            return
-        if nanos <= 0:
-            self.fail(field, f"{_show(value)} must be a positive duration")
+        if value is not None:
+            for _, problem in ROLLOUT_DURATION.problems(value):
+                self.fail(f"{path}.{key}", problem)
 
     def ports(self, proxy: Mapping[str, Any]) -> None:
+        """The four proxy ports all differ (the schema's CEL rule; each port's own grammar is
+        the field table's)."""
         seen: dict[int, str] = {}
         for key in _PORT_FIELDS:
-            field = f"spec.proxy.{key}"
             value = proxy.get(key)
-            if value is None:
-                continue  # defaulted by the format, or kept as the cluster has it
             if isinstance(value, bool) or not isinstance(value, int):
-                self.fail(field, "must be an integer port 1-65535")
-                continue
-            elif not 1 <= value <= _MAX_PORT:
-                self.fail(field, f"must be 1-65535, got {value}")
-                continue
+                continue  # absent (defaulted, or kept as the cluster has it), or refused
             if value in seen:
-                self.fail(field, f"must differ from {seen[value]} (both are {value})")
+                self.fail(f"spec.proxy.{key}", f"must differ from {seen[value]} (both are {value})")
             else:
                 seen[value] = key
 
-    def ignored_ports(self, entries: Any, field: str) -> None:
-        if entries is None:
-            return
-        if not isinstance(entries, list):
-            self.fail(field, 'must be a list of ports ("8888") or port ranges ("1000-2000")')
-            return
-        if len(entries) > _MAX_IGNORED_PORTS:
-            self.fail(field, f"must have at most {_MAX_IGNORED_PORTS} entries")
-            return
-        first_index: dict[tuple[int, int], int] = {}
-        for index, entry in enumerate(entries):
-            where = f"{field}[{index}]"
-            match = _PORT_ENTRY.fullmatch(entry) if isinstance(entry, str) else None
-            if match is None:
-                self.fail(where, 'must be a port ("8888") or a port range ("1000-2000")')
-                continue
-            low = int(match.group(1))
-            high = int(match.group(2)) if match.group(2) is not None else low
-            if not (1 <= low <= _MAX_PORT and 1 <= high <= _MAX_PORT):
-                self.fail(where, f"{_show(entry)}: ports must be 1-65535")
-            elif low > high:
-                self.fail(where, f"{_show(entry)} is not a range: {low} is greater than {high}")
-            elif (low, high) in first_index:
-                self.fail(where, f"{_show(entry)} duplicates {field}[{first_index[(low, high)]}]")
-            else:
-                first_index[(low, high)] = index
-
-    def log_level(self, value: Any) -> None:
-        field = "spec.proxy.logLevel"
-        if value is None:
-            return
-        if not isinstance(value, str):
-            self.fail(field, "must be a string such as warn,linkerd2_proxy=info")
-            return
-        if not value:
-            self.fail(field, "must name a level, e.g. warn,linkerd2_proxy=info")
-            return
-        if len(value) > _MAX_LOG_LEVEL_CHARS:
-            self.fail(field, f"is longer than {_MAX_LOG_LEVEL_CHARS} characters")
-            return
-        levels = "/".join(_LOG_LEVELS)
-        for directive in value.split(","):
-            target, _, level = directive.rpartition("=")
-            if not directive:
-                self.fail(field, f"{_show(value)} has an empty directive (a stray comma)")
-            elif level.lower() not in _LOG_LEVELS:
-                self.fail(field, f"{_show(directive)}: the level must be one of {levels}")
-            elif "=" in directive and not _RUST_PATH.fullmatch(target):
-                self.fail(
-                    field,
-                    f"{_show(directive)}: the target must be a Rust module path "
-                    "such as linkerd2_proxy::app",
-                )
-
     def resources(self, value: Any) -> None:
-        path = "spec.proxy.resource"
-        if value is None:
-            return
+        """Each limit at least its request (each amount's grammar is the field table's)."""
         if not isinstance(value, Mapping):
-            self.fail(path, "must be an object with requests and limits")
             return
-        amounts: dict[str, dict[str, tuple[Fraction, Any]]] = {}
-        for kind in ("requests", "limits"):
-            section = value.get(kind)
-            if section is None:
-                continue
-            if not isinstance(section, Mapping):
-                self.fail(f"{path}.{kind}", "must be an object such as {cpu: 100m, memory: 20Mi}")
-                continue
-            for name, amount in section.items():
-                field = f"{path}.{kind}.{name}"
-                parsed = _quantity(amount)
-                if isinstance(parsed, str):
-                    self.fail(field, parsed)
-                else:
-                    amounts.setdefault(kind, {})[str(name)] = (parsed, amount)
-        for name, (limit, _) in amounts.get("limits", {}).items():
-            request = amounts.get("requests", {}).get(name)
-            if request is not None and limit < request[0]:
+        requests, limits = value.get("requests"), value.get("limits")
+        if not (isinstance(requests, Mapping) and isinstance(limits, Mapping)):
+            return
+        for name, amount in limits.items():
+            limit, request = quantity_value(amount), quantity_value(requests.get(name))
+            if limit is not None and request is not None and limit < request:
                 self.fail(
-                    f"{path}.limits.{name}",
-                    f"must be at least the request ({_show(request[1])})",
+                    f"spec.proxy.resource.limits.{name}",
+                    f"must be at least the request ({_show(requests.get(name))})",
                 )
 
     # -- relations to the old object and to other LinkerdConfigs -----------------------------
@@ -728,14 +519,6 @@ def _schema_at(path: str) -> Mapping[str, Any]:
     return schema
 
 
-def _dns_subdomain(value: Any) -> bool:
-    return (
-        isinstance(value, str)
-        and len(value) <= _MAX_DNS_SUBDOMAIN
-        and _DNS_SUBDOMAIN.fullmatch(value) is not None
-    )
-
-
 def _pem_blocks(text: str) -> tuple[list[_PemBlock], bool]:
     """The BEGIN..END blocks of ``text`` in one linear pass, and whether any marker was left
     unpaired. Text between blocks is ignored, as PEM allows."""
@@ -805,31 +588,6 @@ def _anchor_problems(block: str, now: datetime.datetime) -> list[str]:
             f"{subject!r} has an unsupported key type; use ECDSA P-256/P-384, RSA or Ed25519"
         )
     return problems
-
-
-def _quantity(value: Any) -> Fraction | str:
-    """The value of a Kubernetes quantity, or why it is not one."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
-        return 'must be a quantity such as "100m" or "20Mi"'
-    if isinstance(value, int):
-        return Fraction(value) if value >= 0 else "must not be negative"
-    match = _QUANTITY.fullmatch(value)
-    if match is None:
-        return f'{_show(value)} is not a quantity such as "100m" or "20Mi"'
-    sign, number, suffix = match.group(1), match.group(2), match.group(3) or ""
-    if len(number) > _MAX_QUANTITY_DIGITS:
-        return f"{_show(value)} has too many digits"
-    amount = Fraction(number)
-    if suffix in _BINARY:
-        amount *= _BINARY[suffix]
-    else:
-        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
-        if abs(exponent) > _MAX_EXPONENT:
-            return f"{_show(value)} is out of range"
-        amount *= Fraction(10) ** exponent
-    if sign == "-" and amount != 0:
-        return "must not be negative"
-    return amount
 
 
 def _unchanged(old_spec: Any, spec: Mapping[str, Any]) -> bool:

@@ -143,7 +143,14 @@ def test_fields_a_release_has_no_place_for_are_refused_by_name() -> None:
     fields = {e.field: e.message for e in refused.value.errors}
     assert "unified proxy image" in fields["spec.proxy.proxyInitImageVersion"]
     assert "edge-25.11.3" in fields["spec.proxy.proxyInitImageVersion"]
-    assert "has no place" in fields["spec.proxy.somethingElse"]
+    assert fields["spec.proxy.somethingElse"] == "is not a LinkerdConfig field"
+    # A field of the table this release's chart lacks: named with the first that has it.
+    storage = small(resource={"limits": {"ephemeral-storage": "1Gi"}})
+    older_chart = HelmValuesFormat(format_for("edge-21.10.3").version)
+    assert older_chart.check(storage) == [
+        ("spec.proxy.resource.limits.ephemeral-storage", "needs Linkerd edge-21.11.1 or later")
+    ]
+    assert FMT.check(storage) == []
     # Before the unified image, the init image is a Helm value like any other.
     older = HelmValuesFormat(format_for("edge-24.5.1").version)
     assert older.check(small(proxyInitImageVersion="v2.4.0")) == []

@@ -298,7 +298,7 @@ def test_missing_fields_are_errors_not_defaults() -> None:
         "spec.global.linkerdNamespace",
         "spec.global.identityContext.trustDomain",
         "spec.global.identityContext.issuanceLifeTime",
-        "spec.proxy.proxyImage",
+        "spec.proxy.proxyImage.name",
         "spec.proxy.adminPort",
         "spec.proxy.proxyUID",
         "spec.proxy.logLevel",
@@ -905,7 +905,7 @@ def test_even_a_default_value_is_refused_where_the_release_lacks_the_field(
     spec["proxy"]["debugImage"] = value
     with pytest.raises(FormatError) as raised:
         format_for("edge-19.12.3").render(spec)
-    assert [path for path, _ in raised.value.errors] == [
+    assert sorted(path for path, _ in raised.value.errors) == [
         "spec.global.endpointSliceEnabled",
         "spec.proxy.debugImage",
         "spec.proxy.logFormat",

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from linkerd_config.linkerd.formats import FieldError, VersionError, parse_version
+from linkerd_config.linkerd.formats import FieldError, VersionError, field_table, parse_version
 from linkerd_config.linkerd.linkerdconfig_resource import crd
 from linkerd_config.linkerd.validation import validate
 from tests.support.samples import sample
@@ -25,37 +25,19 @@ from tests.support.samples import sample
 Json = dict[str, Any]
 
 # A valid value of each string field: the hostile values are built around it, so only the
-# control character (or the length) makes them wrong.
+# control character (or the length) makes them wrong. The configuration fields' come from the
+# field table (each grammar's example); the version fields depend on the format (``base``).
 EXAMPLES: dict[str, str] = {
-    "spec.global.linkerdNamespace": "linkerd",
+    **{
+        row.field + ("[]" if row.grammar.items else ""): str(
+            (row.grammar.items or row.grammar).example
+        )
+        for row in field_table.FIELDS
+        if row.grammar.json_type in ("string", "int-or-string", "array")
+    },
     "spec.global.version": "",  # per format: see ``base``
-    "spec.global.identityContext.trustDomain": "cluster.local",
     "spec.global.identityContext.trustAnchorsPEM": "",  # the sample's own anchor
-    "spec.global.identityContext.issuanceLifeTime": "86400s",
-    "spec.global.identityContext.clockSkewAllowance": "20s",
-    "spec.global.identityContext.scheme": "linkerd.io/tls",
-    "spec.global.clusterDomain": "cluster.local",
-    "spec.global.configMap": "linkerd-config",
-    "spec.proxy.proxyImage.name": "gcr.io/linkerd-io/proxy",
-    "spec.proxy.proxyImage.pullPolicy": "IfNotPresent",
-    "spec.proxy.proxyInitImage.name": "gcr.io/linkerd-io/proxy-init",
-    "spec.proxy.proxyInitImage.pullPolicy": "IfNotPresent",
-    "spec.proxy.ignoreInboundPorts[]": "4190",
-    "spec.proxy.ignoreOutboundPorts[]": "4567-4568",
-    "spec.proxy.logLevel": "warn,linkerd2_proxy=info",
     "spec.proxy.proxyVersion": "",  # per format
-    "spec.proxy.proxyInitImageVersion": "v1.2.0",
-    "spec.proxy.resource.requests.cpu": "100m",
-    "spec.proxy.resource.requests.memory": "20Mi",
-    "spec.proxy.resource.limits.cpu": "1",
-    "spec.proxy.resource.limits.memory": "250Mi",
-    "spec.proxy.debugImage.name": "gcr.io/linkerd-io/debug",
-    "spec.proxy.debugImage.pullPolicy": "IfNotPresent",
-    "spec.proxy.debugImageVersion": "edge-20.1.3",
-    "spec.proxy.destinationGetNetworks": "10.0.0.0/8,fd00::/8",
-    "spec.proxy.logFormat": "json",
-    "spec.proxy.outboundConnectTimeout": "1000ms",
-    "spec.proxy.inboundConnectTimeout": "100ms",
     "spec.rollout.restartInterval": "30s",
     "spec.rollout.progressDeadline": "10m",
     "spec.rollout.onFailure": "Rollback",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,7 +46,13 @@ from linkerd_config.linkerd.formats.base import (
     Rendering,
     configuration,
 )
-from linkerd_config.linkerd.formats.versions import LinkerdVersion, firsts
+from linkerd_config.linkerd.formats.field_table import (
+    UNIFIED_IMAGE,
+    VALUES_RELEASES,
+    ValuesField,
+    spec_leaves,
+)
+from linkerd_config.linkerd.formats.versions import LinkerdVersion, first_of, firsts
 from linkerd_config.linkerd.rollout import DesiredProxy
 
 __all__ = [
@@ -66,133 +72,16 @@ TRUST_ROOTS_KEY: Final = "ca-bundle.crt"
 
 # The injector reads `values` from edge-20.10.2 (linkerd2 #5036); stable-2.9.0 is the first
 # stable release with it.
-FIRST_SUPPORTED: Final = firsts("stable-2.9.0", "edge-20.10.2")
+FIRST_SUPPORTED: Final = VALUES_RELEASES.since
 FLAT_SINCE: Final = firsts("stable-2.10.0", "edge-21.2.2")
 TRUST_ROOTS_SINCE: Final = firsts("stable-2.11.0", "edge-21.7.5")
 NO_SIDE_EFFECTS_FLAG_SINCE: Final = firsts("stable-2.11.0", "edge-21.9.4")
 SYSTEM_NAMESPACES_EXCLUDED_SINCE: Final = firsts("stable-2.12.0", "edge-22.2.1")
 TRUST_ROOT_ANNOTATION_SINCE: Final = firsts("stable-2.12.1", "edge-22.9.1")
-# The unified proxy image: no open-source stable release has it (the last is stable-2.14.10).
-UNIFIED_IMAGE_SINCE: Final = firsts("stable-2.20.0", "edge-25.11.3")
+UNIFIED_IMAGE_SINCE: Final = UNIFIED_IMAGE.since
 
 _SYSTEM_NAMESPACES: Final = frozenset({"kube-system", "cert-manager"})
 _NESTED: Final = "global"
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    """One LinkerdConfig field and where it lives in the values."""
-
-    spec: tuple[str, ...]
-    values: tuple[str, ...]
-    nested: bool = False
-    """Under ``global:`` in the 2.9 layout."""
-    convert: Callable[[Any], Any] = lambda value: value
-    until: tuple[LinkerdVersion, ...] | None = None
-    """The first releases without it."""
-    gone: str = ""
-    """Why it cannot be set from ``until`` on."""
-
-
-def _ports(entries: Any) -> str:
-    return ",".join(str(entry) for entry in entries)
-
-
-_UNIFIED = "the proxy image runs the init container too (unified proxy image)"
-
-FIELDS: Final[tuple[_Field, ...]] = (
-    _Field(("global", "version"), ("linkerdVersion",), nested=True),
-    _Field(("global", "cniEnabled"), ("cniEnabled",), nested=True),
-    _Field(("global", "clusterDomain"), ("clusterDomain",), nested=True),
-    _Field(
-        ("global", "omitWebhookSideEffects"),
-        ("omitWebhookSideEffects",),
-        until=NO_SIDE_EFFECTS_FLAG_SINCE,
-        gone="Linkerd's webhooks declare no side effects",
-    ),
-    _Field(("global", "identityContext", "trustDomain"), ("identityTrustDomain",), nested=True),
-    _Field(
-        ("global", "identityContext", "trustAnchorsPEM"), ("identityTrustAnchorsPEM",), nested=True
-    ),
-    _Field(
-        ("global", "identityContext", "issuanceLifeTime"),
-        ("identity", "issuer", "issuanceLifetime"),
-    ),
-    _Field(
-        ("global", "identityContext", "clockSkewAllowance"),
-        ("identity", "issuer", "clockSkewAllowance"),
-    ),
-    _Field(("global", "identityContext", "scheme"), ("identity", "issuer", "scheme")),
-    _Field(("proxy", "proxyImage", "name"), ("proxy", "image", "name"), nested=True),
-    _Field(("proxy", "proxyImage", "pullPolicy"), ("proxy", "image", "pullPolicy"), nested=True),
-    _Field(("proxy", "proxyVersion"), ("proxy", "image", "version"), nested=True),
-    _Field(
-        ("proxy", "proxyInitImage", "name"),
-        ("proxyInit", "image", "name"),
-        nested=True,
-        until=UNIFIED_IMAGE_SINCE,
-        gone=_UNIFIED,
-    ),
-    _Field(
-        ("proxy", "proxyInitImage", "pullPolicy"),
-        ("proxyInit", "image", "pullPolicy"),
-        nested=True,
-        until=UNIFIED_IMAGE_SINCE,
-        gone=_UNIFIED,
-    ),
-    _Field(
-        ("proxy", "proxyInitImageVersion"),
-        ("proxyInit", "image", "version"),
-        nested=True,
-        until=UNIFIED_IMAGE_SINCE,
-        gone=_UNIFIED,
-    ),
-    _Field(("proxy", "adminPort"), ("proxy", "ports", "admin"), nested=True),
-    _Field(("proxy", "controlPort"), ("proxy", "ports", "control"), nested=True),
-    _Field(("proxy", "inboundPort"), ("proxy", "ports", "inbound"), nested=True),
-    _Field(("proxy", "outboundPort"), ("proxy", "ports", "outbound"), nested=True),
-    _Field(
-        ("proxy", "ignoreInboundPorts"),
-        ("proxyInit", "ignoreInboundPorts"),
-        nested=True,
-        convert=_ports,
-    ),
-    _Field(
-        ("proxy", "ignoreOutboundPorts"),
-        ("proxyInit", "ignoreOutboundPorts"),
-        nested=True,
-        convert=_ports,
-    ),
-    _Field(("proxy", "logLevel"), ("proxy", "logLevel"), nested=True),
-    _Field(
-        ("proxy", "disableExternalProfiles"),
-        ("proxy", "enableExternalProfiles"),
-        nested=True,
-        convert=lambda disabled: not disabled,
-    ),
-    _Field(("proxy", "proxyUID"), ("proxy", "uid"), nested=True),
-    _Field(("global", "endpointSliceEnabled"), ("enableEndpointSlices",), nested=True),
-    _Field(("proxy", "debugImage", "name"), ("debugContainer", "image", "name")),
-    _Field(("proxy", "debugImage", "pullPolicy"), ("debugContainer", "image", "pullPolicy")),
-    _Field(("proxy", "debugImageVersion"), ("debugContainer", "image", "version")),
-    _Field(("proxy", "destinationGetNetworks"), ("clusterNetworks",), nested=True),
-    _Field(("proxy", "logFormat"), ("proxy", "logFormat"), nested=True),
-    _Field(("proxy", "outboundConnectTimeout"), ("proxy", "outboundConnectTimeout"), nested=True),
-    _Field(("proxy", "inboundConnectTimeout"), ("proxy", "inboundConnectTimeout"), nested=True),
-    *(
-        _Field(
-            ("proxy", "resource", kind, name),
-            ("proxy", "resources", name, kind[:-1]),  # requests.cpu -> resources.cpu.request
-            nested=True,
-            convert=str,
-        )
-        for kind in ("requests", "limits")
-        for name in ("cpu", "memory", "ephemeral-storage")
-    ),
-)
-
-# Where a LinkerdConfig says which ConfigMap to manage: not part of the values.
-_LOCATION: Final = frozenset({("global", "linkerdNamespace"), ("global", "configMap")})
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,19 +142,26 @@ class HelmValuesFormat:
     def check(self, spec: Mapping[str, Any]) -> list[FieldError]:
         """What this release cannot carry: fields with no place in its values."""
         errors: list[FieldError] = []
-        for path, _ in _leaves(configuration(spec)):
-            if path in _LOCATION:
+        for stated in spec_leaves(configuration(spec)):
+            row = stated.row
+            if row is None:
+                errors.append(FieldError(stated.field, stated.problem))
+            elif row.location:
                 continue
-            field = _FIELD_BY_SPEC.get(path)
-            where = "spec." + ".".join(path)
-            if field is None:
-                errors.append(FieldError(where, f"has no place in Linkerd {self.version}'s values"))
-            elif field.until is not None and self.version.at_least(*field.until):
-                first = self.version.first_in(field.until)
+            elif row.values is None:
                 errors.append(
-                    FieldError(where, f"cannot be set from Linkerd {first} on: {field.gone}")
+                    FieldError(stated.field, f"has no place in Linkerd {self.version}'s values")
                 )
+            elif not row.values.releases.include(self.version):
+                errors.append(FieldError(stated.field, self._absence(row.values)))
         return errors
+
+    def _absence(self, values: ValuesField) -> str:
+        """Why this release's values cannot carry a field its chart lacks."""
+        end = first_of(values.releases.until, self.version.channel)
+        if end is not None and self.version >= end:
+            return f"cannot be set from Linkerd {end} on: {values.gone}"
+        return values.releases.requirement(self.version)
 
     # -- rendering -------------------------------------------------------------------------
 
@@ -289,12 +185,12 @@ class HelmValuesFormat:
         values = _installed_values(text, installed.where)
         updated = copy.deepcopy(values)
         managed: dict[str, Any] = {}
-        for path, value in _leaves(configuration(spec)):
-            field = _FIELD_BY_SPEC.get(path)
+        for stated in spec_leaves(configuration(spec)):
+            field = stated.row.values if stated.row is not None else None
             if field is None:
                 continue
-            converted = field.convert(value)
-            where = ((_NESTED,) if field.nested and self.nested else ()) + field.values
+            converted = field.convert(stated.value)
+            where = ((_NESTED,) if field.nested and self.nested else ()) + field.path
             _set(updated, where, converted)
             managed[".".join(where)] = converted
         out = {VALUES_KEY: text if updated == values else dump_values(updated)}
@@ -402,26 +298,6 @@ def dump_values(values: Mapping[str, Any]) -> str:
     return yaml.dump(
         values, Dumper=_ValuesDumper, sort_keys=True, default_flow_style=False, width=1 << 20
     )
-
-
-_FIELD_BY_SPEC: Final = {field.spec: field for field in FIELDS}
-
-
-def _leaves(
-    spec: Mapping[str, Any], prefix: tuple[str, ...] = ()
-) -> list[tuple[tuple[str, ...], Any]]:
-    """Every stated (non-null) field of the spec as (path, value); lists are leaves, and so
-    are the objects a field maps whole (none today)."""
-    found: list[tuple[tuple[str, ...], Any]] = []
-    for key, value in spec.items():
-        path = (*prefix, str(key))
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            found.extend(_leaves(value, path))
-        else:
-            found.append((path, value))
-    return found
 
 
 def _get(root: Any, path: Sequence[str]) -> Any:

@@ -14,7 +14,16 @@ from dataclasses import dataclass
 from functools import total_ordering
 from typing import Literal
 
-__all__ = ["Channel", "LinkerdVersion", "VersionError", "first_of", "firsts", "parse_version"]
+__all__ = [
+    "Channel",
+    "LinkerdVersion",
+    "Releases",
+    "VersionError",
+    "first_of",
+    "firsts",
+    "parse_version",
+    "releases",
+]
 
 Channel = Literal["edge", "stable"]
 
@@ -84,3 +93,44 @@ def parse_version(text: str) -> LinkerdVersion:
         f"{text!r} is not a Linkerd version: expected edge-YY.M.N (e.g. edge-19.12.3) "
         "or stable-X.Y.Z (e.g. stable-2.6.1)"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Releases:
+    """The releases that have something (a config field, a values key).
+
+    Per channel: from the first release of that channel in ``since`` up to (not including) the
+    one in ``until``. A channel missing from ``since`` never has it; one missing from
+    ``until`` keeps it.
+    """
+
+    since: tuple[LinkerdVersion, ...]
+    until: tuple[LinkerdVersion, ...] = ()
+
+    def include(self, version: LinkerdVersion) -> bool:
+        first = first_of(self.since, version.channel)
+        end = first_of(self.until, version.channel)
+        return first is not None and version >= first and (end is None or version < end)
+
+    def requirement(self, version: LinkerdVersion) -> str:
+        """Why ``version``, outside these, cannot carry it, naming the first that can."""
+        first = first_of(self.since, version.channel)
+        if first is None:
+            spans = " or ".join(self.span(other) for other in self.since)
+            return f"is only in Linkerd {spans}, in no {version.channel} release"
+        if first_of(self.until, version.channel) is None:
+            return f"needs Linkerd {first} or later"
+        return f"is only in Linkerd {self.span(first)}"
+
+    def span(self, first: LinkerdVersion) -> str:
+        end = first_of(self.until, first.channel)
+        return f"{first} or later" if end is None else f"{first} up to (not including) {end}"
+
+    def describe(self) -> str:
+        """For docs: ``edge-20.1.3+, stable-2.7.0+`` or ``edge-20.7.3 - edge-20.8.3``."""
+        return ", ".join(self.span(first) for first in self.since)
+
+
+def releases(*since: str, until: tuple[str, ...] = ()) -> Releases:
+    """``releases("edge-20.1.3", "stable-2.7.0")``: from those on (until ``until``)."""
+    return Releases(firsts(*since), firsts(*until))

@@ -48,7 +48,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import cache
 from typing import Any, Final
 
@@ -63,14 +62,16 @@ from linkerd_config.linkerd.formats.base import (
     Installed,
     InstalledDataError,
     Rendering,
+    configuration,
 )
+from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
+from linkerd_config.linkerd.formats.field_table import FIELDS, ConfigField, spec_leaves
 from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.legacy import config_pb2
-from linkerd_config.linkerd.formats.legacy.install_defaults import LEGACY_DEFAULTS
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
+    Releases,
     VersionError,
-    first_of,
     firsts,
     parse_version,
 )
@@ -99,115 +100,64 @@ FIRST_UNSUPPORTED: Final = firsts("stable-2.9.0", "edge-20.10.2")
 # Ignored ports became `repeated PortRange` in these releases (linkerd2 PR "port ranges").
 PORT_RANGES_SINCE: Final = firsts("edge-20.1.1", "stable-2.7.0")
 
-_MAX_PORT = 65535
-_MAX_UID = 2**31 - 1  # Kubernetes' bound for runAsUser
 _PORT = re.compile(r"0|[1-9][0-9]*")
 _RANGE = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
-_RESOURCE_NAMES = ("cpu", "memory")
-
-# Spec keys of the optional Proxy fields (all strings but the debug image), by proto field.
-_PROXY_OPTIONAL: Final = {
-    "debugImage": "debug_image",
-    "debugImageVersion": "debug_image_version",
-    "destinationGetNetworks": "destination_get_networks",
-    "logFormat": "log_format",
-    "outboundConnectTimeout": "outbound_connect_timeout",
-    "inboundConnectTimeout": "inbound_connect_timeout",
-}
-
-# Every field of only some releases, by spec key (each in FIELD_RELEASES).
-_OPTIONAL_FIELDS: Final = {**_PROXY_OPTIONAL, "endpointSliceEnabled": "endpoint_slice_enabled"}
-
-_GLOBAL_KEYS = frozenset(
-    {
-        "linkerdNamespace",
-        "cniEnabled",
-        "version",
-        "identityContext",
-        "omitWebhookSideEffects",
-        "clusterDomain",
-        "endpointSliceEnabled",
-        "configMap",  # the ConfigMap's name: where reconcile writes, not part of the data
-    }
-)
-_IDENTITY_KEYS = frozenset(
-    {"trustDomain", "trustAnchorsPEM", "issuanceLifeTime", "clockSkewAllowance", "scheme"}
-)
-_PROXY_KEYS = frozenset(
-    {
-        "proxyImage",
-        "proxyInitImage",
-        "adminPort",
-        "controlPort",
-        "inboundPort",
-        "outboundPort",
-        "ignoreInboundPorts",
-        "ignoreOutboundPorts",
-        "logLevel",
-        "disableExternalProfiles",
-        "proxyVersion",
-        "proxyInitImageVersion",
-        "proxyUID",
-        "resource",
-        *_PROXY_OPTIONAL,
-    }
-)
-_IMAGE_KEYS = frozenset({"name", "pullPolicy"})
+_MAX_PORT = 65535
 
 # The issuer scheme stable-2.6 always uses, though its IdentityContext cannot say so.
 _LINKERD_SCHEME = "linkerd.io/tls"
+_SCHEME: Final = ("global", "identityContext", "scheme")
+_VERSION: Final = ("global", "version")
+
+_ROOTS: Final[dict[str, Any]] = {
+    "global": config_pb2.Global,
+    "proxy": config_pb2.ProxyWithPortRanges,
+}
+"""The message under each key (the proxy's, from edge-20.1.1 on: the field table's proto paths
+name the same fields in ``Proxy``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Releases:
-    """The releases whose ``config.proto`` has a field.
-
-    Per channel: from the first release of that channel in ``since`` up to (not including) the
-    one in ``until``. A channel missing from ``since`` never has the field; one missing from
-    ``until`` keeps it to the end of the legacy range.
-    """
-
-    since: tuple[LinkerdVersion, ...]
-    until: tuple[LinkerdVersion, ...] = ()
-
-    def include(self, version: LinkerdVersion) -> bool:
-        first = first_of(self.since, version.channel)
-        end = first_of(self.until, version.channel)
-        return first is not None and version >= first and (end is None or version < end)
-
-    def requirement(self, version: LinkerdVersion) -> str:
-        """Why a release outside these cannot carry the field, naming the first that can."""
-        first = first_of(self.since, version.channel)
-        if first is None:
-            spans = " or ".join(self._span(other) for other in self.since)
-            return f"is only in Linkerd {spans}, in no {version.channel} release"
-        if first_of(self.until, version.channel) is None:
-            return f"needs Linkerd {first} or later"
-        return f"is only in Linkerd {self._span(first)}"
-
-    def _span(self, first: LinkerdVersion) -> str:
-        end = first_of(self.until, first.channel)
-        return f"{first} or later" if end is None else f"{first} up to (not including) {end}"
+def _gated_field(row: ConfigField) -> tuple[str, str]:
+    """(message, field) of ``config_pb2`` that the row's releases are about."""
+    assert row.legacy is not None
+    descriptor = _ROOTS[row.path[0]].DESCRIPTOR
+    for name in row.legacy.proto.split("."):
+        if name == row.legacy.gated:
+            return descriptor.name, name
+        descriptor = descriptor.fields_by_name[name].message_type
+    raise ValueError(f"{row.name}: gate {row.legacy.gated!r} is not on {row.legacy.proto!r}")
 
 
-def _releases(*since: str, until: tuple[str, ...] = ()) -> Releases:
-    return Releases(firsts(*since), firsts(*until))
-
+_LEGACY_ROWS: Final = tuple(row for row in FIELDS if row.legacy is not None)
 
 # The fields of config_pb2's messages that only some releases of the range have, by (message,
-# field); every other field is in every release that uses its message. Checked against copies
-# of Linkerd's config.proto for every release (tests/fixtures/linkerd-legacy/). Releases past
-# the range are named where they have the field, to say where to look.
+# field), from the field table; every other field is in every release that uses its message.
+# Checked against copies of Linkerd's config.proto for every release
+# (tests/fixtures/linkerd-legacy/).
 FIELD_RELEASES: Final[Mapping[tuple[str, str], Releases]] = {
-    ("IdentityContext", "scheme"): _releases("edge-19.10.5", "stable-2.7.0"),
-    ("ProxyWithPortRanges", "debug_image"): _releases("edge-20.1.3", "stable-2.7.0"),
-    ("ProxyWithPortRanges", "debug_image_version"): _releases("edge-20.1.3", "stable-2.7.0"),
-    ("ProxyWithPortRanges", "destination_get_networks"): _releases("edge-20.6.3", "stable-2.8.1"),
-    ("ProxyWithPortRanges", "log_format"): _releases("edge-20.7.1", "stable-2.9.0"),
-    ("ProxyWithPortRanges", "outbound_connect_timeout"): _releases("edge-20.7.5", "stable-2.9.0"),
-    ("ProxyWithPortRanges", "inbound_connect_timeout"): _releases("edge-20.7.5", "stable-2.9.0"),
-    ("Global", "endpoint_slice_enabled"): _releases("edge-20.7.3", until=("edge-20.8.4",)),
+    _gated_field(row): row.legacy.releases
+    for row in _LEGACY_ROWS
+    if row.legacy is not None and row.legacy.releases is not None
 }
+
+
+def _legacy_defaults() -> dict[str, Any]:
+    """What ``linkerd install`` of the era wrote for a field the spec leaves out, nested like
+    the spec (the field table's legacy defaults, and every format's)."""
+    found: dict[str, Any] = {}
+    for row in FIELDS:
+        default = row.legacy.default if row.legacy is not None else None
+        default = row.default if default is None else default
+        if default is None:
+            continue
+        node = found
+        for key in row.path[:-1]:
+            node = node.setdefault(key, {})
+        node[row.path[-1]] = default
+    return found
+
+
+LEGACY_DEFAULTS: Final = _legacy_defaults()
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,16 +251,100 @@ class LegacyFormat:
         return {key: marshal(message) + "\n" for key, message in self.messages(spec).items()}
 
     def messages(self, spec: Mapping[str, Any]) -> dict[str, Message]:
-        """The protobuf messages behind ``render``, keyed by ConfigMap key."""
+        """The protobuf messages behind ``render``, keyed by ConfigMap key, built from the
+        field table's legacy column."""
         reader = _Reader()
         root = spec if isinstance(spec, Mapping) else {}
         if not isinstance(spec, Mapping):
             reader.fail("spec", "must be an object")
-        global_ = self._global(reader, reader.section(root, "global", "spec"))
-        proxy = self._proxy(reader, reader.section(root, "proxy", "spec"))
+        for section in ("global", "proxy"):
+            reader.section(root, section, "spec")
+        for stated in spec_leaves(configuration(root)):
+            if stated.row is None:
+                reader.fail(stated.field, stated.problem)
+            elif stated.row.legacy is None and not stated.row.location:
+                reader.fail(stated.field, _not_legacy(stated.row))
+        built: dict[str, Message] = {
+            "global": config_pb2.Global(),
+            "proxy": config_pb2.ProxyWithPortRanges() if self.port_ranges else config_pb2.Proxy(),
+        }
+        given = {
+            row.legacy.gated
+            for row in _LEGACY_ROWS
+            if row.legacy is not None and _value(root, row.path) is not None
+        }
+        refused: set[str] = set()  # gates already refused: one error per absent field
+        for row in _LEGACY_ROWS:
+            value = _value(root, row.path)
+            legacy = row.legacy
+            assert legacy is not None
+            gate = legacy.releases
+            absent = gate is not None and not gate.include(self.version)
+            if gate is not None and absent and value is not None and row.path != _SCHEME:
+                if legacy.gated not in refused:
+                    refused.add(legacy.gated)
+                    reader.fail(_gate_field(row), gate.requirement(self.version))
+                continue
+            self._field(reader, built[row.path[0]], row, value, given)
         if reader.errors:
             raise FormatError(reader.errors)
-        return {"global": self._exact(global_), "proxy": self._exact(proxy)}
+        return {key: self._exact(message) for key, message in built.items()}
+
+    def _field(
+        self, reader: _Reader, message: Message, row: ConfigField, value: Any, given: set[str]
+    ) -> None:
+        """One row of the table into ``message``: its value converted to the proto field's
+        type, or its absence (an error when the release needs it)."""
+        legacy = row.legacy
+        assert legacy is not None
+        if row.path == _SCHEME and not self.has_field("IdentityContext", "scheme"):
+            self._scheme(reader, value, row.field)
+            return
+        if legacy.releases is not None and not legacy.releases.include(self.version):
+            if value is not None:
+                reader.fail(row.field, legacy.releases.requirement(self.version))
+            return
+        if value is None:
+            if legacy.releases is not None and legacy.gated not in given:
+                return  # a field of only some releases, left out: null, as Linkerd writes it
+            if row.grammar.json_type in ("string", "integer"):
+                reader.fail(row.field, "is required")
+            else:
+                _parent(message, legacy.proto).SetInParent()
+            return
+        names = legacy.proto.split(".")
+        parent = _parent(message, legacy.proto)
+        proto = parent.DESCRIPTOR.fields_by_name[names[-1]]
+        if proto.message_type is not None and proto.message_type.name == "Duration":
+            parent_field = getattr(parent, names[-1])
+            parent_field.CopyFrom(reader.duration(value, row.field))
+        elif proto.is_repeated:
+            entries = self._ignored_ports(reader, value, row.field)
+            wrapped = (
+                [config_pb2.PortRange(port_range=p) for p in entries]
+                if self.port_ranges
+                else [config_pb2.Port(port=int(p)) for p in entries]
+            )
+            getattr(parent, names[-1]).extend(wrapped)
+        elif proto.type == proto.TYPE_BOOL:
+            setattr(parent, names[-1], reader.boolean(value, row.field))
+        elif proto.type == proto.TYPE_STRING:
+            if row.path == _VERSION:
+                self._check_version(reader, value, row.field)
+            setattr(parent, names[-1], reader.string(value, row.field))
+        else:
+            low = 0 if row.grammar.minimum is None else row.grammar.minimum
+            high = _MAX_PORT if row.grammar.maximum is None else row.grammar.maximum
+            setattr(parent, names[-1], reader.integer(value, row.field, low, high))
+
+    def _check_version(self, reader: _Reader, version: Any, field: str) -> None:
+        if not isinstance(version, str) or not version:
+            return
+        try:
+            if parse_version(version) != self.version:
+                reader.fail(field, f"is {version}, but this format writes {self.version}")
+        except VersionError as error:
+            reader.fail(field, str(error))
 
     @property
     def absent_fields(self) -> frozenset[tuple[str, str]]:
@@ -357,70 +391,13 @@ class LegacyFormat:
         version = parsed.get("version") if parsed is not None else None
         return version if isinstance(version, str) and version else None
 
-    def _global(self, reader: _Reader, section: Mapping[str, Any]) -> config_pb2.Global:
-        path = "spec.global"
-        reader.unknown_keys(section, _GLOBAL_KEYS, path)
-        version = reader.string(section, "version", path)
-        if version:
-            try:
-                if parse_version(version) != self.version:
-                    reader.fail(
-                        f"{path}.version", f"is {version}, but this format writes {self.version}"
-                    )
-            except VersionError as error:
-                reader.fail(f"{path}.version", str(error))
-        identity_path = f"{path}.identityContext"
-        identity = reader.section(section, "identityContext", path)
-        reader.unknown_keys(identity, _IDENTITY_KEYS, identity_path)
-        return config_pb2.Global(
-            linkerd_namespace=reader.string(section, "linkerdNamespace", path),
-            cni_enabled=reader.boolean(section, "cniEnabled", path),
-            version=version,
-            identity_context=config_pb2.IdentityContext(
-                trust_domain=reader.string(identity, "trustDomain", identity_path),
-                trust_anchors_pem=reader.string(identity, "trustAnchorsPEM", identity_path),
-                issuance_lifetime=reader.duration(identity, "issuanceLifeTime", identity_path),
-                clock_skew_allowance=reader.duration(identity, "clockSkewAllowance", identity_path),
-                scheme=self._scheme(reader, identity, identity_path),
-            ),
-            # auto_inject_context stays unset: Linkerd always writes it as null.
-            omitWebhookSideEffects=reader.boolean(section, "omitWebhookSideEffects", path),
-            cluster_domain=reader.string(section, "clusterDomain", path),
-            endpoint_slice_enabled=(
-                self._given(reader, section, "endpointSliceEnabled", path, "Global")
-                and reader.boolean(section, "endpointSliceEnabled", path)
-            ),
-        )
-
-    def _scheme(self, reader: _Reader, identity: Mapping[str, Any], path: str) -> str:
-        """The issuer scheme; stable-2.6 has no field for it and takes only its own one."""
-        if self.has_field("IdentityContext", "scheme"):
-            return reader.string(identity, "scheme", path)
-        scheme = identity.get("scheme")
+    def _scheme(self, reader: _Reader, scheme: Any, field: str) -> None:
+        """stable-2.6 has no field for the issuer scheme and takes only its own one."""
         if scheme is not None and not isinstance(scheme, str):
-            reader.fail(f"{path}.scheme", "must be a string")
+            reader.fail(field, "must be a string")
         elif scheme not in (None, "", _LINKERD_SCHEME):
             requirement = FIELD_RELEASES[("IdentityContext", "scheme")].requirement(self.version)
-            reader.fail(
-                f"{path}.scheme", f"{requirement}; {self.version} always uses {_LINKERD_SCHEME}"
-            )
-        return ""
-
-    def _given(
-        self, reader: _Reader, section: Mapping[str, Any], key: str, path: str, message: str
-    ) -> bool:
-        """Whether the spec gives ``key`` (a field of only some releases) and this release has it.
-
-        A value given for a release without the field is an error naming the first release
-        that has it; the caller then leaves the field at its default.
-        """
-        if section.get(key) is None:
-            return False
-        field = _OPTIONAL_FIELDS[key]
-        if self.has_field(message, field):
-            return True
-        reader.fail(f"{path}.{key}", FIELD_RELEASES[(message, field)].requirement(self.version))
-        return False
+            reader.fail(field, f"{requirement}; {self.version} always uses {_LINKERD_SCHEME}")
 
     def _exact(self, message: Message) -> Message:
         """``message`` as this release's message: the same values, only the release's fields.
@@ -435,56 +412,14 @@ class LegacyFormat:
             raise AssertionError(f"{message.DESCRIPTOR.name} lost a value for {self.version}")
         return exact
 
-    def _proxy(
-        self, reader: _Reader, section: Mapping[str, Any]
-    ) -> config_pb2.Proxy | config_pb2.ProxyWithPortRanges:
-        path = "spec.proxy"
-        reader.unknown_keys(section, _PROXY_KEYS, path)
-        inbound = self._ignored_ports(reader, section, "ignoreInboundPorts", path)
-        outbound = self._ignored_ports(reader, section, "ignoreOutboundPorts", path)
-        fields: dict[str, Any] = {
-            "proxy_image": reader.image(section, "proxyImage", path),
-            "proxy_init_image": reader.image(section, "proxyInitImage", path),
-            "control_port": config_pb2.Port(port=reader.port(section, "controlPort", path)),
-            "inbound_port": config_pb2.Port(port=reader.port(section, "inboundPort", path)),
-            "admin_port": config_pb2.Port(port=reader.port(section, "adminPort", path)),
-            "outbound_port": config_pb2.Port(port=reader.port(section, "outboundPort", path)),
-            "resource": reader.resources(section, "resource", path),
-            "proxy_uid": reader.integer(section, "proxyUID", path, 0, _MAX_UID),
-            "log_level": config_pb2.LogLevel(level=reader.string(section, "logLevel", path)),
-            "disable_external_profiles": reader.boolean(section, "disableExternalProfiles", path),
-            "proxy_version": reader.string(section, "proxyVersion", path),
-            "proxy_init_image_version": reader.string(section, "proxyInitImageVersion", path),
-        }
-        for key, field in _PROXY_OPTIONAL.items():
-            if self._given(reader, section, key, path, "ProxyWithPortRanges"):
-                read = reader.image if key == "debugImage" else reader.string
-                fields[field] = read(section, key, path)
-        if self.port_ranges:
-            return config_pb2.ProxyWithPortRanges(
-                ignore_inbound_ports=[config_pb2.PortRange(port_range=p) for p in inbound],
-                ignore_outbound_ports=[config_pb2.PortRange(port_range=p) for p in outbound],
-                **fields,
-            )
-        return config_pb2.Proxy(
-            ignore_inbound_ports=[config_pb2.Port(port=int(p)) for p in inbound],
-            ignore_outbound_ports=[config_pb2.Port(port=int(p)) for p in outbound],
-            **fields,
-        )
-
-    def _ignored_ports(
-        self, reader: _Reader, section: Mapping[str, Any], key: str, path: str
-    ) -> list[str]:
+    def _ignored_ports(self, reader: _Reader, entries: Any, field: str) -> list[str]:
         """The valid entries of an ignore list, canonical ("8888", "1000-2000")."""
-        entries = section.get(key)
-        if entries is None:
-            return []
         if isinstance(entries, str) or not isinstance(entries, Sequence):
-            reader.fail(f"{path}.{key}", "must be a list of ports or port ranges")
+            reader.fail(field, "must be a list of ports or port ranges")
             return []
         kept: list[str] = []
         for index, entry in enumerate(entries):
-            where = f"{path}.{key}[{index}]"
+            where = f"{field}[{index}]"
             if not isinstance(entry, str):
                 reader.fail(where, 'must be a string: a port ("8888") or a range ("1000-2000")')
             elif _PORT.fullmatch(entry):
@@ -534,7 +469,7 @@ def _release_messages(absent: frozenset[tuple[str, str]]) -> Mapping[str, type[M
 
 
 class _Reader:
-    """Reads a spec dict into typed values, recording every problem instead of stopping."""
+    """Reads spec values into typed values, recording every problem instead of stopping."""
 
     def __init__(self) -> None:
         self.errors: list[FieldError] = []
@@ -542,48 +477,31 @@ class _Reader:
     def fail(self, path: str, message: str) -> None:
         self.errors.append(FieldError(path, message))
 
-    def section(self, parent: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
+    def section(self, parent: Mapping[str, Any], key: str, path: str) -> None:
         value = parent.get(key)
         if value is None:
             self.fail(f"{path}.{key}", "is required")
-            return {}
-        if not isinstance(value, Mapping):
-            self.fail(f"{path}.{key}", "must be an object")
-            return {}
-        return value
 
-    def unknown_keys(self, section: Mapping[str, Any], known: frozenset[str], path: str) -> None:
-        for key in section:
-            if key not in known:
-                self.fail(f"{path}.{key}", "is not part of Linkerd's legacy config format")
-
-    def string(self, parent: Mapping[str, Any], key: str, path: str) -> str:
-        value = parent.get(key)
+    def string(self, value: Any, field: str) -> str:
         if isinstance(value, str):
             return value
-        self.fail(f"{path}.{key}", "is required" if value is None else "must be a string")
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # a quantity given as a number
+        self.fail(field, "must be a string")
         return ""
 
-    def boolean(self, parent: Mapping[str, Any], key: str, path: str) -> bool:
-        """Optional, false when absent (as in Linkerd and the original Go resource)."""
-        value = parent.get(key, False)
+    def boolean(self, value: Any, field: str) -> bool:
         if isinstance(value, bool):
             return value
-        self.fail(f"{path}.{key}", "must be true or false")
+        self.fail(field, "must be true or false")
         return False
 
-    def integer(self, parent: Mapping[str, Any], key: str, path: str, low: int, high: int) -> int:
-        value = parent.get(key)
-        if value is None:
-            self.fail(f"{path}.{key}", "is required")
-        elif isinstance(value, bool) or not isinstance(value, int):
-            self.fail(f"{path}.{key}", "must be an integer")
-        elif self.in_range(f"{path}.{key}", value, low, high):
+    def integer(self, value: Any, field: str, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.fail(field, "must be an integer")
+        elif self.in_range(field, value, low, high):
             return value
         return 0
-
-    def port(self, parent: Mapping[str, Any], key: str, path: str) -> int:
-        return self.integer(parent, key, path, 1, _MAX_PORT)
 
     def in_range(self, path: str, value: int, low: int, high: int) -> bool:
         if low <= value <= high:
@@ -591,117 +509,50 @@ class _Reader:
         self.fail(path, f"{value} is out of range: must be between {low} and {high}")
         return False
 
-    def duration(self, parent: Mapping[str, Any], key: str, path: str) -> Duration:
-        text = self.string(parent, key, path)
+    def duration(self, value: Any, field: str) -> Duration:
+        text = self.string(value, field)
         if not text:
             return Duration()
         try:
             nanos = parse_go_duration(text)
         except ValueError as error:
-            self.fail(f"{path}.{key}", str(error))
+            self.fail(field, str(error))
             return Duration()
         if nanos < 0:
-            self.fail(f"{path}.{key}", f"{text} is negative")
+            self.fail(field, f"{text} is negative")
             return Duration()
         seconds, remainder = divmod(nanos, 1_000_000_000)
         return Duration(seconds=seconds, nanos=remainder)
 
-    def image(self, parent: Mapping[str, Any], key: str, path: str) -> config_pb2.Image:
-        section = self.section(parent, key, path)
-        self.unknown_keys(section, _IMAGE_KEYS, f"{path}.{key}")
-        return config_pb2.Image(
-            image_name=self.string(section, "name", f"{path}.{key}"),
-            pull_policy=self.string(section, "pullPolicy", f"{path}.{key}"),
-        )
 
-    def resources(
-        self, parent: Mapping[str, Any], key: str, path: str
-    ) -> config_pb2.ResourceRequirements:
-        """Optional requests/limits of cpu and memory; absent ones are empty strings."""
-        here = f"{path}.{key}"
-        section = parent.get(key) or {}
-        if not isinstance(section, Mapping):
-            self.fail(here, "must be an object")
-            section = {}
-        self.unknown_keys(section, frozenset({"requests", "limits"}), here)
-        found: dict[str, str] = {}
-        for kind in ("requests", "limits"):
-            amounts = section.get(kind) or {}
-            if not isinstance(amounts, Mapping):
-                self.fail(f"{here}.{kind}", "must be an object")
-                continue
-            for name, amount in amounts.items():
-                where = f"{here}.{kind}.{name}"
-                if name not in _RESOURCE_NAMES:
-                    self.fail(where, "the legacy config format carries only cpu and memory")
-                elif isinstance(amount, str):
-                    found[f"{kind}.{name}"] = amount
-                elif isinstance(amount, int) and not isinstance(amount, bool):
-                    found[f"{kind}.{name}"] = str(amount)
-                else:
-                    self.fail(where, 'must be a quantity string such as "100m" or "20Mi"')
-        return config_pb2.ResourceRequirements(
-            request_cpu=found.get("requests.cpu", ""),
-            request_memory=found.get("requests.memory", ""),
-            limit_cpu=found.get("limits.cpu", ""),
-            limit_memory=found.get("limits.memory", ""),
-        )
+def _gate_field(row: ConfigField) -> str:
+    """The spec field a release gate is about: ``spec.proxy.debugImage`` for the debug
+    image's name (its proto field ``debug_image`` is what a release lacks)."""
+    assert row.legacy is not None
+    names = row.legacy.proto.split(".")
+    below = len(names) - 1 - names.index(row.legacy.gated)
+    return "spec." + ".".join(row.path[: len(row.path) - below])
 
 
-# Go's time.ParseDuration units, in nanoseconds (both micro signs included).
-_UNITS: Final = {
-    "ns": 1,
-    "us": 1_000,
-    "\u00b5s": 1_000,
-    "\u03bcs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
-_DURATION_PART = re.compile(r"([0-9]*)(?:\.([0-9]*))?([^0-9.]*)")
-_MAX_NANOS = 2**63 - 1
+def _value(spec: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = spec
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
 
 
-def parse_go_duration(text: str) -> int:
-    """Nanoseconds in a Go duration string ("86400s", "24h", "1h30m", "1.5s", "300ms").
+def _parent(message: Message, proto: str) -> Message:
+    """The message holding the last field of ``proto`` (a dotted path from ``message``)."""
+    for name in proto.split(".")[:-1]:
+        message = getattr(message, name)
+    return message
 
-    Follows Go's ``time.ParseDuration``: an optional sign, then one or more decimal numbers
-    each with a unit; "0" alone needs none; the total must fit in an int64 of nanoseconds.
-    Fractions below a nanosecond are truncated, as Go does.
-    """
-    error = ValueError(
-        f"{text!r} is not a duration: expected a number and unit such as 86400s, 24h or 1h30m"
-    )
-    rest = text
-    negative = rest[:1] == "-"
-    if rest[:1] in ("-", "+"):
-        rest = rest[1:]
-    if rest == "0":
-        return 0
-    if not rest:
-        raise error
-    total = Fraction(0)
-    while rest:
-        match = _DURATION_PART.match(rest)
-        if match is None or match.end() == 0:
-            raise error
-        whole, fraction, unit = match.groups()
-        if not whole and not fraction:
-            raise error
-        if unit not in _UNITS:
-            raise ValueError(
-                f"{text!r} is not a duration: unknown unit {unit!r} (use ns, us, ms, s, m or h)"
-            )
-        number = Fraction(int(whole or "0"))
-        if fraction:
-            number += Fraction(int(fraction), 10 ** len(fraction))
-        total += number * _UNITS[unit]
-        rest = rest[match.end() :]
-    nanos = int(total)  # truncates toward zero, like Go
-    if nanos > _MAX_NANOS:
-        raise ValueError(f"{text!r} is out of range: durations end at about 292 years")
-    return -nanos if negative else nanos
+
+def _not_legacy(row: ConfigField) -> str:
+    where = f" (Linkerd {row.values.releases.describe()})" if row.values is not None else ""
+    return f"is not in Linkerd's legacy config format; only the values format has it{where}"
 
 
 def _installed_global(installed: Installed) -> dict[str, Any] | None:
