@@ -82,7 +82,7 @@ bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/r
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/readme_tables.py
 
-generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules) and protobuf code
+generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules), protobuf code and the README field table
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
 	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
@@ -90,6 +90,7 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
+	$(PY) -c 'from linkerd_config.linkerd.formats.field_table import write_docs_table as w; w("README.md")'
 
 DEV_CLUSTER_ARGS ?=
 dev-cluster-up: binaries ## start the local control plane in the background; DEV_CLUSTER_ARGS='--real-node --with=cert-manager ...'

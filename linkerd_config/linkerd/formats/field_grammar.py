@@ -558,7 +558,7 @@ def grammar_of(schema: Mapping[str, Any]) -> str:
     """A schema node's kind, for docs: ``integer 1-65535``, ``string (pattern)``."""
     kind = str(schema.get("type") or "int-or-string")
     if "enum" in schema:
-        return " \\| ".join(f"`{v}`" for v in schema["enum"])
+        return " or ".join(f"`{v}`" for v in schema["enum"])
     if "minimum" in schema and "maximum" in schema:
         return f"{kind} {schema['minimum']}-{schema['maximum']}"
     return kind

@@ -5,8 +5,8 @@ From ``FIELDS`` follow: the CRD schema of ``spec.global`` and ``spec.proxy``
 (every format's, and what ``linkerd install`` wrote in the legacy era), the legacy mapping
 (the ``config.proto`` field, and the releases whose message has it), the values mapping (the
 Helm values path, its conversion, the releases whose chart has it), and the documentation's
-field table (``python -m linkerd_config.linkerd.formats.field_table``, written into the README
-by ``make generate``; a test fails when it is stale). Adding a field is one row plus its tests;
+field table (``write_docs_table``, which ``make generate`` runs on the README; a test fails
+when it is stale). Adding a field is one row plus its tests;
 tests/unit/test_field_table.py proves it on a scratch copy.
 
 The legacy range is closed (its last release is edge-20.10.1): ``config.proto`` is Linkerd's
@@ -16,7 +16,7 @@ releases whose values have it.
 
 from __future__ import annotations
 
-import sys
+import pathlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -53,6 +53,7 @@ __all__ = [
     "docs_table",
     "schema",
     "spec_leaves",
+    "write_docs_table",
 ]
 
 Path = tuple[str, ...]
@@ -594,7 +595,7 @@ def docs_table(fields: tuple[ConfigField, ...] = FIELDS) -> str:
     ]
     for row in fields:
         value = grammar_of(row.grammar.schema(""))
-        if row.grammar.pattern is not None or row.grammar.explain is not None:
+        if row.grammar.pattern or row.grammar.explain or row.grammar.items:
             value = row.grammar.expected
         lines.append(
             f"| `{row.name}` | {value.replace('|', chr(92) + '|')} | {_legacy_cell(row)} "
@@ -610,5 +611,7 @@ def with_docs_table(readme: str, fields: tuple[ConfigField, ...] = FIELDS) -> st
     return readme[:start] + docs_table(fields) + readme[end:]
 
 
-if __name__ == "__main__":
-    sys.stdout.write(docs_table() + "\n")
+def write_docs_table(readme: str) -> None:
+    """Rewrite the table in file ``readme`` (``make generate``)."""
+    path = pathlib.Path(readme)
+    path.write_text(with_docs_table(path.read_text()))
