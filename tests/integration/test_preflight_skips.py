@@ -18,7 +18,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format
-from tests.support.kwok_stages import kept_unready, pods_never_ready
+from tests.support.unready_stage import kept_unready, pods_never_ready
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 ``progressDeadline`` fails them, and the rollout halts until it is resumed.
 
 kwok plays the Stage objects in the API server (``devcluster/kwok_stages.py``); a Stage of
-the test's (``tests/support/kwok_stages.py``) keeps every new pod whose
+the test's (``tests/support/unready_stage.py``) keeps every new pod whose
 ``linkerd.io/proxy-version`` annotation (set by Linkerd's injector on each pod it injects, in
 edge-19.12.3 and edge-26.8.3 alike: ``pkg/inject/inject.go``, ``injectObjectMeta``) names the
 new proxy Running but not Ready. With Linkerd's real injector and one restart per pass:
@@ -38,7 +38,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource, received_at, successful_writes
-from tests.support.kwok_stages import is_ready, kept_unready, pods_never_ready
+from tests.support.unready_stage import is_ready, kept_unready, pods_never_ready
 from tests.support.samples import sample
 from tests.support.waiting import eventually
 

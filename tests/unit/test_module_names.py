@@ -9,9 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _repeated(folder: str) -> list[str]:
+def _repeated(*folders: str) -> list[str]:
     names = Counter(
         path.name
+        for folder in folders
         for path in (ROOT / folder).rglob("*.py")
         if path.name not in ("__init__.py", "__main__.py", "conftest.py")
     )
@@ -24,3 +25,7 @@ def test_no_two_test_modules_share_a_name() -> None:
 
 def test_no_two_package_modules_share_a_name() -> None:
     assert _repeated("linkerd_config") == []
+
+
+def test_no_module_of_the_tests_shares_a_name_with_one_of_the_package() -> None:
+    assert _repeated("linkerd_config", "tests", "bench", "proto") == []
