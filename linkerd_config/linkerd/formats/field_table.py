@@ -188,6 +188,19 @@ def _port(key: str, proto: str, values: str, default: int) -> ConfigField:
     )
 
 
+def _ignored(direction: str) -> ConfigField:
+    key = f"ignore{direction}Ports"
+    return ConfigField(
+        ("proxy", key),
+        IGNORED_PORTS,
+        f"{direction} ports the proxy does not intercept: a port or a range 'lo-hi' (ranges "
+        "need Linkerd edge-20.1.1 / stable-2.7.0 or later).",
+        LegacyField(f"ignore_{direction.lower()}_ports", default=[]),
+        ValuesField(("proxyInit", key), nested=True, convert=_ports),
+        doc='legacy: `[{"port"}]`, `[{"portRange"}]` from edge-20.1.1; values: comma-joined',
+    )
+
+
 def _resources() -> Iterator[ConfigField]:
     for kind in ("requests", "limits"):
         for name, legacy in (("cpu", "cpu"), ("memory", "memory"), ("ephemeral-storage", "")):
@@ -338,24 +351,8 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     _port("controlPort", "control_port", "control", 4190),
     _port("inboundPort", "inbound_port", "inbound", 4143),
     _port("outboundPort", "outbound_port", "outbound", 4140),
-    ConfigField(
-        ("proxy", "ignoreInboundPorts"),
-        IGNORED_PORTS,
-        "Inbound ports the proxy does not intercept: a port or a range 'lo-hi' (ranges need "
-        "Linkerd edge-20.1.1 / stable-2.7.0 or later).",
-        LegacyField("ignore_inbound_ports", default=[]),
-        ValuesField(("proxyInit", "ignoreInboundPorts"), nested=True, convert=_ports),
-        doc='legacy: `[{"port"}]`, `[{"portRange"}]` from edge-20.1.1; values: comma-joined',
-    ),
-    ConfigField(
-        ("proxy", "ignoreOutboundPorts"),
-        IGNORED_PORTS,
-        "Outbound ports the proxy does not intercept: a port or a range 'lo-hi' (ranges need "
-        "Linkerd edge-20.1.1 / stable-2.7.0 or later).",
-        LegacyField("ignore_outbound_ports", default=[]),
-        ValuesField(("proxyInit", "ignoreOutboundPorts"), nested=True, convert=_ports),
-        doc='legacy: `[{"port"}]`, `[{"portRange"}]` from edge-20.1.1; values: comma-joined',
-    ),
+    _ignored("Inbound"),
+    _ignored("Outbound"),
     ConfigField(
         ("proxy", "logLevel"),
         LOG_LEVEL,
