@@ -25,7 +25,7 @@ from linkerd_config.kube.kubeconfig import AccessError, load_access
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.config_diff import Change
-from linkerd_config.linkerd.linkerdconfig_controller import LinkerdCaches
+from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
 from linkerd_config.linkerd.preview import (
     ClusterView,

@@ -71,8 +71,8 @@ def controller(
     no_client = SimpleNamespace(registry=None)
     ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
     writer = FakeWriter()
-    ctl.writer = writer  # type: ignore[assignment]
-    ctl.rollout.writer = writer  # type: ignore[assignment]
+    for part in (ctl, ctl.rollout, ctl.writes, ctl.outcomes):
+        part.writer = writer
     for config in configs:
         ctl.configs.store.put(config)
     if configmap is not None:

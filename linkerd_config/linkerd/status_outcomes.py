@@ -1,0 +1,320 @@
+"""What the controller says of a LinkerdConfig where users look: its status conditions (each
+outcome of a reconcile its set of them), the Event that goes with a change, and the patch of
+its status subresource, skipped when nothing in it would change."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import structlog
+
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.controller import Result
+from linkerd_config.kube.events import EventRecorder
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.writer import Writer
+from linkerd_config.linkerd import reconcile_decision
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    CONFIGMAP_SYNCED,
+    CONFLICT,
+    DATA_PLANE_UP_TO_DATE,
+    LINKERD_CONFIGS,
+    READY,
+)
+from linkerd_config.linkerd.reconcile import Desired, progress_only, set_condition, target_of
+from linkerd_config.linkerd.rollout_executor import RolloutOutcome
+from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, evaluate
+
+log = structlog.get_logger(__name__)
+
+_CONSEQUENCES = {
+    reconcile_decision.NAMESPACE_NOT_MANAGED: "; nothing written",
+    reconcile_decision.CONFLICT: "; this one changes nothing",
+    reconcile_decision.INSTALLED_CONFIG_UNREADABLE: (
+        "; nothing is written until the ConfigMap is corrected"
+    ),
+}
+"""What the controller adds to a refusal's fact (``reconcile_decision``)."""
+
+
+class StatusOutcomes:
+    """A reconcile's outcomes said in a LinkerdConfig's status and Events."""
+
+    def __init__(
+        self,
+        writer: Writer,
+        recorder: EventRecorder,
+        meshed: Callable[[], list[Json]],
+        monotonic: Callable[[], float],
+    ) -> None:
+        self.writer = writer
+        self.recorder = recorder
+        self.meshed = meshed
+        """The meshed pods as cached (the trust-anchor guard's view)."""
+        self.monotonic = monotonic
+        self.written: dict[str, float] = {}
+        # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
+        self.anchor_held: set[str] = set()
+        # Invariant: LinkerdConfigs whose last reconcile held a trust-anchor removal.
+
+    async def applied(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        desired: Desired,
+        outcome: RolloutOutcome,
+        restart_interval: float,
+    ) -> Result:
+        """The ConfigMaps hold ``desired``; the rollout's pass went as ``outcome`` says. A
+        change of counts alone waits for ``restart_interval`` after the last status write."""
+        target = desired.target
+        conditions = set_condition(
+            conditions, CONFLICT, False, "NoConflict", f"manages ConfigMap {target}", generation
+        )
+        conditions = set_condition(
+            conditions,
+            CONFIGMAP_SYNCED,
+            True,
+            "Synced",
+            f"ConfigMap {target} matches (hash {desired.config_hash})",
+            generation,
+        )
+        conditions = set_condition(
+            conditions,
+            DATA_PLANE_UP_TO_DATE,
+            outcome.up_to_date,
+            outcome.reason,
+            outcome.message,
+            generation,
+        )
+        ready = outcome.up_to_date
+        conditions = set_condition(
+            conditions,
+            READY,
+            ready,
+            "Ready" if ready else outcome.reason,
+            "configuration applied and data plane up to date" if ready else outcome.message,
+            generation,
+        )
+        status_now = {
+            "observedGeneration": generation,
+            "conditions": conditions,
+            "configMap": str(target),
+            "configHash": desired.config_hash,
+            "trustAnchorSource": desired.trust_anchor_source,
+            "linkerdVersion": desired.linkerd_version,
+            "configFormat": desired.config_format,
+            "outdatedWorkloads": outcome.outdated,
+            "restartedWorkloads": outcome.restarted_total,
+            "evictedPods": outcome.evicted,
+            **outcome.status,
+        }
+        name = config["metadata"]["name"]
+        since = self.monotonic() - self.written.get(name, float("-inf"))
+        wait = restart_interval - since
+        if wait > 0 and progress_only(config.get("status") or {}, status_now):
+            # The counts catch up at the next pass (or when a condition changes).
+            return Result(requeue_after=min(wait, outcome.requeue_after or wait))
+        await self.update(config, status_now)
+        return Result(requeue_after=outcome.requeue_after)
+
+    async def refused(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        refused: reconcile_decision.Refused,
+    ) -> Result:
+        """Nothing is written: said in status, in the controller's words (``plan`` says what
+        would be)."""
+        message = refused.message + _CONSEQUENCES.get(refused.reason, "")
+        if refused.reason == reconcile_decision.CONFLICT:
+            return await self.conflict(config, conditions, generation, refused.owner, message)
+        # A spec validation refuses is InvalidConfig in status, as one that does not render.
+        invalid = refused.reason == reconcile_decision.INVALID
+        reason = reconcile_decision.INVALID_CONFIG if invalid else refused.reason
+        return await self.invalid(config, conditions, generation, message, reason)
+
+    async def invalid(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        message: str,
+        reason: str = "InvalidConfig",
+    ) -> Result:
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("message") != message:
+            self.recorder.record(config, "Warning", reason, message)
+            log.warning(
+                "linkerdconfig not applied",
+                linkerdconfig=config["metadata"]["name"],
+                reason=reason,
+                problem=message,
+            )
+        conditions = set_condition(conditions, CONFIGMAP_SYNCED, False, reason, message, generation)
+        conditions = set_condition(conditions, READY, False, reason, message, generation)
+        await self.update(config, {"observedGeneration": generation, "conditions": conditions})
+        return Result()
+
+    async def write_failed(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        desired: Desired,
+        exc: ApiError,
+    ) -> Result:
+        """The API server refused our write: say so where users look, then retry with backoff."""
+        # Which one: the target, the trust roots, or a preserved copy (a create's path names
+        # none: the restore of one of them).
+        _, _, named = exc.path.split("?", 1)[0].partition("/configmaps/")
+        where = f"{desired.target.namespace}/{named}" if named else str(desired.target)
+        message = (
+            f"writing ConfigMap {where} failed: {exc.status} {exc.reason or 'Error'}: {exc.message}"
+        )
+        self.recorder.record(config, "Warning", "ConfigMapWriteFailed", message)
+        log.error(
+            "configmap write refused",
+            linkerdconfig=config["metadata"]["name"],
+            configmap=str(desired.target),
+            status=exc.status,
+            reason=exc.reason,
+            problem=exc.message,
+        )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, "WriteFailed", message, generation
+        )
+        conditions = set_condition(conditions, READY, False, "WriteFailed", message, generation)
+        await self.update(config, {"observedGeneration": generation, "conditions": conditions})
+        return Result(requeue=True)
+
+    async def dependency_lost(
+        self,
+        config: Json,
+        conditions: list[Json],
+        generation: int,
+        desired: Desired,
+        lost: list[str],
+    ) -> Result:
+        """A ConfigMap Linkerd's injector needs is gone and nothing says what it held: say so
+        where users look and restart nothing (no pod could be injected)."""
+        names = ", ".join(f"{desired.target.namespace}/{n}" for n in lost)
+        message = (
+            f"ConfigMap {names}, which Linkerd {desired.linkerd_version}'s proxy injector "
+            "reads, is missing and no readable copy of it was kept (its -preserved copy is "
+            "absent, or not as this controller wrote it): restore it (linkerd upgrade, or "
+            "helm upgrade) or state spec.global.identityContext.trustAnchorsPEM; nothing "
+            "restarted meanwhile"
+        )
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("message") != message:
+            self.recorder.record(config, "Warning", "ConfigMapMissing", message)
+            log.error(
+                "configmap missing",
+                linkerdconfig=config["metadata"]["name"],
+                configmaps=lost,
+            )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, "ConfigMapMissing", message, generation
+        )
+        conditions = set_condition(
+            conditions, READY, False, "ConfigMapMissing", message, generation
+        )
+        await self.update(config, {"observedGeneration": generation, "conditions": conditions})
+        return Result()
+
+    async def trust_anchor_hold(
+        self, config: Json, desired: Desired, current: dict[str, dict[str, str]]
+    ) -> Result | None:
+        """The trust-anchor guard (``trust_anchor_guard``): None when ``desired`` may be
+        written (a removal every stamped meshed pod survives is said in an Event); else the
+        hold, said in status (``ConfigMapSynced=False TrustAnchorRemovalHeld``, the pods that
+        hold it) and nothing written. Its record of known bundles lives in status."""
+        name = config["metadata"]["name"]
+        stored: Json = config.get("status") or {}
+        conditions: list[Json] = list(stored.get("conditions") or [])
+        generation = int(config["metadata"].get("generation", 0))
+        try:
+            guard = evaluate(desired, current, stored, self.meshed)
+        except BundleError as exc:
+            self.anchor_held.discard(name)
+            message = f"{exc}; nothing is written until it is corrected"
+            return await self.invalid(
+                config, conditions, generation, message, "InstalledConfigUnreadable"
+            )
+        decision = guard.decision
+        changes = guard.status_changes(stored)
+        if not decision.held:
+            self.anchor_held.discard(name)
+            if decision.dropped:
+                reason, kind = "TrustAnchorRemoved", "Normal"
+                if decision.swap:
+                    reason, kind = "TrustAnchorsReplaced", "Warning"
+                if not decision.guarded:
+                    reason, kind = "TrustAnchorRemovalUnguarded", "Warning"
+                self.recorder.record(config, kind, reason, decision.message())
+            if changes:
+                await self.patch_status_quietly(config, changes)
+            return None
+        self.anchor_held.add(name)
+        message = decision.message()
+        previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
+        if previous.get("reason") != HELD_REASON:
+            self.recorder.record(config, "Warning", HELD_REASON, message)
+            log.warning(
+                "trust anchor removal held",
+                linkerdconfig=name,
+                dropped=[str(a) for a in decision.dropped],
+                holding_pods=decision.hold.count if decision.hold else 0,
+            )
+        conditions = set_condition(
+            conditions, CONFIGMAP_SYNCED, False, HELD_REASON, message, generation
+        )
+        conditions = set_condition(conditions, READY, False, HELD_REASON, message, generation)
+        patch = {"observedGeneration": generation, "conditions": conditions, **changes}
+        written = await self.patch_status_quietly(config, patch)
+        return Result(requeue=not written)
+
+    async def patch_status_quietly(self, config: Json, status: Json) -> bool:
+        """``_update_status`` for the guard's fields, a refusal logged (False: retry) rather
+        than reported as a refused ConfigMap write, which it is not."""
+        try:
+            await self.update(config, status)
+        except ApiError as exc:
+            log.error(
+                "status write refused",
+                linkerdconfig=config["metadata"]["name"],
+                status=exc.status,
+                problem=exc.message,
+            )
+            return False
+        return True
+
+    async def conflict(
+        self, config: Json, conditions: list[Json], generation: int, owner: str, message: str
+    ) -> Result:
+        target = target_of(config)
+        previous = next((c for c in conditions if c["type"] == CONFLICT), {})
+        if previous.get("status") != "True":
+            self.recorder.record(config, "Warning", "Conflict", message)
+            log.warning(
+                "linkerdconfig conflict",
+                linkerdconfig=config["metadata"]["name"],
+                owner=owner,
+                configmap=str(target),
+            )
+        conditions = set_condition(
+            conditions, CONFLICT, True, "ConfigMapOwnedByOther", message, generation
+        )
+        conditions = set_condition(conditions, READY, False, "Conflict", message, generation)
+        await self.update(config, {"observedGeneration": generation, "conditions": conditions})
+        return Result()
+
+    async def update(self, config: Json, status: Json) -> None:
+        current = config.get("status") or {}
+        if all(current.get(k) == v for k, v in status.items()):
+            return
+        await self.writer.patch_status(LINKERD_CONFIGS, None, config["metadata"]["name"], status)
+        self.written[config["metadata"]["name"]] = self.monotonic()
