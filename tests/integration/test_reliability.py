@@ -294,31 +294,41 @@ async def test_any_string_survives_server_side_apply(kube: KubeClient) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sample_file", "field"),
+    ("sample_file", "field", "schema_refuses"),
     [
-        ("bad_cluster_domain.yaml", "spec.global.clusterDomain"),
-        ("markup_in_names.yaml", "spec.proxy.proxyImage.name"),
-        ("control_character_in_image.yaml", "spec.proxy.proxyInitImage.name"),
-        ("bad_trust_domain.yaml", "spec.global.identityContext.trustDomain"),
+        ("bad_cluster_domain.yaml", "spec.global.clusterDomain", True),
+        ("markup_in_names.yaml", "spec.proxy.proxyImage.name", True),
+        ("control_character_in_image.yaml", "spec.proxy.proxyInitImage.name", True),
+        ("bad_trust_domain.yaml", "spec.global.identityContext.trustDomain", True),
+        ("garbage_pem.yaml", "spec.global.identityContext.trustAnchorsPEM", False),
+        ("leaf_not_ca.yaml", "spec.global.identityContext.trustAnchorsPEM", False),
     ],
 )
 async def test_values_linkerd_cannot_use_are_refused_without_webhooks(
-    cp: LocalControlPlane, kube: KubeClient, sample_file: str, field: str
+    cp: LocalControlPlane, kube: KubeClient, sample_file: str, field: str, schema_refuses: bool
 ) -> None:
+    """With no webhook, a value the schema can describe (the field table's grammar) is never
+    stored; one it cannot (an X.509 anchor) is stored, and the controller refuses it."""
     bad = load(SAMPLES / "invalid" / sample_file)
     name = bad["metadata"]["name"]
     with contextlib.suppress(ApiError):  # only the scenario's config may own the ConfigMap
         await kube.request("DELETE", LINKERD_CONFIGS.path(name=CONFIG))
     before = await kube.request("GET", CM_PATH)
+    if schema_refuses:
+        with pytest.raises(ApiError) as refused:
+            await kube.request("POST", LINKERD_CONFIGS.path(), body=bad)
+        assert refused.value.status == 422 and f"{field}: Invalid value" in str(refused.value)
+        assert (await kube.request("GET", CM_PATH))["data"] == before["data"]
+        return
     await kube.request("POST", LINKERD_CONFIGS.path(), body=bad)  # no webhook: stored
     try:
         async with controller(cp, f"no-webhooks-{name}"):
 
-            async def refused() -> Obj | None:
+            async def refused_by_controller() -> Obj | None:
                 cond = await scenario.condition(kube, name, "ConfigMapSynced")
                 return cond if cond.get("reason") == "InvalidConfig" else None
 
-            cond = await eventually(refused, timeout=20, what=f"{name} refused")
+            cond = await eventually(refused_by_controller, timeout=20, what=f"{name} refused")
             assert cond["status"] == "False" and field in cond["message"], cond
             await asyncio.sleep(1)
             after = await kube.request("GET", CM_PATH)
