@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
+from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import desired_config, target_of
 from tests.support.samples import install_configmap, sample
 

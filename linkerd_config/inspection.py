@@ -24,11 +24,11 @@ from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollout
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
 from linkerd_config.linkerd.preview import (
-    ClusterView,
     ConfigStatus,
     Plan,
     RolloutDefaults,

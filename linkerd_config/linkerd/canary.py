@@ -38,7 +38,7 @@ from typing import Any, Final
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
-from linkerd_config.linkerd.formats.legacy import parse_go_duration
+from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
 from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL, Workload
 from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION, Restarted, go_duration
 

@@ -16,8 +16,8 @@ from linkerd_config.kube.resource import (
     Json,
 )
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.preview import ClusterView
 from linkerd_config.linkerd.reconcile import target_of
 from linkerd_config.linkerd.rollout_executor import WORKLOAD_RESOURCES
 from linkerd_config.linkerd.trust_anchor_guard import (

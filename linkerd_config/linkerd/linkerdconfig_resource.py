@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -21,7 +21,6 @@ from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
 from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
 from linkerd_config.linkerd.formats import field_table
 from linkerd_config.linkerd.formats.field_grammar import DURATION, parse_go_duration
-from linkerd_config.linkerd.rollback import MAX_LISTED as ROLLBACK_MAX_LISTED
 
 GROUP = "config.linkerd.io"
 VERSION = "v1alpha1"
@@ -40,6 +39,9 @@ MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "linkerd-config"
 OWNER_ANNOTATION = "config.linkerd.io/linkerdconfig"
 HASH_ANNOTATION = "config.linkerd.io/config-hash"
+
+ROLLBACK_MAX_LISTED: Final = 10_000
+"""The most workloads ``status.rolloutHalt.rollback.workloads`` lists (``rollback``)."""
 
 # A rollout's durations: the DURATION grammar, shorter.
 ROLLOUT_DURATION = dataclasses.replace(DURATION, max_length=32)

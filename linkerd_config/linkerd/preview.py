@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.formats import (
     FieldError,
@@ -50,41 +51,6 @@ RESTARTING = "restarting"
 """A stale workload already restarted for this configuration: its pods are rolling."""
 SKIPPED = "skipped"
 """Stale, but not restarted: paused or already unhealthy (the pre-flight), with why."""
-
-
-@dataclass(frozen=True)
-class ClusterView:
-    """What the controller's caches hold, as plain data."""
-
-    configs: Sequence[Json]
-    configmaps: Mapping[str, Json]
-    """``namespace/name`` -> ConfigMap, in the namespace the controller manages."""
-    pods: Sequence[Json]
-    """Opted-in, Running pods, as the controller caches them (metadata only)."""
-    namespaces: Mapping[str, Json]
-    replicasets: Mapping[str, Json]
-    """``namespace/name`` -> ReplicaSet (its controller reference)."""
-    workloads: Mapping[str, Mapping[str, Json]]
-    """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
-    config_namespace: str
-    """The namespace whose ConfigMaps the controller manages."""
-    meshed: Sequence[Json] = ()
-    """Every meshed pod (opted in or not), reduced to its trust-root hash: the trust-anchor
-    guard's view (``trust_anchor_guard.meshed_pod_projection``)."""
-
-    def replicaset(self, namespace: str, name: str) -> Json | None:
-        return self.replicasets.get(f"{namespace}/{name}")
-
-    def record(self, workload: Workload) -> Json | None:
-        return (self.workloads.get(workload.kind) or {}).get(
-            f"{workload.namespace}/{workload.name}"
-        )
-
-    def standing(self, desired: Desired) -> rollout.Standing:
-        return rollout.standing(self.pods, self.namespaces, desired.proxy, self.replicaset)
-
-    def rollout_plan(self, desired: Desired) -> rollout.RolloutPlan:
-        return rollout.plan_rollout(self.pods, self.namespaces, desired.proxy, self.replicaset)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,13 @@ from typing import Any, Final
 import orjson
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
 from linkerd_config.linkerd.rollout import (
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
     Workload,
 )
+from linkerd_config.linkerd.validation import render_errors, validate
 
 LAST_COMPLETED_FIELD: Final = "lastCompleted"
 ROLLING_BACK: Final = "RollingBack"
@@ -49,9 +51,10 @@ ROLLBACK: Final = "Rollback"
 MAX_SPEC_CHARS: Final = 1 << 20
 """A recorded spec longer than this is not read back (status is ours, but anyone allowed to
 patch status could write it)."""
-MAX_LISTED: Final = 10_000
-"""The most workloads a rollback record lists (the CRD's bound); beyond them, the restart
-records on the workloads still say which go back, but their health after is not waited for."""
+MAX_LISTED: Final = ROLLBACK_MAX_LISTED
+"""The most workloads a rollback record lists (the CRD's bound, which the resource states);
+beyond them, the restart records on the workloads still say which go back, but their health
+after is not waited for."""
 REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
 TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 
@@ -163,9 +166,6 @@ def _going_back(config: Json, record: Mapping[str, Any]) -> tuple[Json | None, s
     The recorded spec is checked as the webhook and the reconcile check a spec: it passed
     when it was recorded, but a later release may refuse it, and anyone allowed to patch
     status may have written it."""
-    # Here, not at the top: validation reads the CRD's schema, which reads MAX_LISTED above.
-    from linkerd_config.linkerd.validation import render_errors, validate  # noqa: PLC0415
-
     try:
         spec = orjson.loads(record["spec"])
     except orjson.JSONDecodeError:

@@ -38,8 +38,8 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource, received_at, successful_writes
-from tests.support.unready_stage import is_ready, kept_unready, pods_never_ready
 from tests.support.samples import sample
+from tests.support.unready_stage import is_ready, kept_unready, pods_never_ready
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration

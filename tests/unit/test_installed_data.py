@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import readable
 from linkerd_config.linkerd.formats import InstalledDataError, bounded
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
 from tests.support.hostile import (
     alias_bomb,

@@ -15,7 +15,8 @@ import pytest
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
+from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import desired_config
 from linkerd_config.settings import SettingsError, parse
 from tests.support.samples import install_configmap, modern_install, sample

@@ -15,9 +15,10 @@ from linkerd_config.kube.client import ClusterAccess, KubeClient
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, rollout, workload_health
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.linkerdconfig_resource import Target, status_schema
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,

@@ -18,9 +18,10 @@ from cryptography.hazmat.primitives import hashes
 
 from linkerd_config.inspection import render_plan, render_status
 from linkerd_config.linkerd import trust_anchor_guard as guard
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.formats import FormatError
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
-from linkerd_config.linkerd.preview import ClusterView, RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
 from linkerd_config.linkerd.reconcile import desired_config
 from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
 from tests.support.anchors import bundle, trust_anchor

@@ -1,0 +1,51 @@
+"""What the controller's caches hold, as plain data: the one input of ``plan``, ``status``
+and the trust-anchor guard's view of the mesh. Pure: the caches (``linkerd_caches``) fill
+it; nothing here reads a watch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.rollout import Workload
+
+if TYPE_CHECKING:
+    from linkerd_config.linkerd.reconcile import Desired
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """What the controller's caches hold, as plain data."""
+
+    configs: Sequence[Json]
+    configmaps: Mapping[str, Json]
+    """``namespace/name`` -> ConfigMap, in the namespace the controller manages."""
+    pods: Sequence[Json]
+    """Opted-in, Running pods, as the controller caches them (metadata only)."""
+    namespaces: Mapping[str, Json]
+    replicasets: Mapping[str, Json]
+    """``namespace/name`` -> ReplicaSet (its controller reference)."""
+    workloads: Mapping[str, Mapping[str, Json]]
+    """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
+    config_namespace: str
+    """The namespace whose ConfigMaps the controller manages."""
+    meshed: Sequence[Json] = ()
+    """Every meshed pod (opted in or not), reduced to its trust-root hash: the trust-anchor
+    guard's view (``trust_anchor_guard.meshed_pod_projection``)."""
+
+    def replicaset(self, namespace: str, name: str) -> Json | None:
+        return self.replicasets.get(f"{namespace}/{name}")
+
+    def record(self, workload: Workload) -> Json | None:
+        return (self.workloads.get(workload.kind) or {}).get(
+            f"{workload.namespace}/{workload.name}"
+        )
+
+    def standing(self, desired: Desired) -> rollout.Standing:
+        return rollout.standing(self.pods, self.namespaces, desired.proxy, self.replicaset)
+
+    def rollout_plan(self, desired: Desired) -> rollout.RolloutPlan:
+        return rollout.plan_rollout(self.pods, self.namespaces, desired.proxy, self.replicaset)
