@@ -9,9 +9,9 @@ the installation has it).
 The mutating webhook applies ``defaulted`` as a JSONPatch, and reconcile applies the very same
 function before rendering, so an object stored while the webhook was down still renders
 exactly as a defaulted one would. Defaulting is idempotent: a defaulted spec is a fixed point.
-The webhook sees no cluster, so it takes the format from the version the spec states
-(``formats.stated_version``); a spec that states none gets the common defaults only, and
-reconcile, which knows the cluster's version, fills the rest.
+The webhook sees no cluster, so it takes the format from admission's guess at the target
+release (``target_release.guess``); a spec that gives no usable version gets the common
+defaults only, and reconcile, which knows the cluster's version, fills the rest.
 """
 
 from __future__ import annotations
@@ -20,13 +20,8 @@ import copy
 from typing import Any
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.formats import (
-    ConfigFormat,
-    FormatError,
-    LegacyFormat,
-    format_for,
-    stated_version,
-)
+from linkerd_config.linkerd.formats import ConfigFormat
+from linkerd_config.linkerd.formats.target_release import defaulted_version, guessed_format
 
 COMMON_DEFAULTS: Json = {
     "global": {"linkerdNamespace": "linkerd", "configMap": "linkerd-config"},
@@ -40,32 +35,21 @@ COMMON_DEFAULTS: Json = {
 def defaulted(spec: Json, fmt: ConfigFormat | None = None) -> Json:
     """A new spec with every missing field filled; present fields are never changed.
 
-    ``fmt`` is the format the spec will be written in; None picks it from the stated version
-    (none, or an unusable one: the common defaults only). In the legacy format
-    ``global.version`` defaults to ``proxy.proxyVersion``: in a Linkerd install of that era
-    the control plane and the proxy share one version.
+    ``fmt`` is the format the spec will be written in; None takes admission's guess (none,
+    or an unusable one: the common defaults only). An unset ``global.version`` (absent, null
+    or empty) gets what ``target_release.defaulted_version`` says: in the legacy format the
+    target release, the control plane's and (when it stands in) the proxy's one version.
     """
     result = copy.deepcopy(spec)
     _fill(result, COMMON_DEFAULTS)
     if fmt is None:
-        fmt = _stated_format(spec)
+        fmt = guessed_format(spec)
     if fmt is not None:
         _fill(result, fmt.defaults())
-    if isinstance(fmt, LegacyFormat):
-        proxy_version = (result.get("proxy") or {}).get("proxyVersion")
-        if proxy_version and not result["global"].get("version"):
-            result["global"]["version"] = proxy_version
+        version = defaulted_version(fmt)
+        if version is not None and result["global"].get("version") in (None, ""):
+            result["global"]["version"] = version
     return result
-
-
-def _stated_format(spec: Json) -> ConfigFormat | None:
-    version = stated_version(spec)
-    if version is None:
-        return None
-    try:
-        return format_for(version)
-    except FormatError:
-        return None  # validation names the field; defaulting leaves it alone
 
 
 def _fill(target: Json, defaults: Any) -> None:

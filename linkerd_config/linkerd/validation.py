@@ -26,15 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.canary import problems as canary_problems
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.formats import (
-    FieldError,
-    FormatError,
-    VersionError,
-    format_for,
-    parse_version,
-    reads_values,
-    version_hint,
-)
+from linkerd_config.linkerd.formats import FieldError, FormatError, HelmValuesFormat, guess
 from linkerd_config.linkerd.formats.field_grammar import quantity_value
 from linkerd_config.linkerd.formats.field_table import spec_leaves
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLOUT_DURATION, spec_schema
@@ -331,8 +323,15 @@ class _Checker:
     def versions(self, global_: Mapping[str, Any], proxy: Mapping[str, Any]) -> None:
         """The proxy version is what a LinkerdConfig rolls out: always required. A separate
         proxy-init image exists only in the legacy format's releases, so its version is
-        required unless the spec targets a release that reads the values format."""
-        modern = reads_values(version_hint({"global": global_, "proxy": proxy}))
+        required unless admission's guess at the target release reads the values format.
+        What is wrong with the guessed version itself is ``target_release``'s to say, on the
+        field it came from (unless that field is already refused)."""
+        guessed = guess({"global": global_, "proxy": proxy})
+        refused: list[FieldError] = []
+        try:
+            modern = guessed is not None and isinstance(guessed.format(), HelmValuesFormat)
+        except FormatError as error:
+            refused, modern = error.errors, False
         required = ("proxyVersion",) if modern else ("proxyVersion", "proxyInitImageVersion")
         for key, example in (("proxyVersion", "edge-19.12.3"), ("proxyInitImageVersion", "v1.2.0")):
             field = f"spec.proxy.{key}"
@@ -344,24 +343,10 @@ class _Checker:
                 self.fail(field, f"must be a string, e.g. {example}")
             elif not _IMAGE_TAG.fullmatch(value):
                 self.fail(field, f"{_show(value)} is not an image tag, e.g. {example}")
-        version = global_.get("version")
-        if version is None or version == "":
-            proxy_version = proxy.get("proxyVersion")
-            if isinstance(proxy_version, str) and _IMAGE_TAG.fullmatch(proxy_version):
-                try:
-                    parse_version(proxy_version)
-                except VersionError as error:
-                    self.fail(
-                        "spec.proxy.proxyVersion",
-                        f"is also the Linkerd version when spec.global.version is not set: {error}",
-                    )
-        elif not isinstance(version, str):
-            self.fail("spec.global.version", "must be a string such as edge-19.12.3")
-        else:
-            try:
-                parse_version(version)
-            except VersionError as error:
-                self.fail("spec.global.version", str(error))
+        reported = {e.field for e in self.errors}
+        for field, problem in refused:
+            if not _within(field, reported):
+                self.fail(field, problem)
 
     def one_of(self, parent: Mapping[str, Any], key: str, path: str) -> None:
         """A field with a closed set of values: the schema's ``enum`` (its one owner)."""
@@ -448,38 +433,32 @@ class _Checker:
     # -- what the target Linkerd version can express ---------------------------------------
 
     def format(self, spec: Mapping[str, Any], full: Json) -> None:
-        """Ask the target version's format what it refuses, unless already reported.
+        """Ask the target release's format what it refuses, unless already reported.
 
-        The target is ``global.version``, else the proxy version (the same thing in the
-        legacy format; in the values format, the best guess at admission: reconcile, which
-        sees the cluster's version, checks again)."""
-        version = version_hint(full)
-        if not isinstance(version, str) or not version:
+        The target is admission's guess (``target_release.guess``: reconcile, which sees the
+        cluster's version, decides again); errors about it are reported on the field it came
+        from."""
+        guessed = guess(spec)
+        if guessed is None:
             return
         try:
-            parse_version(version)
-        except VersionError:
-            return  # already reported on the field the version came from
-        stated = self.section(spec, "global", "spec").get("version")
-        implied = not (isinstance(stated, str) and stated)
+            fmt = guessed.format()
+        except FormatError:
+            return  # reported by ``versions``, on the field the version came from
         identity = full["global"].get("identityContext")
         if isinstance(identity, dict):
             pem = identity.get("trustAnchorsPEM")
             if pem is None or (isinstance(pem, str) and not pem.strip()):
                 identity["trustAnchorsPEM"] = _PLACEHOLDER_ANCHOR
         try:
-            errors = format_for(version).check(full)
+            errors = guessed.address(fmt.check(full))
         except FormatError as error:
-            errors = error.errors
+            errors = guessed.address(error.errors)
         except Exception as error:  # a format bug must not turn into an admission outage
-            self.fail("spec", f"cannot be checked for Linkerd {version}: {error!r}")
+            self.fail("spec", f"cannot be checked for Linkerd {fmt.version}: {error!r}")
             return
         reported = {e.field for e in self.errors}
-        for path, problem in errors:
-            field, message = path, problem
-            if path == "spec.global.version" and implied:
-                field = "spec.proxy.proxyVersion"
-                message = f"(the Linkerd version when spec.global.version is not set) {problem}"
+        for field, message in errors:
             if not _within(field, reported):
                 self.fail(field, message)
 
