@@ -22,6 +22,7 @@ from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
+from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import (
     FieldError,
     FormatError,
@@ -43,7 +44,7 @@ from linkerd_config.linkerd.reconcile import (
 )
 from linkerd_config.linkerd.rollout import Workload
 from linkerd_config.linkerd.trust_anchor_guard import BundleError, Decision, evaluate
-from linkerd_config.linkerd.validation import validate, warnings_for
+from linkerd_config.linkerd.validation import defaultable, validate, warnings_for
 
 NOT_CREATED_YET = "9999-12-31T23:59:59Z"
 """The creationTimestamp a LinkerdConfig not yet in the cluster is planned with."""
@@ -216,7 +217,10 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
     others = [c for c in view.configs if c["metadata"]["name"] != name]
-    errors = validate(config, old, others)
+    # Checked as the API server checks it: after the mutating webhook's defaults.
+    spec = config.get("spec")
+    mutated = {**config, "spec": defaulted(dict(spec))} if defaultable(spec) else config
+    errors = validate(mutated, old, others)
     if not name:  # the API server's own check, which validation leaves to it
         errors.insert(0, FieldError("metadata.name", "is required"))
     if not errors:  # (an invalid one may have no metadata to keep it in)
