@@ -105,3 +105,17 @@ def object_key(obj: dict[str, Any]) -> str:
 def split_key(key: str) -> tuple[str | None, str]:
     ns, sep, name = key.partition("/")
     return (ns, name) if sep else (None, ns)
+
+
+def stored_json(value: Any) -> Any:
+    """A custom resource's JSON as the API server stores it and sends it to webhooks: null
+    members of objects dropped (its schema declares nothing nullable, so they are pruned)
+    and whole-number floats written as integers (``80.0`` is ``80`` once Go re-encodes it).
+    For what was read from a file rather than from the API server (``plan -f``)."""
+    if isinstance(value, dict):
+        return {key: stored_json(child) for key, child in value.items() if child is not None}
+    if isinstance(value, list):
+        return [stored_json(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value

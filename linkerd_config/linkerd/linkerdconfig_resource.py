@@ -20,7 +20,7 @@ from linkerd_config.linkerd.canary import MAX_COUNT as CANARY_MAX_COUNT
 from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
 from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
 from linkerd_config.linkerd.formats import field_table
-from linkerd_config.linkerd.formats.field_grammar import DURATION, parse_go_duration
+from linkerd_config.linkerd.formats.field_grammar import DURATION, parse_go_duration, text
 
 GROUP = "config.linkerd.io"
 VERSION = "v1alpha1"
@@ -43,6 +43,8 @@ HASH_ANNOTATION = "config.linkerd.io/config-hash"
 ROLLBACK_MAX_LISTED: Final = 10_000
 """The most workloads ``status.rolloutHalt.rollback.workloads`` lists (``rollback``)."""
 
+# A canary's label selectors: bounded text (canary parses them).
+SELECTOR = text(MAX_SELECTOR_CHARS, "a label selector such as app=web", "app=web")
 # A rollout's durations: the DURATION grammar, shorter.
 ROLLOUT_DURATION = dataclasses.replace(DURATION, max_length=32)
 
@@ -110,16 +112,14 @@ def spec_schema() -> dict[str, Any]:
                         "description": "How many workloads the canary restarts (default 1); "
                         "fewer when fewer match.",
                     },
-                    "namespaceSelector": _str(
+                    "namespaceSelector": SELECTOR.schema(
                         "A label selector over namespaces, as kubectl -l writes it (env=staging, "
-                        "kubernetes.io/metadata.name in (shop,cart)); empty: every namespace.",
-                        maxLength=MAX_SELECTOR_CHARS,
+                        "kubernetes.io/metadata.name in (shop,cart)); empty: every namespace."
                     ),
-                    "selector": _str(
+                    "selector": SELECTOR.schema(
                         "A label selector over the workloads' own labels (the Deployment's, "
                         "StatefulSet's or DaemonSet's metadata.labels), as kubectl -l writes "
-                        "it (app=web); empty: every workload.",
-                        maxLength=MAX_SELECTOR_CHARS,
+                        "it (app=web); empty: every workload."
                     ),
                     "stableFor": ROLLOUT_DURATION.schema(
                         "How long every canary workload must stay healthy before the rest "

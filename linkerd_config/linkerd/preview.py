@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
-from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.kube.resource import Json, rfc3339, stored_json
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
@@ -217,8 +217,10 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
     others = [c for c in view.configs if c["metadata"]["name"] != name]
-    # Checked as the API server checks it: after the mutating webhook's defaults.
-    spec = config.get("spec")
+    # Checked as the API server checks it: as it stores JSON (no nulls, integers), after the
+    # mutating webhook's defaults.
+    spec = stored_json(config.get("spec"))
+    config = {**config, "spec": spec} if spec is not None else config
     mutated = {**config, "spec": defaulted(dict(spec))} if defaultable(spec) else config
     errors = validate(mutated, old, others)
     if not name:  # the API server's own check, which validation leaves to it

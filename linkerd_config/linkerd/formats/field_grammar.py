@@ -88,6 +88,9 @@ class Grammar:
     hint: Callable[[str], str | None] | None = None
     """Why a string fails ``pattern``, more precisely than ``expected`` (messages only)."""
     multiline: bool = False
+    more: str = ""
+    """What else refuses a value of this grammar, outside it (a format's supported releases,
+    validation's X.509 checks): such a grammar is not ``exact`` either."""
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,8 +100,8 @@ class Grammar:
     @property
     def exact(self) -> bool:
         """Whether the schema expresses every rule (validation refuses nothing more)."""
-        parts = (self.explain, self.unique)
-        return parts == (None, None) and (self.items is None or self.items.exact)
+        parts = (self.explain, self.unique, self.more or None)
+        return parts == (None, None, None) and (self.items is None or self.items.exact)
 
     # -- the schema --------------------------------------------------------------------------
 
@@ -373,6 +376,7 @@ LINKERD_VERSION: Final = Grammar(
     pattern=r"^(edge-[0-9]{2}\.([1-9]|1[0-2])\.(0|[1-9][0-9]{0,8})"
     r"|stable-(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8}))$",
     max_length=64,
+    more="a release some format reads (stable-2.6.0 / edge-19.12.1 on)",
 )
 
 # -- the proxy's log filter ----------------------------------------------------------------------
@@ -550,6 +554,7 @@ PEM_BUNDLE: Final = Grammar(
     "",
     max_length=65536,
     multiline=True,
+    more="CA certificates, valid now (validation parses them)",
 )
 """The text only; validation parses the certificates (``validation.trust_anchor``)."""
 

@@ -594,9 +594,10 @@ def docs_table(fields: tuple[ConfigField, ...] = FIELDS) -> str:
         value = grammar_of(row.grammar.schema(""))
         if row.grammar.pattern or row.grammar.explain or row.grammar.items:
             value = row.grammar.expected
+        notes = "; ".join(note for note in (row.grammar.more, row.doc) if note)
         lines.append(
             f"| `{row.name}` | {value.replace('|', chr(92) + '|')} | {_legacy_cell(row)} "
-            f"| {_values_cell(row)} | {row.doc.replace('|', chr(92) + '|')} |"
+            f"| {_values_cell(row)} | {notes.replace('|', chr(92) + '|')} |"
         )
     lines += ["", DOCS_END]
     return "\n".join(lines)
