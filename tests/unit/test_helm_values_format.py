@@ -218,3 +218,21 @@ def test_stale_pods_as_linkerd_decides() -> None:
     pinned = pod(version="edge-26.1.1", **{"config.linkerd.io/proxy-version": "edge-26.1.1"})
     assert desired.stale_reason(pinned, None) is None  # restarting would pin it again
     assert desired.stale_reason(pod(ns="kube-system", version="old"), None) is None
+
+
+def test_ephemeral_storage_is_written_where_the_chart_reads_it() -> None:
+    """Issue 25: ``proxy.resource.*.ephemeral-storage`` was mapped but pruned by the schema."""
+    spec = small(
+        resource={
+            "requests": {"ephemeral-storage": "100Mi", "cpu": "100m"},
+            "limits": {"ephemeral-storage": "1Gi"},
+        }
+    )
+    values = parse_values(FMT.rendering(spec, on(installed())).data[VALUES_KEY], "after")
+    resources = values["proxy"]["resources"]
+    assert resources["ephemeral-storage"] == {
+        **resources["ephemeral-storage"],
+        "request": "100Mi",
+        "limit": "1Gi",
+    }
+    assert resources["cpu"]["request"] == "100m"

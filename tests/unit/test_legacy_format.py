@@ -957,3 +957,21 @@ def test_the_messages_are_the_releases_own(sample: dict[str, Any]) -> None:
     assert "endpoint_slice_enabled" not in old["global"].DESCRIPTOR.fields_by_name
     assert "endpoint_slice_enabled" in new["global"].DESCRIPTOR.fields_by_name
     assert new["proxy"].log_format == "json"
+
+
+def test_ephemeral_storage_is_refused_naming_the_values_releases(
+    sample: dict[str, Any],
+) -> None:
+    """No legacy config.proto has it (its ResourceRequirements holds cpu and memory only):
+    refused, never dropped, naming the values releases whose chart reads it."""
+    spec = copy.deepcopy(sample)
+    spec["proxy"]["resource"] = {"limits": {"ephemeral-storage": "1Gi", "memory": "250Mi"}}
+    with pytest.raises(FormatError) as raised:
+        format_for("edge-19.12.3").render(spec)
+    assert raised.value.errors == [
+        (
+            "spec.proxy.resource.limits.ephemeral-storage",
+            "is not in Linkerd's legacy config format; only the values format has it "
+            "(Linkerd edge-21.11.1 or later, stable-2.12.0 or later)",
+        )
+    ]
