@@ -94,3 +94,33 @@ async def test_target_is_immutable(kube: KubeClient, installed_crd: None) -> Non
         assert "configMap is immutable" in refused.value.message
     finally:
         await kube.request("DELETE", LINKERD_CONFIGS.path(name="immutable-target"))
+
+
+async def test_every_field_of_the_table_is_kept_not_pruned(
+    kube: KubeClient, installed_crd: None
+) -> None:
+    """Issue 25: a field the formats map but the schema lacked (ephemeral-storage) was
+    pruned by the API server. Every row of the field table, set to its grammar's example
+    (or its legacy default: the four ports must differ), comes back from a strict dry-run create as it was sent."""
+    from linkerd_config.linkerd.formats.field_table import FIELDS  # noqa: PLC0415
+
+    obj: dict[str, Any] = {
+        "apiVersion": "config.linkerd.io/v1alpha1",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": "every-field"},
+        "spec": {},
+    }
+    for row in FIELDS:
+        node = obj["spec"]
+        for key in row.path[:-1]:
+            node = node.setdefault(key, {})
+        default = row.legacy.default if row.legacy is not None else None
+        node[row.path[-1]] = row.grammar.example if default is None else default  # ports differ
+    created = await kube.request(
+        "POST",
+        LINKERD_CONFIGS.path(),
+        params={"dryRun": "All", "fieldValidation": "Strict"},
+        body=obj,
+    )
+    assert created["spec"] == obj["spec"]
+    assert created["spec"]["proxy"]["resource"]["limits"]["ephemeral-storage"] == "100m"
