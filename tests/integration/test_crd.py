@@ -10,6 +10,7 @@ import pytest
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
+from linkerd_config.linkerd.formats.field_table import FIELDS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually
@@ -101,8 +102,8 @@ async def test_every_field_of_the_table_is_kept_not_pruned(
 ) -> None:
     """Issue 25: a field the formats map but the schema lacked (ephemeral-storage) was
     pruned by the API server. Every row of the field table, set to its grammar's example
-    (or its legacy default: the four ports must differ), comes back from a strict dry-run create as it was sent."""
-    from linkerd_config.linkerd.formats.field_table import FIELDS  # noqa: PLC0415
+    (or its legacy default: the four ports must differ), comes back from a strict dry-run
+    create as it was sent."""
 
     obj: dict[str, Any] = {
         "apiVersion": "config.linkerd.io/v1alpha1",
