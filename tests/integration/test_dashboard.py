@@ -42,7 +42,7 @@ from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.leader import micro_time
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
@@ -55,8 +55,9 @@ from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH, webhook_configurations
 from linkerd_config.settings import parse
 from tests.support import alert_rules, dashboard, scenario
-from tests.support.samples import SAMPLES, load, sample
+from tests.support.samples import sample
 from tests.support.waiting import eventually
+from tests.support.webhook_probe import webhook_in_effect
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +71,6 @@ RATE_INTERVAL = max(STEP + SCRAPE_INTERVAL, 4 * SCRAPE_INTERVAL)
 """Grafana's ``$__rate_interval`` for a data source whose scrape interval is set to ours."""
 NS = "dashboard"
 CONFIG = "edge-19.12.3"
-DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 
 
 @contextlib.asynccontextmanager
@@ -95,17 +95,6 @@ async def ready(kube: KubeClient) -> Obj | None:
     conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
     current = obj.get("status", {}).get("observedGeneration") == obj["metadata"]["generation"]
     return obj if current and conditions.get("Ready", {}).get("status") == "True" else None
-
-
-async def refused(kube: KubeClient) -> bool:
-    """An invalid LinkerdConfig is refused by our validating webhook (once the API server
-    calls it: a new configuration takes a moment to reach its admission chain)."""
-    bad = load(SAMPLES / "invalid" / "expired_trust_anchor.yaml")
-    try:
-        await kube.request("POST", LINKERD_CONFIGS.path(), body=bad, params={"dryRun": "All"})
-    except ApiError as exc:
-        return DENIED in exc.message
-    return False
 
 
 def resolve_variables(prometheus: Prometheus, board: Obj) -> dict[str, str]:
@@ -309,7 +298,9 @@ async def test_every_panel_returns_data_from_a_real_prometheus(
                 await eventually(
                     lambda: asyncio.sleep(0, result=app.manager.leading), timeout=30, what="leader"
                 )
-                await eventually(lambda: refused(kube), timeout=30, what="webhook refusing")
+                await eventually(
+                    lambda: webhook_in_effect(kube), timeout=30, what="webhook refusing"
+                )
                 # Only the fields a user states: the mutating webhook fills in the rest.
                 minimal = sample("edge_19.12.3_use_webhook_defaults.yaml")
                 await kube.request("POST", LINKERD_CONFIGS.path(), body=minimal)

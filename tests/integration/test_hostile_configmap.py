@@ -42,6 +42,7 @@ from tests.support.hostile import bombed_values, installed_values
 from tests.support.run_process import RunProcess
 from tests.support.samples import modern_install
 from tests.support.waiting import eventually
+from tests.support.webhook_probe import webhook_in_effect
 
 pytestmark = pytest.mark.integration
 
@@ -129,18 +130,6 @@ async def timed_admission(kube: KubeClient, round_: int) -> float:
     return elapsed
 
 
-async def webhook_refuses(kube: KubeClient) -> bool:
-    bad = linkerdconfig("refused")
-    bad["spec"]["proxy"]["logLevel"] = "not-a-level"
-    try:
-        await kube.request(
-            "POST", LINKERD_CONFIGS.path(), params={"dryRun": "All"}, body=bad, fenced=False
-        )
-    except ApiError as exc:
-        return "spec.proxy.logLevel" in exc.message
-    return False
-
-
 async def ready(kube: KubeClient, name: str, status: str, reason: str) -> Obj | None:
     cond = await scenario.condition(kube, name, "Ready")
     return cond if (cond.get("status"), cond.get("reason")) == (status, reason) else None
@@ -183,7 +172,7 @@ async def test_an_alias_bomb_in_values_is_refused_while_health_and_admission_sta
                 webhooks_registered(kube, ca_pem, webhook),
                 aiohttp.ClientSession() as http,
             ):
-                await eventually(lambda: webhook_refuses(kube), timeout=60, what="webhooks")
+                await eventually(lambda: webhook_in_effect(kube), timeout=60, what="webhooks")
                 # Finding 3 through the API server: the debug image's name is checked too, by
                 # the schema now (the field table's image grammar), before the webhook.
                 hostile = linkerdconfig("debug-image")

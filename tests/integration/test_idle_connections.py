@@ -46,6 +46,7 @@ from linkerd_config.linkerd.webhooks import webhook_configurations
 from tests.support import scenario
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually
+from tests.support.webhook_probe import DENIED
 
 Json = dict[str, Any]
 IDLE = 1000
@@ -53,7 +54,6 @@ IDLE = 1000
 RSS_GROWTH_BOUND = 96 * 1024 * 1024
 """Generous: 128 TLS and 256 plain connections and their churn need about 60 MiB."""
 SQUAT_SECONDS = 20.0
-DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 MINIMAL = "edge_19.12.3_use_webhook_defaults.yaml"
 
 

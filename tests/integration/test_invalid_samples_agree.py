@@ -23,7 +23,7 @@ import pytest
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
@@ -33,10 +33,10 @@ from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
 from tests.support.commands import cli
-from tests.support.samples import INVALID, SAMPLES, load, why_invalid
+from tests.support.samples import INVALID, SAMPLES, why_invalid
 from tests.support.waiting import eventually
+from tests.support.webhook_probe import webhook_in_effect
 
-DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 VALID = sorted(SAMPLES.glob("edge_19.12.3*.yaml"))
 PLAN_INVALID = 1
 """``plan``'s exit code for a LinkerdConfig it refuses (as for a command that fails)."""
@@ -45,18 +45,6 @@ PLAN_INVALID = 1
 def named_fields(path: Path) -> list[str]:
     """The fields a sample's first line names."""
     return re.findall(r"spec\.[A-Za-z0-9_.\[\]]*[A-Za-z0-9_\]]", why_invalid(path))
-
-
-async def _webhook_denies(kube: KubeClient) -> bool:
-    """Whether the validating webhook is in effect: it refuses what the schema accepts."""
-    probe = load(SAMPLES / "invalid" / "expired_trust_anchor.yaml")
-    try:
-        await kube.request(
-            "POST", LINKERD_CONFIGS.path(), body=probe, params={"dryRun": "All"}, fenced=False
-        )
-    except ApiError as exc:
-        return DENIED in exc.message
-    return False
 
 
 @pytest.fixture
@@ -87,7 +75,7 @@ async def cluster(
         paths = (MUTATING_WEBHOOK_CONFIGURATIONS.path(), VALIDATING_WEBHOOK_CONFIGURATIONS.path())
         for configuration, path in zip(configurations, paths, strict=True):
             await kube.request("POST", path, body=configuration, fenced=False)
-        await eventually(lambda: _webhook_denies(kube), timeout=30, what="webhooks in effect")
+        await eventually(lambda: webhook_in_effect(kube), timeout=30, what="webhooks in effect")
         yield own_control_plane
     finally:
         for task in (server_task, informer_task):

@@ -33,15 +33,15 @@ from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
-from tests.support.samples import INVALID, SAMPLES, load, sample, why_invalid
+from tests.support.samples import INVALID, load, sample, why_invalid
 from tests.support.waiting import eventually
+from tests.support.webhook_probe import DENIED, webhook_in_effect
 
 Json = dict[str, Any]
 RUN_LABEL = "test.linkerd-config.io/run"
 RUN = uuid.uuid4().hex[:8]
 MUTATING = MUTATING_WEBHOOK_CONFIGURATIONS.path()
 VALIDATING = VALIDATING_WEBHOOK_CONFIGURATIONS.path()
-DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'
 FULL = "edge_19.12.3.yaml"
 MINIMAL = "edge_19.12.3_use_webhook_defaults.yaml"
 
@@ -88,18 +88,6 @@ class Webhooks:
         await eventually(forgotten, timeout=10, what=f"informer forgets {name}")
 
 
-async def _deny_expired(kube: KubeClient) -> bool:
-    """Whether the validating webhook is in effect: it refuses what the schema accepts."""
-    probe = labelled(load(SAMPLES / "invalid" / "expired_trust_anchor.yaml"), unique("probe"))
-    try:
-        await kube.request(
-            "POST", LINKERD_CONFIGS.path(), body=probe, params={"dryRun": "All"}, fenced=False
-        )
-    except ApiError as exc:
-        return DENIED in exc.message
-    return False
-
-
 @pytest.fixture(scope="module")
 async def webhooks(
     kube: KubeClient, tmp_path_factory: pytest.TempPathFactory
@@ -128,7 +116,7 @@ async def webhooks(
             with contextlib.suppress(ApiError):
                 await kube.request("DELETE", f"{path}/{name}", fenced=False)
             await kube.request("POST", path, body=configuration, fenced=False)
-        await eventually(lambda: _deny_expired(kube), timeout=30, what="webhooks in effect")
+        await eventually(lambda: webhook_in_effect(kube), timeout=30, what="webhooks in effect")
         yield Webhooks(kube, informer)
     finally:
         with contextlib.suppress(ApiError):
@@ -146,7 +134,7 @@ async def webhooks(
         if configurations:
 
             async def gone() -> bool:
-                return not await _deny_expired(kube)
+                return not await webhook_in_effect(kube)
 
             await eventually(gone, timeout=30, what="webhooks no longer called")
         for task in (server_task, informer_task):

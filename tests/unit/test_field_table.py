@@ -91,7 +91,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     end = text.index("\n)\n\nSECTIONS")
     text = text[:end] + SCRATCH_ROW.rstrip() + text[end:]
     start = text.index('    ConfigField(\n        ("proxy", "logFormat"),')
-    stop = text.index('    ConfigField(\n        ("proxy", "outboundConnectTimeout"),')
+    stop = text.index("\n    ),\n", start) + len("\n    ),\n")
     table.write_text(text[:start] + text[stop:])
     done = subprocess.run(
         [sys.executable, "-c", PROBE],

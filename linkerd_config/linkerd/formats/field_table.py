@@ -201,6 +201,17 @@ def _ignored(direction: str) -> ConfigField:
     )
 
 
+def _connect_timeout(direction: str, example: str) -> ConfigField:
+    key = f"{direction}ConnectTimeout"
+    return ConfigField(
+        ("proxy", key),
+        DURATION,
+        f"Proxy {direction} connect timeout, e.g. {example}.",
+        LegacyField(f"{direction}_connect_timeout", releases("edge-20.7.5", "stable-2.9.0")),
+        ValuesField(("proxy", key), nested=True),
+    )
+
+
 def _resources() -> Iterator[ConfigField]:
     for kind in ("requests", "limits"):
         for name, legacy in (("cpu", "cpu"), ("memory", "memory"), ("ephemeral-storage", "")):
@@ -430,20 +441,8 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
         LegacyField("log_format", releases("edge-20.7.1", "stable-2.9.0")),
         ValuesField(("proxy", "logFormat"), nested=True),
     ),
-    ConfigField(
-        ("proxy", "outboundConnectTimeout"),
-        DURATION,
-        "Proxy outbound connect timeout, e.g. 1000ms.",
-        LegacyField("outbound_connect_timeout", releases("edge-20.7.5", "stable-2.9.0")),
-        ValuesField(("proxy", "outboundConnectTimeout"), nested=True),
-    ),
-    ConfigField(
-        ("proxy", "inboundConnectTimeout"),
-        DURATION,
-        "Proxy inbound connect timeout, e.g. 100ms.",
-        LegacyField("inbound_connect_timeout", releases("edge-20.7.5", "stable-2.9.0")),
-        ValuesField(("proxy", "inboundConnectTimeout"), nested=True),
-    ),
+    _connect_timeout("outbound", "1000ms"),
+    _connect_timeout("inbound", "100ms"),
 )
 
 SECTIONS: Final[Mapping[Path, str]] = {
