@@ -29,9 +29,11 @@ edge-20.7.5+                              ``proxy``: ``outboundConnectTimeout``,
 ========================================  ==================================================
 
 (stable-2.7.x and stable-2.8.0 share edge-20.1.3's message; no stable release has the last
-three rows within the range.) ``config_pb2`` holds every field any release has;
-``FIELD_RELEASES`` says which releases have the optional ones, and the messages a format
-builds are ``config_pb2``'s without the fields its release lacks. A spec field absent from
+three rows within the range.) ``config_pb2`` holds every field any release has; the field
+table (``formats/field_table.py``, each row's legacy column) says which spec field goes to
+which proto field and which releases have the optional ones (``FIELD_RELEASES`` is derived
+from it), and the messages a format builds are ``config_pb2``'s without the fields its
+release lacks. A spec field absent from
 the spec renders as the proto default (``null``, ``""``, ``false``), as Linkerd's own writer
 does.
 
