@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
-import yaml
 
 from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
@@ -26,6 +25,7 @@ from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change
+from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
 from linkerd_config.linkerd.preview import (
@@ -56,11 +56,12 @@ def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]
     where = "standard input" if path == "-" else path
     try:
         text = stdin.read() if path == "-" else Path(path).read_text()
-        documents = [d for d in yaml.safe_load_all(text) if d is not None]
+        # Bounded (size, depth, values; no anchors or aliases): a hostile file costs one scan.
+        documents = [d for d in bounded.yaml_documents(text) if d is not None]
     except OSError as exc:
         raise CommandError(f"cannot read {where}: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise CommandError(f"{where} is not YAML: {exc}") from exc
+    except bounded.Unreadable as exc:
+        raise CommandError(f"{where} {exc}") from exc
     wanted = (API_VERSION, KIND)
     found = [
         d

@@ -219,8 +219,10 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     others = [c for c in view.configs if c["metadata"]["name"] != name]
     # Checked as the API server checks it: as it stores JSON (no nulls, integers), after the
     # mutating webhook's defaults.
-    spec = stored_json(config.get("spec"))
-    config = {**config, "spec": spec} if spec is not None else config
+    spec = config.get("spec")
+    if defaultable(spec):  # within validation's bounds: normalizing it is cheap
+        spec = stored_json(spec)
+        config = {**config, "spec": spec}
     mutated = {**config, "spec": defaulted(dict(spec))} if defaultable(spec) else config
     errors = validate(mutated, old, others)
     if not name:  # the API server's own check, which validation leaves to it

@@ -28,6 +28,14 @@ CASES: list[tuple[g.Grammar, Any, str | None]] = [
     (g.DURATION, "\uff11s", "not a duration"),  # a fullwidth digit
     (g.DURATION, "9223372036854775808ns", "out of range"),
     (g.DURATION, 86400, "must be a string"),
+    # the proxy's own durations (connect timeouts): linkerd2-proxy's grammar, not Go's
+    (g.PROXY_DURATION, "1000ms", None),
+    (g.PROXY_DURATION, "10d", None),
+    (g.PROXY_DURATION, "1.5s", "as the proxy reads it"),
+    (g.PROXY_DURATION, "1h30m", "as the proxy reads it"),
+    (g.PROXY_DURATION, "250us", "as the proxy reads it"),
+    (g.PROXY_DURATION, "1\u00b5s", "as the proxy reads it"),
+    (g.PROXY_DURATION, "0ms", "must be a positive duration"),
     # ports and other integers
     (g.PORT, 4191, None),
     (g.PORT, 0, "must be 1-65535, got 0"),
@@ -75,6 +83,8 @@ CASES: list[tuple[g.Grammar, Any, str | None]] = [
     (g.LOG_LEVEL, "warn,linkerd2_proxy=info", None),
     (g.LOG_LEVEL, "INFO,linkerd::app=Debug", None),
     (g.LOG_LEVEL, "loud", "the level must be one of"),
+    (g.LOG_LEVEL, "\u0131nfo", "the level must be one of"),  # dotless i: RE2 folds ASCII only
+    (g.LOG_LEVEL, "\u0130NFO", "the level must be one of"),
     (g.LOG_LEVEL, "warn,", "empty directive"),
     (g.LOG_LEVEL, "linkerd-proxy=info", "Rust module path"),
     (g.LOG_LEVEL, "", "must name a level"),
@@ -82,6 +92,11 @@ CASES: list[tuple[g.Grammar, Any, str | None]] = [
     (g.CIDR_LIST, "10.0.0.1/8,fd00::/8", None),
     (g.CIDR_LIST, "10.0.0.0/33", "network 1"),
     (g.CIDR_LIST, "10.0.0.0/8,", "network 2"),
+    # Go's net.ParseCIDR, as the injector calls it on each entry untrimmed
+    (g.CIDR_LIST, "10.0.0.0/8, 10.1.0.0/16", "network 2"),
+    (g.CIDR_LIST, "10.0.0.0", "network 1"),
+    (g.CIDR_LIST, "10.0.0.0/255.0.0.0", "network 1"),
+    (g.CIDR_LIST, "fe80::%eth0/64", "network 1"),
     # free text and enums
     (g.PEM_BUNDLE, "-----BEGIN CERTIFICATE-----\r\n\tx\n", None),
     (g.PEM_BUNDLE, "x\x00", "control characters (U+0000"),
@@ -103,8 +118,8 @@ def test_grammar(grammar: g.Grammar, value: Any, phrase: str | None) -> None:
 
 @pytest.mark.parametrize(
     "grammar",
-    [g.DURATION, g.DNS_LABEL, g.DNS_SUBDOMAIN, g.IMAGE_NAME, g.IMAGE_TAG, g.LINKERD_VERSION,
-     g.LOG_LEVEL, g.QUANTITY],
+    [g.DURATION, g.PROXY_DURATION, g.DNS_LABEL, g.DNS_SUBDOMAIN, g.IMAGE_NAME, g.IMAGE_TAG,
+     g.LINKERD_VERSION, g.LOG_LEVEL, g.QUANTITY, g.CIDR_LIST],
 )  # fmt: skip
 def test_a_pattern_is_anchored_for_re2_and_python_alike(grammar: g.Grammar) -> None:
     """The schema's pattern is matched whole by both: ``^...$`` (RE2 has no end-before-newline

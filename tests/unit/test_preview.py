@@ -7,6 +7,7 @@ import copy
 import datetime
 import io
 import json
+import time
 from typing import Any
 
 import pytest
@@ -337,6 +338,38 @@ def test_the_file_must_hold_exactly_one_linkerdconfig(tmp_path: Any) -> None:
         read_linkerdconfig("-", io.StringIO("a: [\n"))
     with pytest.raises(CommandError, match="cannot read"):
         read_linkerdconfig(str(tmp_path / "missing.yaml"))
+
+
+def test_a_hostile_file_is_refused_in_one_bounded_read() -> None:
+    """Anchors and aliases (an alias bomb of a few hundred bytes took 24 s), a key twice:
+    refused with the place named, as the controller reads an installed ConfigMap."""
+    head = "apiVersion: config.linkerd.io/v1alpha1\nkind: LinkerdConfig\nmetadata: {name: a}\n"
+    bomb = head + "spec:\n  a: &a [x, x, x, x, x, x, x, x, x]\n  b: &b [*a, *a, *a, *a, *a]\n"
+    started = time.perf_counter()
+    with pytest.raises(CommandError, match="standard input"):
+        read_linkerdconfig("-", io.StringIO(bomb))
+    with pytest.raises(CommandError, match="appears twice"):
+        read_linkerdconfig("-", io.StringIO(head + "spec: {}\nspec: {}\n"))
+    assert time.perf_counter() - started < 5  # a generous bound: milliseconds in fact
+
+
+def test_plan_of_a_self_referencing_spec_is_invalid_not_a_crash() -> None:
+    config = sample("edge_19.12.3.yaml")
+    loop: dict[str, Any] = {}
+    loop["again"] = loop
+    config["spec"]["proxy"]["resource"] = loop
+    result = plan(config, view(), DEFAULTS)
+    assert result.problem is not None and result.problem.reason == "Invalid"
+
+
+def test_plan_reads_a_file_as_the_api_server_stores_it() -> None:
+    """Nulls are pruned (``canary: {count: null}`` crashed plan) and 80.0 is 80."""
+    config = sample("edge_19.12.3.yaml")
+    config["spec"]["rollout"] = {"canary": {"count": None}, "maxRestartsPerPass": 2.0}
+    config["spec"]["proxy"]["adminPort"] = 4191.0
+    result = plan(config, view(), DEFAULTS)
+    assert result.problem is None, result.problem
+    assert result.batch_size == 2
 
 
 def test_a_bare_pod_is_planned_for_eviction() -> None:

@@ -23,12 +23,20 @@ names the ConfigMap and key.
 from __future__ import annotations
 
 import json
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Any, Final, NoReturn
 
 import yaml
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "MAX_NODES", "Unreadable", "json_value", "yaml_value"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "MAX_NODES",
+    "Unreadable",
+    "json_value",
+    "yaml_documents",
+    "yaml_value",
+]
 
 MAX_BYTES: Final = 256 * 1024
 """Room for a 64 KiB trust-anchor bundle (the most a LinkerdConfig states) and 20 times the
@@ -69,10 +77,21 @@ class _StrictLoader(_CLoader):  # type: ignore[misc]
 
 def yaml_value(text: str) -> Any:
     """One YAML document, within the bounds above; Unreadable if not."""
+    return _yaml(text, lambda: yaml.load(text, Loader=_StrictLoader))
+
+
+def yaml_documents(text: str) -> list[Any]:
+    """Every YAML document of ``text`` (``---``-separated), within the bounds above taken
+    over the whole text; Unreadable if not."""
+    documents: list[Any] = _yaml(text, lambda: list(yaml.load_all(text, Loader=_StrictLoader)))
+    return documents
+
+
+def _yaml(text: str, load: Callable[[], Any]) -> Any:
     _size(text)
     try:
         _scan(text)
-        return yaml.load(text, Loader=_StrictLoader)
+        return load()
     except Unreadable:
         raise
     except yaml.MarkedYAMLError as error:

@@ -38,6 +38,7 @@ __all__ = [
     "LOG_LEVEL",
     "PEM_BUNDLE",
     "PORT",
+    "PROXY_DURATION",
     "QUANTITY",
     "Grammar",
     "enum",
@@ -57,8 +58,9 @@ _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 def _compiled(pattern: str) -> re.Pattern[str]:
     """``pattern`` for ``fullmatch``: its ``^``/``$`` anchors dropped (Python's ``$`` would
-    also match before a final newline, RE2's does not)."""
-    return re.compile(pattern.removeprefix("^").removesuffix("$"))
+    also match before a final newline, RE2's does not), ASCII case folding only (Python's
+    Unicode folding takes a dotless i for an i; RE2's does not)."""
+    return re.compile(pattern.removeprefix("^").removesuffix("$"), re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -333,6 +335,30 @@ DURATION: Final = Grammar(
 refuses zero."""
 
 
+# -- the proxy's own durations -------------------------------------------------------------------
+
+
+def _proxy_duration_explain(value: Any) -> str | None:
+    return (
+        f"{_show(value)} must be a positive duration"
+        if int(str(value)[:-1].rstrip("m")) == 0
+        else None
+    )
+
+
+PROXY_DURATION: Final = Grammar(
+    "string",
+    "a duration as the proxy reads it: a whole number and ms, s, m, h or d, e.g. 1000ms",
+    "1000ms",
+    # linkerd2-proxy's parse_duration: ^\s*(\d+)(ms|s|m|h|d)?\s*$ (a unit unless 0), into a
+    # u64: 18 digits always fit. The value reaches it verbatim (LINKERD2_PROXY_*_TIMEOUT).
+    pattern=r"^[0-9]{1,18}(ms|s|m|h|d)$",
+    max_length=20,
+    explain=_proxy_duration_explain,
+)
+"""Not Go's grammar: "1.5s", "1h30m" or "250us" pass Go's parser, and the proxy refuses
+them and never starts."""
+
 # -- names, images, versions ---------------------------------------------------------------------
 
 DNS_LABEL: Final = Grammar(
@@ -420,18 +446,25 @@ LOG_LEVEL: Final = Grammar(
 _MAX_NETWORKS: Final = 256
 
 
+_CIDR: Final = r"[0-9A-Fa-f:.]+/[0-9]{1,3}"
+
+
 def _networks_explain(value: Any) -> str | None:
-    """Comma-separated CIDRs, as Linkerd's own install checks them (Go's ``net.ParseCIDR``:
-    host bits may be set)."""
+    """Comma-separated CIDRs, as Linkerd's injector reads them: Go's ``net.ParseCIDR`` on
+    each entry as it is (no spaces; an address, ``/`` and a prefix length; host bits may be
+    set; no zone, no netmask form)."""
     entries = str(value).split(",")
     if len(entries) > _MAX_NETWORKS:
         return f"must have at most {_MAX_NETWORKS} networks"
     for index, entry in enumerate(entries):
         try:
-            ipaddress.ip_network(entry.strip(" "), strict=False)  # ASCII spaces only
+            if not re.fullmatch(_CIDR, entry, re.ASCII):
+                raise ValueError(entry)
+            ipaddress.ip_network(entry, strict=False)
         except ValueError:
             return (
-                f"network {index + 1}, {_show(entry)}, is not a CIDR such as 10.0.0.0/8 or fd00::/8"
+                f"network {index + 1}, {_show(entry)}, is not a CIDR such as 10.0.0.0/8 "
+                "or fd00::/8 (no spaces)"
             )
     return None
 
@@ -440,8 +473,10 @@ CIDR_LIST: Final = Grammar(
     "string",
     "comma-separated CIDRs, e.g. 10.0.0.0/8,100.64.0.0/10",
     "10.0.0.0/8,100.64.0.0/10",
+    pattern=rf"^{_CIDR}(,{_CIDR})*$",
     max_length=4096,
     explain=_networks_explain,
+    hint=_networks_explain,
 )
 
 # -- ports the proxy does not intercept ----------------------------------------------------------

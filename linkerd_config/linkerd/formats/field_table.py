@@ -34,6 +34,7 @@ from linkerd_config.linkerd.formats.field_grammar import (
     LOG_LEVEL,
     PEM_BUNDLE,
     PORT,
+    PROXY_DURATION,
     QUANTITY,
     Grammar,
     enum,
@@ -205,7 +206,7 @@ def _connect_timeout(direction: str, example: str) -> ConfigField:
     key = f"{direction}ConnectTimeout"
     return ConfigField(
         ("proxy", key),
-        DURATION,
+        PROXY_DURATION,
         f"Proxy {direction} connect timeout, e.g. {example}.",
         LegacyField(f"{direction}_connect_timeout", releases("edge-20.7.5", "stable-2.9.0")),
         ValuesField(("proxy", key), nested=True),
