@@ -23,11 +23,12 @@ from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollout
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change
 from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
-from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, LINKERD_CONFIGS, VERSION
+from linkerd_config.linkerd.linkerdconfig_resource import KIND, LINKERD_CONFIGS
 from linkerd_config.linkerd.preview import (
     ConfigStatus,
     Plan,
@@ -41,7 +42,7 @@ from linkerd_config.linkerd.workload_health import go_duration
 from linkerd_config.settings import Settings
 
 NO_CHANGES, FAILED, CHANGES = 0, 1, 2
-API_VERSION = f"{GROUP}/{VERSION}"
+API_VERSIONS = tuple(f"{GROUP}/{version}" for version in SERVED_VERSIONS)
 READ_TIMEOUT = 120.0
 """Seconds for reading the whole cluster (every LIST, every page)."""
 
@@ -62,15 +63,15 @@ def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]
         raise CommandError(f"cannot read {where}: {exc.strerror or exc}") from exc
     except bounded.Unreadable as exc:
         raise CommandError(f"{where} {exc}") from exc
-    wanted = (API_VERSION, KIND)
     found = [
         d
         for d in documents
-        if isinstance(d, dict) and (d.get("apiVersion"), d.get("kind")) == wanted
+        if isinstance(d, dict) and d.get("apiVersion") in API_VERSIONS and d.get("kind") == KIND
     ]
     if len(found) != 1:
         raise CommandError(
-            f"{where} holds {len(found)} {KIND} object(s) ({API_VERSION}); plan takes exactly one"
+            f"{where} holds {len(found)} {KIND} object(s) ({' or '.join(API_VERSIONS)}); "
+            "plan takes exactly one"
         )
     return found[0]
 

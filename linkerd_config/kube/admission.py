@@ -28,6 +28,12 @@ import structlog
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from linkerd_config.kube.conversion_review import (
+    BadConversionReview,
+    Convert,
+    answer_conversion,
+    parse_conversion_review,
+)
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.serving import serve
@@ -255,16 +261,25 @@ class AdmissionServer:
         self.bound_port: int | None = None
         self.started = asyncio.Event()
         self._routes: dict[str, Admit] = {}
+        self._conversions: dict[str, Convert] = {}
 
     def add(self, path: str, admit: Admit) -> None:
         self._routes[path] = admit
+        self._count(path)
+
+    def add_conversion(self, path: str, convert: Convert) -> None:
+        """Serve a CRD's conversion webhook (ConversionReview) at ``path``."""
+        self._conversions[path] = convert
+        self._count(path)
+
+    def _count(self, path: str) -> None:
         self.metrics.latency.labels(path)
         self.metrics.in_flight.labels(path).set(0)
         self.metrics.requests.labels(path, "200")
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
-        for path in self._routes:
+        for path in (*self._routes, *self._conversions):
             app.router.add_post(path, self._handle)
         return app
 
@@ -313,6 +328,8 @@ class AdmissionServer:
             return _problem(413, f"AdmissionReview larger than {MAX_BODY_BYTES} bytes")
         except TimeoutError:
             return _problem(408, "request body not received in time")
+        if request.path in self._conversions:
+            return await self._convert(request.path, body)
         try:
             review = parse_review(body)
         except BadReview as exc:
@@ -336,6 +353,22 @@ class AdmissionServer:
         except Exception as exc:
             log.exception("admission handler failed", path=path, object=what)
             return AdmissionResponse.deny(f"{what}: internal error in admission: {exc}", code=500)
+
+    async def _convert(self, path: str, body: bytes) -> web.Response:
+        try:
+            review = parse_conversion_review(body)
+        except BadConversionReview as exc:
+            return _problem(400, str(exc))
+        # Up to MAX_BODY_BYTES of objects to copy: off the loop, and cut off like admission.
+        try:
+            answer = await asyncio.wait_for(
+                asyncio.to_thread(answer_conversion, review, self._conversions[path]),
+                self.handler_timeout,
+            )
+        except TimeoutError:
+            log.error("conversion timed out", path=path, objects=len(review.objects))
+            return _problem(500, "conversion timed out")
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
 
 
 def _problem(status: int, message: str) -> web.Response:

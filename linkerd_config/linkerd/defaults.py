@@ -20,6 +20,7 @@ import copy
 from typing import Any
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
 from linkerd_config.linkerd.formats import ConfigFormat
 from linkerd_config.linkerd.formats.target_release import defaulted_version, guessed_format
 
@@ -58,6 +59,16 @@ def _fill(target: Json, defaults: Any) -> None:
             target[key] = copy.deepcopy(value)
         elif isinstance(value, dict) and isinstance(target[key], dict):
             _fill(target[key], value)
+
+
+def object_patch(obj: Json) -> list[Json]:
+    """``json_patch`` of a LinkerdConfig of either version: defaulted as the hub, the
+    patch in the object's own version (``spec`` must be ``defaultable``)."""
+    hub = to_hub(obj)
+    wanted = convert({**hub, "spec": defaulted(hub["spec"])}, version_of(obj))
+    ops: list[Json] = []
+    _diff(obj["spec"], wanted["spec"], "/spec", ops)
+    return ops
 
 
 def json_patch(spec: Json, base_path: str = "/spec") -> list[Json]:

@@ -16,6 +16,7 @@ from linkerd_config.kube.resource import (
     Json,
 )
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.api_conversion import to_hub
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.reconcile import target_of
@@ -38,6 +39,8 @@ class LinkerdCaches:
             client,
             LINKERD_CONFIGS,
             name="linkerdconfigs",
+            # Read in the storage version, cached as the hub the domain reads.
+            transform=to_hub,
             not_served_hint="install the LinkerdConfig CRD: kubectl apply -k manifests/crd "
             "(or make install, or the Helm chart)",
         )

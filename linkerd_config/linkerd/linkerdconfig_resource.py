@@ -7,6 +7,7 @@ writes it to ``manifests/crd/`` and a test fails when the checked-in file differ
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import sys
 from dataclasses import dataclass
@@ -15,6 +16,13 @@ from typing import Any, Final
 import yaml
 
 from linkerd_config.kube.resource import ApiResource, Json
+from linkerd_config.linkerd.api_conversion import (
+    GROUP,
+    SERVED_VERSIONS,
+    STORAGE_VERSION,
+    V1ALPHA1,
+    V1ALPHA2,
+)
 from linkerd_config.linkerd.canary import FIELD as CANARY_FIELD
 from linkerd_config.linkerd.canary import MAX_COUNT as CANARY_MAX_COUNT
 from linkerd_config.linkerd.canary import MAX_RECORDED as CANARY_MAX_RECORDED
@@ -22,11 +30,20 @@ from linkerd_config.linkerd.canary import MAX_SELECTOR_CHARS, CanarySpec
 from linkerd_config.linkerd.formats import field_table
 from linkerd_config.linkerd.formats.field_grammar import DURATION, parse_go_duration, text
 
-GROUP = "config.linkerd.io"
-VERSION = "v1alpha1"
+VERSION = STORAGE_VERSION
+"""The version the controller reads and writes: the storage version, which the API server
+serves without calling the conversion webhook for every object stored since."""
 KIND = "LinkerdConfig"
 PLURAL = "linkerdconfigs"
 LINKERD_CONFIGS = ApiResource(GROUP, VERSION, PLURAL, KIND, namespaced=False)
+LINKERD_CONFIGS_V1ALPHA1 = ApiResource(GROUP, V1ALPHA1, PLURAL, KIND, namespaced=False)
+
+# The conversion webhook: served by the admission server beside the admission webhooks, at
+# the same Service and with the same certificate.
+SERVICE = ("linkerd", "linkerd-config-webhook")
+CERTIFICATE = "linkerd/linkerd-config-serving-cert"
+CERTIFICATE_ANNOTATION = "cert-manager.io/inject-ca-from"
+CONVERT_PATH = f"/convert-{GROUP.replace('.', '-')}-{KIND.lower()}"
 
 # Condition types (Kubernetes API conventions: positive polarity, CamelCase).
 READY = "Ready"
@@ -64,7 +81,7 @@ def _obj(description: str, properties: dict[str, Any], **extra: Any) -> dict[str
     return {"type": "object", "description": description, "properties": properties, **extra}
 
 
-def spec_schema() -> dict[str, Any]:
+def spec_schema(version: str = VERSION) -> dict[str, Any]:
     rollout = _obj(
         "How opted-in workloads are restarted onto a new configuration. Absent fields take "
         "the controller's --max-restarts-per-pass and --restart-interval.",
@@ -129,14 +146,21 @@ def spec_schema() -> dict[str, Any]:
             ),
         },
     )
+    if version == V1ALPHA1:
+        return _obj(
+            "Desired Linkerd configuration.",
+            {
+                "global": field_table.schema("global"),
+                "proxy": field_table.schema("proxy"),
+                "rollout": rollout,
+            },
+            required=["proxy"],
+        )
+    configuration = field_table.v1alpha2_schema()
     return _obj(
         "Desired Linkerd configuration.",
-        {
-            "global": field_table.schema("global"),
-            "proxy": field_table.schema("proxy"),
-            "rollout": rollout,
-        },
-        required=["proxy"],
+        {**configuration["properties"], "rollout": rollout},
+        required=configuration["required"],
     )
 
 
@@ -319,14 +343,21 @@ def status_schema() -> dict[str, Any]:
     )
 
 
-def crd() -> dict[str, Any]:
+def crd(conversion: Json | None = None) -> dict[str, Any]:
+    """The CRD. Both versions are served and v1alpha2 is stored; ``conversion`` is the
+    CRD's ``spec.conversion`` (``conversion_webhook``), by default the in-cluster Service's
+    with its CA injected by cert-manager."""
+    metadata: Json = {
+        "name": f"{PLURAL}.{GROUP}",
+        "labels": {"app.kubernetes.io/name": "linkerd-config"},
+    }
+    if conversion is None:
+        conversion = conversion_webhook()
+        metadata["annotations"] = {CERTIFICATE_ANNOTATION: CERTIFICATE}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
-            "labels": {"app.kubernetes.io/name": "linkerd-config"},
-        },
+        "metadata": metadata,
         "spec": {
             "group": GROUP,
             "names": {
@@ -337,69 +368,96 @@ def crd() -> dict[str, Any]:
                 "shortNames": ["lc"],
             },
             "scope": "Cluster",
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {
-                            # namespace/name, as reconcile resolved it: a spec may leave both
-                            # to the defaults.
-                            "name": "ConfigMap",
-                            "type": "string",
-                            "jsonPath": ".status.configMap",
-                        },
-                        {
-                            "name": "Ready",
-                            "type": "string",
-                            "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                        # -o wide: what an operator wants at a glance besides.
-                        {
-                            "name": "Linkerd",
-                            "type": "string",
-                            "jsonPath": ".status.linkerdVersion",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "Format",
-                            "type": "string",
-                            "jsonPath": ".status.configFormat",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "Proxy",
-                            "type": "string",
-                            "jsonPath": ".spec.proxy.proxyVersion",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "Reason",
-                            "type": "string",
-                            "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
-                            "priority": 1,
-                        },
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": _obj(
-                            "LinkerdConfig is the desired content of Linkerd's linkerd-config "
-                            "ConfigMap.",
-                            {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema(),
-                                "status": status_schema(),
-                            },
-                            required=["spec"],
-                        )
-                    },
-                }
-            ],
+            "versions": [_version(version) for version in SERVED_VERSIONS],
+            "conversion": conversion,
         },
+    }
+
+
+def _version(version: str) -> dict[str, Any]:
+    proxy = "spec.values.proxy.image.version" if version == V1ALPHA2 else "spec.proxy.proxyVersion"
+    return {
+        "name": version,
+        "served": True,
+        "storage": version == STORAGE_VERSION,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": [
+            {
+                # namespace/name, as reconcile resolved it: a spec may leave both to the
+                # defaults.
+                "name": "ConfigMap",
+                "type": "string",
+                "jsonPath": ".status.configMap",
+            },
+            {
+                "name": "Ready",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Ready")].status',
+            },
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            # -o wide: what an operator wants at a glance besides.
+            {
+                "name": "Linkerd",
+                "type": "string",
+                "jsonPath": ".status.linkerdVersion",
+                "priority": 1,
+            },
+            {
+                "name": "Format",
+                "type": "string",
+                "jsonPath": ".status.configFormat",
+                "priority": 1,
+            },
+            {"name": "Proxy", "type": "string", "jsonPath": "." + proxy, "priority": 1},
+            {
+                "name": "Reason",
+                "type": "string",
+                "jsonPath": '.status.conditions[?(@.type=="Ready")].reason',
+                "priority": 1,
+            },
+        ],
+        "schema": {
+            "openAPIV3Schema": _obj(
+                "LinkerdConfig is the desired content of Linkerd's linkerd-config ConfigMap.",
+                {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": spec_schema(version),
+                    "status": status_schema(),
+                },
+                required=["spec"],
+            )
+        },
+    }
+
+
+def conversion_webhook(
+    *,
+    url: str | None = None,
+    service: tuple[str, str] | None = SERVICE,
+    ca_pem: bytes | None = None,
+) -> Json:
+    """The CRD's ``spec.conversion``: the API server calls ``url`` (tests, the demo) or the
+    Service on port 443 to convert between the served versions; ``ca_pem`` is its CA (with a
+    Service and none, cert-manager's CA injector fills it from the CRD's annotation)."""
+    client: Json = (
+        {"url": url.rstrip("/") + CONVERT_PATH}
+        if url is not None
+        else {
+            "service": {
+                "namespace": (service or SERVICE)[0],
+                "name": (service or SERVICE)[1],
+                "path": CONVERT_PATH,
+                "port": 443,
+            }
+        }
+    )
+    if ca_pem is not None:
+        client["caBundle"] = base64.b64encode(ca_pem).decode()
+    return {
+        "strategy": "Webhook",
+        "webhook": {"clientConfig": client, "conversionReviewVersions": ["v1"]},
     }
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339, stored_json
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
+from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.defaults import defaulted
@@ -220,13 +221,18 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     # Checked as the API server checks it: as it stores JSON (no nulls, integers), after the
     # mutating webhook's defaults.
     spec = config.get("spec")
+    mutated = config
     if defaultable(spec):  # within validation's bounds: normalizing it is cheap
-        spec = stored_json(spec)
-        config = {**config, "spec": spec}
-    mutated = {**config, "spec": defaulted(dict(spec))} if defaultable(spec) else config
+        config = {**config, "spec": stored_json(spec)}
+        hub = to_hub(config)
+        if defaultable(hub["spec"]):
+            filled = {**hub, "spec": defaulted(dict(hub["spec"]))}
+            mutated = convert(filled, version_of(config))
     errors = validate(mutated, old, others)
     if not name:  # the API server's own check, which validation leaves to it
         errors.insert(0, FieldError("metadata.name", "is required"))
+    if defaultable(spec):  # from here on the domain reads the hub (api_conversion)
+        config = to_hub(config)
     if not errors:  # (an invalid one may have no metadata to keep it in)
         config = _as_stored(config, old)
     decided = _desired(config, errors, view)

@@ -34,6 +34,7 @@ from typing import Any, Final
 import orjson
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
 from linkerd_config.linkerd.rollout import (
     RESTARTED_AT_ANNOTATION,
@@ -65,7 +66,7 @@ def _int(value: Any) -> int:
 
 def recorded_spec(config: Json) -> Json:
     """What ``lastCompleted`` keeps of a spec: what the configuration is rendered from."""
-    return {k: v for k, v in (config.get("spec") or {}).items() if k in ("global", "proxy")}
+    return {k: v for k, v in (config.get("spec") or {}).items() if k in CONFIGURATION_SECTIONS}
 
 
 def completed_record(config: Json, config_hash: str, at: str) -> Json | None:

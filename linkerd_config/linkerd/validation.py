@@ -24,11 +24,18 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.linkerd.api_conversion import (
+    V1ALPHA1,
+    VALUES_ANNOTATION,
+    served_field,
+    to_hub,
+    version_of,
+)
 from linkerd_config.linkerd.canary import problems as canary_problems
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import FieldError, FormatError, HelmValuesFormat, guess
 from linkerd_config.linkerd.formats.field_grammar import quantity_value
-from linkerd_config.linkerd.formats.field_table import spec_leaves
+from linkerd_config.linkerd.formats.field_table import HUB_SECTIONS, spec_leaves
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLOUT_DURATION, spec_schema
 from linkerd_config.linkerd.reconcile import owner_among, target_of
 
@@ -57,10 +64,12 @@ _MAX_MESSAGE_CHARS: Final = 300
 
 _PORT_FIELDS: Final = ("adminPort", "controlPort", "inboundPort", "outboundPort")
 _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+VALUES_ANNOTATION_FIELD: Final = f"metadata.annotations[{VALUES_ANNOTATION}]"
+
 # Every string field is checked against the CRD schema's own bounds (maxLength, enum) and
 # for control characters: Unicode category Cc and lone surrogates, which no Linkerd setting
 # holds. A multi-line field (the PEM bundle) keeps tab, line feed and carriage return.
-_SPEC_SCHEMA: Final = spec_schema()
+_SPEC_SCHEMA: Final = spec_schema(V1ALPHA1)  # the hub's shape
 _CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 _CONTROL_MULTILINE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _MULTILINE: Final = frozenset({TRUST_ANCHOR})
@@ -90,10 +99,7 @@ def defaultable(spec: Any) -> TypeGuard[Mapping[str, Any]]:
     webhook runs before the schema is checked, so it must ask."""
     return (
         isinstance(spec, Mapping)
-        and all(
-            spec.get(key) is None or isinstance(spec.get(key), Mapping)
-            for key in ("global", "proxy")
-        )
+        and all(spec.get(key) is None or isinstance(spec.get(key), Mapping) for key in HUB_SECTIONS)
         and not _survey(spec).too_big
     )
 
@@ -132,6 +138,14 @@ def validate(
     if survey.long_strings:
         message = f"is longer than {_MAX_STRING_CHARS} characters"
         return [FieldError(path, message) for path in survey.long_strings]
+    # Bounded (the survey above): now read as the hub, and answer in the object's names.
+    version = version_of(obj)
+    obj = to_hub(obj)
+    spec = obj["spec"]
+    if _survey(spec).too_big:  # v1alpha1's annotation brought more than the spec held
+        return [FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)")]
+    if isinstance(old, Mapping) and not _survey(old.get("spec")).too_big:
+        old = to_hub(old)
     old_spec = old.get("spec") if isinstance(old, Mapping) else None
     if old is not None and _unchanged(old_spec, spec):
         return []
@@ -145,17 +159,20 @@ def validate(
             checker.immutable(defaulted(dict(old_spec)), full)
         checker.ownership(obj, metadata, full, old is None, others)
         checker.format(spec, full)
-    return checker.result()
+    return [FieldError(served_field(e.field, version), e.message) for e in checker.result()]
 
 
 def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str]:
     """What an admitted object should be told: no anchor of its own, or one expiring soon."""
-    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    if not isinstance(obj, Mapping) or _survey(obj.get("spec")).too_big:
+        return []
+    anchor = served_field(TRUST_ANCHOR, version_of(obj))
+    spec = to_hub(obj).get("spec")
     identity = _path(spec, "global", "identityContext")
     pem = identity.get("trustAnchorsPEM") if isinstance(identity, Mapping) else None
     if not isinstance(pem, str) or not pem.strip():
         return [
-            f"{TRUST_ANCHOR} is not set: the trust anchor already in the cluster's "
+            f"{anchor} is not set: the trust anchor already in the cluster's "
             "linkerd-config ConfigMap is kept (nothing is written if it holds none)"
         ]
     moment = now or datetime.datetime.now(datetime.UTC)
@@ -169,7 +186,7 @@ def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str
             continue
         if moment <= ends < moment + _EXPIRY_WARNING:
             found.append(
-                f"{TRUST_ANCHOR}: certificate {index} expires soon ({_when(ends)}): "
+                f"{anchor}: certificate {index} expires soon ({_when(ends)}): "
                 "rotate the trust anchor before then"
             )
     return found

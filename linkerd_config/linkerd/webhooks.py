@@ -21,8 +21,16 @@ import yaml
 
 from linkerd_config.kube.admission import AdmissionRequest, AdmissionResponse, AdmissionServer
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.defaults import json_patch
-from linkerd_config.linkerd.linkerdconfig_resource import GROUP, KIND, PLURAL, VERSION
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, V1ALPHA1, convert, to_hub
+from linkerd_config.linkerd.defaults import object_patch
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    CERTIFICATE,
+    CERTIFICATE_ANNOTATION,
+    CONVERT_PATH,
+    KIND,
+    PLURAL,
+    SERVICE,
+)
 from linkerd_config.linkerd.validation import (
     defaultable,
     render_errors,
@@ -32,9 +40,11 @@ from linkerd_config.linkerd.validation import (
 
 __all__ = [
     "CERTIFICATE_ANNOTATION",
+    "CONVERT_PATH",
     "MUTATE_PATH",
     "SERVICE",
     "VALIDATE_PATH",
+    "convert_object",
     "mutate",
     "register",
     "validator",
@@ -43,15 +53,14 @@ __all__ = [
 ]
 
 
-MUTATE_PATH = f"/mutate-{GROUP.replace('.', '-')}-{VERSION}-{KIND.lower()}"
-VALIDATE_PATH = f"/validate-{GROUP.replace('.', '-')}-{VERSION}-{KIND.lower()}"
+# The paths of the first release, whatever version a request is in: an upgrade's old and
+# new pods then serve the same configurations while they roll.
+MUTATE_PATH = f"/mutate-{GROUP.replace('.', '-')}-{V1ALPHA1}-{KIND.lower()}"
+VALIDATE_PATH = f"/validate-{GROUP.replace('.', '-')}-{V1ALPHA1}-{KIND.lower()}"
 MUTATING_NAME = "linkerd-config-mutating"
 VALIDATING_NAME = "linkerd-config-validating"
 MUTATING_WEBHOOK = f"m{KIND.lower()}.{GROUP}"
 VALIDATING_WEBHOOK = f"v{KIND.lower()}.{GROUP}"
-SERVICE = ("linkerd", "linkerd-config-webhook")
-CERTIFICATE = "linkerd/linkerd-config-serving-cert"
-CERTIFICATE_ANNOTATION = "cert-manager.io/inject-ca-from"
 
 
 class _Store(Protocol):
@@ -71,9 +80,19 @@ class ConfigCache(Protocol):
 
 
 def register(server: AdmissionServer, controller: ConfigCache) -> None:
-    """Serve both webhooks on ``server``; validation reads ``controller.configs``' cache."""
+    """Serve both admission webhooks and the CRD's conversion webhook on ``server``;
+    validation reads ``controller.configs``' cache."""
     server.add(MUTATE_PATH, mutate)
     server.add(VALIDATE_PATH, validator(controller))
+    server.add_conversion(CONVERT_PATH, convert_object)
+
+
+def convert_object(obj: Json, api_version: str) -> Json:
+    """The conversion webhook: ``obj`` in ``api_version`` (group/version)."""
+    group, _, version = api_version.rpartition("/")
+    if group != GROUP or version not in SERVED_VERSIONS:
+        raise ValueError(f"{api_version} is not a served version of {KIND}")
+    return convert(obj, version)
 
 
 def mutate(review: AdmissionRequest) -> AdmissionResponse:
@@ -82,10 +101,10 @@ def mutate(review: AdmissionRequest) -> AdmissionResponse:
     A spec too malformed to default is let through unpatched: the schema and the validating
     webhook then refuse it with field-level messages, which a failure here could not give.
     """
-    spec = (review.object or {}).get("spec")
-    if not defaultable(spec):
+    obj = review.object or {}
+    if not defaultable(obj.get("spec")) or not defaultable(to_hub(obj).get("spec")):
         return AdmissionResponse()
-    return AdmissionResponse(patch=json_patch(dict(spec)) or None)
+    return AdmissionResponse(patch=object_patch(obj) or None)
 
 
 def validator(controller: ConfigCache) -> Callable[[AdmissionRequest], AdmissionResponse]:
@@ -158,7 +177,9 @@ def webhook_configurations(
                         "rules": [
                             {
                                 "apiGroups": [GROUP],
-                                "apiVersions": [VERSION],
+                                # Each request in its own version, so that a refusal
+                                # names the fields as the user wrote them.
+                                "apiVersions": list(SERVED_VERSIONS),
                                 "operations": ["CREATE", "UPDATE"],
                                 "resources": [PLURAL],
                                 "scope": "Cluster",

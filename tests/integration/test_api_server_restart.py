@@ -22,7 +22,9 @@ from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes

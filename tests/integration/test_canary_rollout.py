@@ -33,7 +33,9 @@ from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, Json
 from linkerd_config.linkerd import canary, rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample

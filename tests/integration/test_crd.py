@@ -11,7 +11,11 @@ import pytest
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
 from linkerd_config.linkerd.formats.field_table import FIELDS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
+from linkerd_config.linkerd.linkerdconfig_resource import crd
+from tests.support.conversion_server import conversion_server
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually
 
@@ -19,7 +23,7 @@ from tests.support.waiting import eventually
 @pytest.fixture(scope="module")
 async def installed_crd(kube: KubeClient) -> None:
     try:
-        await kube.request("POST", CRDS.path(), body=crd())
+        await kube.request("POST", CRDS.path(), body=crd(conversion_server().conversion()))
     except ApiError as exc:
         if not exc.conflict:
             raise

@@ -37,14 +37,14 @@ from linkerd_config.kube.admission import AdmissionRequest
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import stored_json
 from linkerd_config.linkerd import reconcile_decision
+from linkerd_config.linkerd.api_conversion import GROUP, V1ALPHA1, V1ALPHA2, convert
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.formats import field_table
 from linkerd_config.linkerd.formats.field_table import by_path
 from linkerd_config.linkerd.linkerdconfig_resource import (
-    GROUP,
     KIND,
     LINKERD_CONFIGS,
-    VERSION,
+    LINKERD_CONFIGS_V1ALPHA1,
     spec_schema,
 )
 from linkerd_config.linkerd.preview import RolloutDefaults, plan
@@ -98,6 +98,9 @@ class Leaf:
     path: Path_
     """Under ``spec``; an array's items end in ``ITEM``."""
     node: Json
+    version: str = V1ALPHA1
+    """The version whose objects carry it: v1alpha1's fields are asked in v1alpha1, the
+    fields only v1alpha2 has (``spec.values.*``, the same path in the hub) in v1alpha2."""
 
     @property
     def name(self) -> str:
@@ -110,20 +113,26 @@ class Leaf:
         return "spec." + ".".join(p for p in self.path if p != ITEM)
 
 
-def leaves(schema: Json, path: Path_ = ()) -> Iterator[Leaf]:
-    if schema.get("type") == "object" and "properties" in schema:
+def leaves(schema: Json, path: Path_ = (), version: str = V1ALPHA1) -> Iterator[Leaf]:
+    # An array's object items (environment variables) are one value: asked whole.
+    if schema.get("type") == "object" and "properties" in schema and path[-1:] != (ITEM,):
         for key, child in schema["properties"].items():
-            yield from leaves(child, (*path, key))
+            yield from leaves(child, (*path, key), version)
         return
-    yield Leaf(path, schema)
+    yield Leaf(path, schema, version)
     if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
-        yield from leaves(schema["items"], (*path, ITEM))
+        yield from leaves(schema["items"], (*path, ITEM), version)
 
 
+VALUES_ONLY = {row.path for row in field_table.FIELDS if not row.in_v1alpha1}
 LEAVES = [
     leaf
     for section in SECTIONS
-    for leaf in leaves(spec_schema()["properties"][section], (section,))
+    for leaf in leaves(spec_schema(V1ALPHA1)["properties"][section], (section,))
+] + [
+    leaf
+    for leaf in leaves(spec_schema(V1ALPHA2)["properties"]["values"], ("values",), V1ALPHA2)
+    if any(leaf.path[: len(row)] == row for row in VALUES_ONLY)
 ]
 
 
@@ -148,7 +157,7 @@ def get(spec: Json, path: Path_) -> Any:
 def with_value(base: Json, leaf: Leaf, value: Any) -> Json:
     """``base`` (a whole LinkerdConfig) with ``leaf`` set to ``value`` (an item: the array
     holds it alone), under a fresh name."""
-    obj = copy.deepcopy(base)
+    obj = copy.deepcopy(base) if leaf.version == V1ALPHA1 else convert(base, leaf.version)
     obj["metadata"] = {"name": f"grammar-{uuid.uuid4().hex[:10]}"}
     path = leaf.path
     if path[-1] == ITEM:
@@ -194,7 +203,7 @@ BASES = [
     Base(
         MODERN,
         {
-            "apiVersion": f"{GROUP}/{VERSION}",
+            "apiVersion": f"{GROUP}/{V1ALPHA1}",
             "kind": KIND,
             "metadata": {"name": "base"},
             "spec": {"global": {"version": MODERN}, "proxy": {"proxyVersion": MODERN}},
@@ -330,6 +339,16 @@ def strategy(node: Json, valid_example: Any) -> st.SearchStrategy[Any]:
         items = node.get("items") or {}
         item = valid_example[0] if valid_example else "1"
         parts.append(st.lists(strategy(items, item), max_size=4))
+    if kind == "object":
+        scalars = st.one_of(
+            st.text(max_size=8), st.integers(-(2**63), 2**63 - 1), st.booleans(), st.none()
+        )
+        parts.append(st.dictionaries(st.text(max_size=8), scalars, max_size=4))
+        if isinstance(valid_example, dict):
+            parts.append(st.fixed_dictionaries({k: scalars for k in valid_example}))
+    if kind == "number":
+        parts.append(st.floats(allow_nan=False, allow_infinity=False))
+        parts.append(st.floats(-0.5, 1.5))
     return st.one_of(parts)
 
 
@@ -365,12 +384,21 @@ def hostile(node: Json, valid_example: Any) -> list[Any]:
     if kind == "array":
         item = valid_example[0] if valid_example else "1"
         found += [item, [item, item], [item] * ((node.get("maxItems") or 8) + 1), [[item]]]
-        found += [[None], [1], [{}], [item, 7], [" " + item]]
+        found += [[None], [1], [{}], [item, 7]]
+        if isinstance(item, str):
+            found.append([" " + item])
+        else:  # an object's items: a member missing, of a wrong type, or unknown
+            found += [[{**item, "name": ""}], [{"value": "x"}], [{**item, "value": 1}]]
+            found += [[{**item, "valueFrom": "x"}], [{**item, "extra": 1}], [item, item]]
+    if kind == "object":
+        found += [{"a": "b"}, {"a": {"b": "c"}}, {"a": 1}, {"": ""}, {"a": "x" * 5000}]
+    if kind == "number":
+        found += [0, 0.0, 0.1, 1, 1.0, 1.5, -0.1, 2, "0.5", 1e300]
     return found
 
 
 def spec_schema_duration_pattern() -> str:
-    node = spec_schema()["properties"]["rollout"]["properties"]["restartInterval"]
+    node = spec_schema(V1ALPHA1)["properties"]["rollout"]["properties"]["restartInterval"]
     return str(node["pattern"])
 
 
@@ -426,7 +454,7 @@ def _review(obj: Json) -> AdmissionRequest:
     return AdmissionRequest(
         uid=uuid.uuid4().hex,
         operation="CREATE",
-        kind={"group": GROUP, "version": VERSION, "kind": KIND},
+        kind={"group": GROUP, "version": obj["apiVersion"].rpartition("/")[2], "kind": KIND},
         namespace="",
         name=str(obj["metadata"]["name"]),
         object=obj,
@@ -479,9 +507,10 @@ async def apiserver_verdict(kube: KubeClient, obj: Json) -> tuple[bool, str]:
     """A server-side dry-run create of what the mutating webhook leaves, as ``kubectl apply``
     sends it (``fieldValidation=Strict``), against the CRD alone."""
     try:
+        v2 = obj["apiVersion"].endswith(V1ALPHA2)
         await kube.request(
             "POST",
-            LINKERD_CONFIGS.path(),
+            (LINKERD_CONFIGS if v2 else LINKERD_CONFIGS_V1ALPHA1).path(),
             params={"dryRun": "All", "fieldValidation": "Strict"},
             body=mutated(obj),
             fenced=False,

@@ -35,7 +35,9 @@ from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from tests.support import scenario
 from tests.support.hostile import bombed_values, installed_values

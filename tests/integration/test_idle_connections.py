@@ -41,7 +41,9 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.kube.serving import LIMITS
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from tests.support import scenario
 from tests.support.samples import SAMPLES, load, sample

@@ -36,7 +36,9 @@ from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes

@@ -31,7 +31,9 @@ from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_ins
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support import commands, scenario
 from tests.support.audit import received_at, successful_writes

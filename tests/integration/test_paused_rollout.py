@@ -14,7 +14,9 @@ from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import sample

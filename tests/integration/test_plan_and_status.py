@@ -26,7 +26,9 @@ from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, SERVICE_ACCOUNTS
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario, service_accounts
 from tests.support.audit import received_at, successful_writes

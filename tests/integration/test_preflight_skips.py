@@ -14,7 +14,9 @@ import yaml
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, PODS, Json
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format

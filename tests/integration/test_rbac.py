@@ -55,7 +55,10 @@ from linkerd_config.kube.resource import (
     split_key,
 )
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION, LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario, service_accounts
 from tests.support.audit import audit_entries, audited_resource

@@ -42,7 +42,9 @@ from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.run_process import RunProcess

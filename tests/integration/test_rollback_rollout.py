@@ -28,7 +28,9 @@ from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format

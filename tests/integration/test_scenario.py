@@ -21,7 +21,9 @@ from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import install_configmap, sample

@@ -34,7 +34,9 @@ from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, PODS, Json
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource, received_at, successful_writes

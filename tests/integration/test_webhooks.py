@@ -30,7 +30,9 @@ from linkerd_config.kube.resource import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
 from tests.support.samples import INVALID, load, sample, why_invalid

@@ -21,9 +21,13 @@ from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
+from linkerd_config.linkerd.linkerdconfig_resource import crd
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.settings import Settings, parse
+from tests.support.conversion_server import conversion_server
 from tests.support.samples import install_configmap
 from tests.support.waiting import eventually
 
@@ -53,7 +57,9 @@ async def create(kube: KubeClient, path: str, body: dict[str, Any]) -> None:
 
 
 async def install_crd(kube: KubeClient) -> None:
-    await create(kube, CRDS.path(), crd())
+    """The CRD, converting through this process's conversion webhook (both versions are
+    served; tests write v1alpha1 and the controller reads v1alpha2)."""
+    await create(kube, CRDS.path(), crd(conversion_server().conversion()))
 
     async def serving() -> bool:
         await kube.request("GET", LINKERD_CONFIGS.path())

@@ -9,7 +9,9 @@ import copy
 import uuid
 
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support.samples import SAMPLES, load
 
 DENIED = 'admission webhook "vlinkerdconfig.config.linkerd.io" denied the request'

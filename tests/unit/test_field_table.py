@@ -24,54 +24,58 @@ from linkerd_config.linkerd.formats.legacy import config_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# A field no Linkerd has: the scratch copy's, values-only, from a made-up release on.
+# A field no Linkerd has: the scratch copy's, values-only (v1alpha2), from a made-up release
+# on. Adding a Linkerd value is this one line.
 SCRATCH_ROW = """
-    ConfigField(
-        ("proxy", "scratchTimeout"),
-        DURATION,
-        "A scratch field (tests/unit/test_field_table.py).",
-        None,
-        ValuesField(("proxy", "scratchTimeout"), nested=True, releases=releases("edge-24.1.1")),
-    ),
+    _linkerd("proxy.scratchTimeout", DURATION, "A scratch field.", releases("edge-24.1.1")),
 """
 
 # Run inside the scratch copy: what the package there says about the new row, as JSON.
 PROBE = r"""
 import copy, json, sys
+from linkerd_config.linkerd.api_conversion import convert, to_hub
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
 from linkerd_config.linkerd.formats.field_table import docs_table
 from linkerd_config.linkerd.linkerdconfig_resource import crd
 from linkerd_config.linkerd.validation import validate
 
-schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-proxy = schema["properties"]["proxy"]["properties"]
+versions = {v["name"]: v for v in crd()["spec"]["versions"]}
+def spec_schema(version):
+    return versions[version]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+v2_proxy = spec_schema("v1alpha2")["properties"]["values"]["properties"]["proxy"]["properties"]
+v1_proxy = spec_schema("v1alpha1")["properties"]["proxy"]["properties"]
 
 def obj(version, proxy_version, extra):
-    return {"apiVersion": "config.linkerd.io/v1alpha1", "kind": "LinkerdConfig",
+    return {"apiVersion": "config.linkerd.io/v1alpha2", "kind": "LinkerdConfig",
             "metadata": {"name": "scratch", "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"global": {"version": version},
-                     "proxy": {"proxyVersion": proxy_version, **extra}}}
+            "spec": {"values": {"linkerdVersion": version,
+                                "proxy": {"image": {"version": proxy_version}, **extra}}}}
 
 modern = lambda value: obj("edge-26.8.3", "edge-26.8.3", {"scratchTimeout": value})
+hub = to_hub(modern("5s"))
 values = "linkerdVersion: edge-26.8.3\nproxy:\n  image:\n    version: edge-26.8.3\n"
 installed = Installed("linkerd/linkerd-config", {"values": values})
-rendered = format_for("edge-26.8.3").rendering(modern("5s")["spec"], installed).data["values"]
+rendered = format_for("edge-26.8.3").rendering(hub["spec"], installed).data["values"]
 try:
-    format_for("edge-20.9.4").render({"global": {}, "proxy": {"scratchTimeout": "5s"}})
+    format_for("edge-20.9.4").render({"global": {}, "values": hub["spec"]["values"]})
     legacy = []
 except FormatError as error:
-    legacy = [list(e) for e in error.errors if e.field == "spec.proxy.scratchTimeout"]
-old_release = format_for("edge-23.8.1").check(modern("5s")["spec"])
+    legacy = [list(e) for e in error.errors if e.field == "spec.values.proxy.scratchTimeout"]
+old_release = format_for("edge-23.8.1").check(hub["spec"])
+v1 = convert(modern("5s"), "v1alpha1")
 json.dump({
-    "schema": proxy.get("scratchTimeout"),
-    "gone": "logFormat" in proxy,
+    "schema": v2_proxy.get("scratchTimeout"),
+    "in_v1alpha1": "scratchTimeout" in v1_proxy,
+    "gone": "logFormat" in v2_proxy or "logFormat" in v1_proxy,
     "accepted": [str(e) for e in validate(modern("5s"))],
     "refused": [list(e) for e in validate(modern("5 parsecs"))],
     "rendered": rendered,
     "legacy": legacy,
     "old_release": [list(e) for e in old_release],
+    "round_trip": convert(v1, "v1alpha2") == modern("5s"),
+    "v1alpha1_annotations": v1["metadata"].get("annotations"),
     "docs": [line for line in docs_table().splitlines()
-             if "scratchTimeout" in line or "logFormat" in line],
+             if "scratchTimeout" in line or "`proxy.logFormat`" in line],
 }, sys.stdout)
 """
 
@@ -88,7 +92,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     table = copy / "linkerd_config" / "linkerd" / "formats" / "field_table.py"
     text = table.read_text()
-    end = text.index("\n)\n\nSECTIONS")
+    end = text.index("\n)\n\nHUB_SECTIONS")
     text = text[:end] + SCRATCH_ROW.rstrip() + text[end:]
     start = text.index('    ConfigField(\n        ("proxy", "logFormat"),')
     stop = text.index("\n    ),\n", start) + len("\n    ),\n")
@@ -111,12 +115,21 @@ def test_a_new_row_is_in_the_schema(scratch: dict[str, Any]) -> None:
     assert scratch["schema"]["type"] == "string"
     assert scratch["schema"]["pattern"] == field_table.DURATION.pattern
     assert scratch["schema"]["description"].startswith("A scratch field")
+    assert scratch["in_v1alpha1"] is False
+
+
+def test_a_new_row_survives_a_round_trip_through_v1alpha1(scratch: dict[str, Any]) -> None:
+    assert scratch["round_trip"] is True
+    assert scratch["v1alpha1_annotations"] == {
+        "config.linkerd.io/v1alpha2-values": '{"proxy":{"scratchTimeout":"5s"}}'
+    }
 
 
 def test_a_new_row_is_validated_by_its_grammar(scratch: dict[str, Any]) -> None:
     assert scratch["accepted"] == []
     assert scratch["refused"] == [
-        ["spec.proxy.scratchTimeout", "'5 parsecs' is not a duration: unknown unit ' parsecs' "
+        ["spec.values.proxy.scratchTimeout", "'5 parsecs' is not a duration: unknown unit "
+         "' parsecs' "
          "(use ns, us, ms, s, m or h)"]
     ]  # fmt: skip
 
@@ -124,7 +137,7 @@ def test_a_new_row_is_validated_by_its_grammar(scratch: dict[str, Any]) -> None:
 def test_a_new_row_is_written_by_the_values_format_and_gated(scratch: dict[str, Any]) -> None:
     assert "scratchTimeout: 5s" in scratch["rendered"]
     assert scratch["old_release"] == [
-        ["spec.proxy.scratchTimeout", "needs Linkerd edge-24.1.1 or later"]
+        ["spec.values.proxy.scratchTimeout", "needs Linkerd edge-24.1.1 or later"]
     ]
 
 
@@ -133,7 +146,7 @@ def test_a_new_row_is_refused_by_the_legacy_format_naming_the_values(
 ) -> None:
     assert scratch["legacy"] == [
         [
-            "spec.proxy.scratchTimeout",
+            "spec.values.proxy.scratchTimeout",
             "is not in Linkerd's legacy config format; only the values format has it "
             "(Linkerd edge-24.1.1 or later)",
         ]
@@ -143,7 +156,7 @@ def test_a_new_row_is_refused_by_the_legacy_format_naming_the_values(
 def test_a_new_row_is_documented_and_a_removed_one_is_gone(scratch: dict[str, Any]) -> None:
     assert scratch["gone"] is False
     assert len(scratch["docs"]) == 1
-    assert scratch["docs"][0].startswith("| `proxy.scratchTimeout` | a duration such as")
+    assert scratch["docs"][0].startswith("| `values.proxy.scratchTimeout` | — | a duration such as")
 
 
 # -- the table's own consistency -----------------------------------------------------------------

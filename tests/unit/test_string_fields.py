@@ -33,7 +33,8 @@ EXAMPLES: dict[str, str] = {
             (row.grammar.items or row.grammar).example
         )
         for row in field_table.FIELDS
-        if row.grammar.json_type in ("string", "int-or-string", "array")
+        if row.grammar.json_type in ("string", "int-or-string")
+        or (row.grammar.items is not None and row.grammar.items.json_type == "string")
     },
     "spec.global.version": "",  # per format: see ``base``
     "spec.global.identityContext.trustAnchorsPEM": "",  # the sample's own anchor
@@ -61,8 +62,17 @@ def string_fields(schema: Json, path: str = "spec") -> Iterator[tuple[str, Json]
         yield from string_fields(child, f"{path}.{key}")
 
 
-SPEC_SCHEMA = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-FIELDS = dict(string_fields(SPEC_SCHEMA))
+VERSIONS = {v["name"]: v for v in crd()["spec"]["versions"]}
+SPEC_SCHEMA = VERSIONS["v1alpha1"]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+V1ALPHA2_SPEC = VERSIONS["v1alpha2"]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+# v1alpha1's string fields, and the string fields only v1alpha2 has, at their hub paths
+# (``spec.values.*``, the same as v1alpha2's): validation reads the hub.
+VALUES_ONLY = {row.field for row in field_table.FIELDS if not row.in_v1alpha1}
+FIELDS = dict(string_fields(SPEC_SCHEMA)) | {
+    path: schema
+    for path, schema in string_fields(V1ALPHA2_SPEC)
+    if path.removesuffix("[]") in VALUES_ONLY
+}
 
 
 def base(fmt: str) -> Json:

@@ -132,7 +132,7 @@ def test_configurations_for_a_local_server() -> None:
         assert webhook["rules"] == [
             {
                 "apiGroups": ["config.linkerd.io"],
-                "apiVersions": ["v1alpha1"],
+                "apiVersions": ["v1alpha1", "v1alpha2"],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["linkerdconfigs"],
                 "scope": "Cluster",

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from linkerd_config.linkerd.formats.field_table import HUB_SECTIONS
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
 from linkerd_config.linkerd.rollout import DesiredProxy
 
@@ -27,7 +28,7 @@ __all__ = [
     "configuration",
 ]
 
-CONFIGURATION_SECTIONS = ("global", "proxy")
+CONFIGURATION_SECTIONS = HUB_SECTIONS
 """The parts of a LinkerdConfig spec that are Linkerd's configuration, which a format
 writes. Every other section (``rollout``) says how the controller acts, in every format,
 and no format may see it as a value to write or refuse."""

@@ -18,6 +18,7 @@ input makes a check slow: the webhook runs on the event loop.
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import re
 from collections.abc import Callable, Mapping
@@ -27,11 +28,14 @@ from typing import Any, Final
 
 __all__ = [
     "BOOLEAN",
+    "CAPABILITIES",
     "CIDR_LIST",
     "DNS_LABEL",
     "DNS_SUBDOMAIN",
     "DURATION",
+    "ENV_VARS",
     "IGNORED_PORTS",
+    "IGNORED_PORTS_TEXT",
     "IMAGE_NAME",
     "IMAGE_TAG",
     "LINKERD_VERSION",
@@ -40,8 +44,12 @@ __all__ = [
     "PORT",
     "PROXY_DURATION",
     "QUANTITY",
+    "RATIO",
+    "STRING_MAP",
     "Grammar",
+    "count",
     "enum",
+    "free_object",
     "parse_go_duration",
     "quantity_value",
     "text",
@@ -68,7 +76,8 @@ class Grammar:
     """One kind of value: its JSON type and the rules the schema and validation share."""
 
     json_type: str
-    """``string``, ``boolean``, ``integer``, ``int-or-string`` or ``array``."""
+    """``string``, ``boolean``, ``integer``, ``number``, ``int-or-string``, ``array`` or
+    ``object``."""
     expected: str
     """What a value looks like, for messages: ``a duration such as 86400s``."""
     example: Any
@@ -93,6 +102,9 @@ class Grammar:
     more: str = ""
     """What else refuses a value of this grammar, outside it (a format's supported releases,
     validation's X.509 checks): such a grammar is not ``exact`` either."""
+    shape: Mapping[str, Any] | None = None
+    """An object's schema beyond its type (``properties``, ``additionalProperties``,
+    ``x-kubernetes-preserve-unknown-fields``): Kubernetes' own shapes, such as EnvVar."""
     _regex: re.Pattern[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,7 +128,7 @@ class Grammar:
                 "x-kubernetes-int-or-string": True,
             }
         else:
-            node = {"type": self.json_type}
+            node = {"type": self.json_type, **copy.deepcopy(dict(self.shape or {}))}
         if self.int64:
             node["format"] = "int64"
         for key, value in (
@@ -171,6 +183,18 @@ class Grammar:
     def _scalar_problem(self, value: Any) -> str | None:
         if self.json_type == "boolean":
             return None if isinstance(value, bool) else "must be true or false"
+        if self.json_type == "object":
+            if not isinstance(value, Mapping):
+                return f"must be an object: {self.expected}"
+            return self.explain(value) if self.explain is not None else None
+        if self.json_type == "number":
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                return f"must be a number: {self.expected}"
+            if (self.minimum is not None and value < self.minimum) or (
+                self.maximum is not None and value > self.maximum
+            ):
+                return f"must be {self.expected}, got {value}"
+            return None
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             if self.json_type == "int-or-string":
                 return f"must be {self.expected}"
@@ -515,6 +539,28 @@ IGNORED_PORTS: Final = Grammar(
     unique=_port_range,
 )
 
+_PORT_ENTRY: Final = r"(0|[1-9][0-9]{0,4})(-(0|[1-9][0-9]{0,4}))?"
+
+
+def _port_list_explain(value: Any) -> str | None:
+    entries = value.split(",") if value else []
+    for suffix, message in IGNORED_PORTS.problems(entries):
+        where = f"entry {int(suffix[1:].split(']')[0]) + 1}: " if suffix else ""
+        return where + message
+    return None
+
+
+IGNORED_PORTS_TEXT: Final = Grammar(
+    "string",
+    'ports and port ranges, comma-separated, as Linkerd takes them ("25,3306,10000-10100")',
+    "25,3306,10000-10100",
+    pattern=rf"^({_PORT_ENTRY}(,{_PORT_ENTRY})*)?$",
+    max_length=256 * 12,
+    explain=_port_list_explain,
+)
+"""IGNORED_PORTS as one string, Linkerd's own type (v1alpha2): the same entries, the same
+limits, no spaces (so that it converts to the list and back unchanged)."""
+
 # -- Kubernetes quantities -----------------------------------------------------------------------
 
 # resource.ParseQuantity's grammar with an integer exponent (Go refuses "1e2.5"), and no
@@ -592,6 +638,99 @@ PEM_BUNDLE: Final = Grammar(
     more="CA certificates, valid now (validation parses them)",
 )
 """The text only; validation parses the certificates (``validation.trust_anchor``)."""
+
+# -- Kubernetes shapes Linkerd passes through ----------------------------------------------------
+
+
+def free_object(expected: str, example: Mapping[str, Any]) -> Grammar:
+    """An object Linkerd passes to Kubernetes or the proxy as it is (a securityContext, the
+    proxy's parameter maps): its shape is theirs, its size validation's bounds."""
+    return Grammar(
+        "object", expected, dict(example), shape={"x-kubernetes-preserve-unknown-fields": True}
+    )
+
+
+def _strings_only(value: Mapping[str, Any]) -> str | None:
+    for key, item in value.items():
+        if not isinstance(item, str):
+            return f"{_show(key)} must map to a string"
+        if len(item) > 4096:
+            return f"{_show(key)} maps to more than 4096 characters"
+    return None
+
+
+STRING_MAP: Final = Grammar(
+    "object",
+    "a map of strings",
+    {"team": "payments"},
+    shape={"additionalProperties": {"type": "string", "maxLength": 4096}},
+    explain=_strings_only,
+)
+
+
+_ENV_VAR_KEYS: Final = frozenset({"name", "value", "valueFrom"})
+
+
+def _env_var_explain(value: Mapping[str, Any]) -> str | None:
+    unknown = sorted(str(key) for key in value if key not in _ENV_VAR_KEYS)
+    if unknown:  # the API server's strict decoding refuses them (kubectl apply)
+        return (
+            f"has no field {_show(unknown[0])} (an environment variable has name, value, valueFrom)"
+        )
+    name = value.get("name")
+    if not isinstance(name, str) or not name:
+        return "needs a name"
+    if value.get("value") is not None and not isinstance(value.get("value"), str):
+        return "value must be a string"
+    if value.get("valueFrom") is not None and not isinstance(value.get("valueFrom"), Mapping):
+        return "valueFrom must be an object"
+    return None
+
+
+ENV_VARS: Final = Grammar(
+    "array",
+    "environment variables, as a container's env: [{name, value}] or [{name, valueFrom}]",
+    [{"name": "FOO", "value": "bar"}],
+    items=Grammar(
+        "object",
+        "an environment variable {name, value} or {name, valueFrom}",
+        {"name": "FOO", "value": "bar"},
+        shape={
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                "value": {"type": "string"},
+                "valueFrom": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+            },
+        },
+        explain=_env_var_explain,
+    ),
+    max_items=256,
+)
+
+CAPABILITIES: Final = Grammar(
+    "array",
+    "Linux capability names, e.g. NET_ADMIN",
+    ["NET_ADMIN"],
+    items=Grammar(
+        "string",
+        "a capability name such as NET_ADMIN",
+        "NET_ADMIN",
+        pattern=r"^[A-Za-z_]+$",
+        max_length=64,
+    ),
+    max_items=64,
+)
+
+
+def count(expected: str, example: int, *, minimum: int = 0, int64: bool = False) -> Grammar:
+    """A whole number: seconds, a thread count, an ID (int32 unless ``int64``, which the
+    schema's ``format`` bounds: a maximum of 2**63-1 would reach the API server as a float)."""
+    maximum = None if int64 else 2**31 - 1
+    return Grammar("integer", expected, example, minimum=minimum, maximum=maximum, int64=int64)
+
+
+RATIO: Final = Grammar("number", "a ratio above 0, at most 1", 0.5, minimum=0, maximum=1)
 
 
 def grammar_of(schema: Mapping[str, Any]) -> str:

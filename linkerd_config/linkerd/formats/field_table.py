@@ -23,11 +23,14 @@ from typing import Any, Final
 
 from linkerd_config.linkerd.formats.field_grammar import (
     BOOLEAN,
+    CAPABILITIES,
     CIDR_LIST,
     DNS_LABEL,
     DNS_SUBDOMAIN,
     DURATION,
+    ENV_VARS,
     IGNORED_PORTS,
+    IGNORED_PORTS_TEXT,
     IMAGE_NAME,
     IMAGE_TAG,
     LINKERD_VERSION,
@@ -36,9 +39,14 @@ from linkerd_config.linkerd.formats.field_grammar import (
     PORT,
     PROXY_DURATION,
     QUANTITY,
+    RATIO,
+    STRING_MAP,
     Grammar,
+    count,
     enum,
+    free_object,
     grammar_of,
+    text,
 )
 from linkerd_config.linkerd.formats.versions import Releases, releases
 
@@ -48,12 +56,14 @@ __all__ = [
     "VALUES_RELEASES",
     "ConfigField",
     "LegacyField",
+    "ServedAs",
     "Stated",
     "ValuesField",
     "by_path",
     "docs_table",
     "schema",
     "spec_leaves",
+    "v1alpha2_schema",
     "write_docs_table",
 ]
 
@@ -67,6 +77,8 @@ stable release has it; the last is stable-2.14.10)."""
 EPHEMERAL_STORAGE_SINCE: Final = releases("edge-21.11.1", "stable-2.12.0")
 """The chart's proxy.resources.ephemeral-storage (linkerd2 #7159); not in any legacy
 release's config.proto."""
+_FLAT_SINCE: Final = releases("edge-21.2.2", "stable-2.10.0").since[0]
+"""From here on no value sits under ``global.`` (the 2.9 layout ends)."""
 _UNIFIED: Final = "the proxy image runs the init container too (unified proxy image)"
 
 
@@ -108,6 +120,19 @@ class ValuesField:
 
 
 @dataclass(frozen=True)
+class ServedAs:
+    """How v1alpha2 states a field whose value differs from its v1alpha1 form: Linkerd's
+    own type (``proxyInit.ignoreInboundPorts`` is one comma-separated string) or sense
+    (``proxy.enableExternalProfiles`` inverts ``disableExternalProfiles``). The two
+    functions are inverses on every value of the two grammars; anything else passes through
+    unchanged, so conversion never fails and validation names the problem."""
+
+    grammar: Grammar
+    to_v1alpha2: Callable[[Any], Any]
+    to_v1alpha1: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class ConfigField:
     """One LinkerdConfig configuration field: its path, grammar, meaning and mappings."""
 
@@ -126,10 +151,37 @@ class ConfigField:
     """Every format's default (where the configuration goes): None for none."""
     doc: str = ""
     """For the docs' field table, when the mappings need a word."""
+    served_as: ServedAs | None = None
+    """v1alpha2's grammar and conversion when they are not the row's own."""
 
     @property
     def name(self) -> str:
         return ".".join(self.path)
+
+    @property
+    def in_v1alpha1(self) -> bool:
+        """v1alpha1 has a home for it (the hub's ``values`` section is v1alpha2's only)."""
+        return self.path[0] != "values"
+
+    @property
+    def v1alpha2_path(self) -> Path:
+        """Its path under ``spec`` in v1alpha2: Linkerd's values path under ``values``
+        (the name ``linkerd install --set`` takes), or, for where the configuration goes,
+        its own name at the top."""
+        if not self.in_v1alpha1:
+            return self.path
+        if self.location or self.values is None:
+            return (self.path[-1],)
+        return ("values", *self.values.path)
+
+    @property
+    def v1alpha2_grammar(self) -> Grammar:
+        return self.grammar if self.served_as is None else self.served_as.grammar
+
+    def served_field(self, version: str) -> str:
+        """The path as admission and status name it in ``version``."""
+        path = self.v1alpha2_path if version == "v1alpha2" else self.path
+        return "spec." + ".".join(path)
 
     @property
     def field(self) -> str:
@@ -143,6 +195,24 @@ def _ports(entries: Any) -> str:
 
 def _not(value: Any) -> Any:
     return not value
+
+
+def _joined(value: Any) -> Any:
+    if isinstance(value, list) and all(isinstance(entry, str) for entry in value):
+        return ",".join(value)
+    return value
+
+
+def _split(value: Any) -> Any:
+    return (value.split(",") if value else []) if isinstance(value, str) else value
+
+
+def _negated(value: Any) -> Any:
+    return not value if isinstance(value, bool) else value
+
+
+_PORT_LIST: Final = ServedAs(IGNORED_PORTS_TEXT, _joined, _split)
+_INVERTED: Final = ServedAs(BOOLEAN, _negated, _negated)
 
 
 def _image(
@@ -198,6 +268,7 @@ def _ignored(direction: str) -> ConfigField:
         "need Linkerd edge-20.1.1 / stable-2.7.0 or later).",
         LegacyField(f"ignore_{direction.lower()}_ports", default=[]),
         ValuesField(("proxyInit", key), nested=True, convert=_ports),
+        served_as=_PORT_LIST,
         doc='legacy: `[{"port"}]`, `[{"portRange"}]` from edge-20.1.1; values: comma-joined',
     )
 
@@ -229,6 +300,46 @@ def _resources() -> Iterator[ConfigField]:
                     releases=EPHEMERAL_STORAGE_SINCE if not legacy else VALUES_RELEASES,
                 ),
             )
+
+
+# -- values only v1alpha2 states (Linkerd's names; legacy Linkerd has none of them) ---------------
+
+_PULL_POLICY: Final = enum("Always", "IfNotPresent", "Never")
+_LOG_FORMAT: Final = enum("plain", "json")
+_INBOUND_POLICY: Final = enum(
+    "all-unauthenticated",
+    "all-authenticated",
+    "cluster-unauthenticated",
+    "cluster-authenticated",
+    "deny",
+    "audit",
+)
+_ADDRESS: Final = text(512, "an address host:port", "collector.linkerd-jaeger:4317")
+_MOUNT_PATH: Final = text(4096, "a path in the container", "/var/run/secrets/tokens")
+_SECONDS: Final = count("a number of seconds", 10)
+_SECURITY_CONTEXT: Final = free_object(
+    "a container securityContext", {"readOnlyRootFilesystem": True}
+)
+_PROXY_PARAMS: Final = free_object(
+    "the proxy's parameters by scope, protocol and name",
+    {"server": {"http2": {"keepAliveInterval": "10s"}}},
+)
+# Under global: in the 2.9 layout (edge-20.10.2 .. edge-21.2.1, stable-2.9.x).
+_NESTED_IN_2_9: Final = frozenset({"proxy", "proxyInit", "imagePullPolicy"})
+
+
+def _linkerd(path: str, grammar: Grammar, description: str, since: Releases) -> ConfigField:
+    """A value only v1alpha2 states, by its values path (``proxy.nativeSidecar``): in the
+    hub's ``values`` section, written where Linkerd's chart has it by the releases
+    ``since`` says (Linkerd's chart history), refused by the legacy format."""
+    keys = tuple(path.split("."))
+    return ConfigField(
+        ("values", *keys),
+        grammar,
+        description,
+        None,
+        ValuesField(keys, nested=keys[0] in _NESTED_IN_2_9, releases=since),
+    )
 
 
 FIELDS: Final[tuple[ConfigField, ...]] = (
@@ -378,6 +489,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
         "Do not use service profiles outside the mesh.",
         LegacyField("disable_external_profiles", default=True),
         ValuesField(("proxy", "enableExternalProfiles"), nested=True, convert=_not),
+        served_as=_INVERTED,
         doc="values: inverted",
     ),
     ConfigField(
@@ -444,7 +556,487 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
     ),
     _connect_timeout("outbound", "1000ms"),
     _connect_timeout("inbound", "100ms"),
+    # -- values only v1alpha2 states: what edge-26.8.3's injector reads for a pod
+    # (tests/fixtures/injector_values_edge-26.8.3.json), first releases from Linkerd's
+    # chart history ---------------------------------------------------------------------
+    _linkerd(
+        "disableIPv6",
+        BOOLEAN,
+        "Disables routing IPv6 traffic in addition to IPv4 traffic through the proxy (IPv6 "
+        "routing only available as of proxy-init v2.3.0 and linkerd-cni v1.4.0).",
+        releases("edge-24.4.1"),
+    ),
+    _linkerd(
+        "imagePullPolicy",
+        _PULL_POLICY,
+        "Docker image pull policy.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "identity.serviceAccountTokenProjection",
+        BOOLEAN,
+        "Use Service Account token Volume projection for pod validation instead of the default "
+        "token.",
+        releases("edge-21.11.1", "stable-2.12.0"),
+    ),
+    _linkerd(
+        "networkValidator.connectAddr",
+        _ADDRESS,
+        "Address to which the network-validator will attempt to connect.",
+        releases("edge-22.10.3", "stable-2.13.0"),
+    ),
+    _linkerd(
+        "networkValidator.listenAddr",
+        _ADDRESS,
+        "Address to which network-validator listens to requests from itself. If empty, defaults "
+        "to 0.0.0.0:4140 and [::]:4140 for IPv4 and IPv6 respectively.",
+        releases("edge-22.10.3", "stable-2.13.0"),
+    ),
+    _linkerd(
+        "networkValidator.logFormat",
+        _LOG_FORMAT,
+        "Log format (`plain` or `json`) for network-validator.",
+        releases("edge-22.10.3", "stable-2.13.0"),
+    ),
+    _linkerd(
+        "networkValidator.logLevel",
+        LOG_LEVEL,
+        "Log level for the network-validator.",
+        releases("edge-22.10.3", "stable-2.13.0"),
+    ),
+    _linkerd(
+        "networkValidator.securityContext",
+        _SECURITY_CONTEXT,
+        "The securityContext in the network-validator pod spec.",
+        releases("edge-25.8.4"),
+    ),
+    _linkerd(
+        "networkValidator.timeout",
+        DURATION,
+        "Timeout before network-validator fails to validate the pod's network connectivity.",
+        releases("edge-22.10.3", "stable-2.13.0"),
+    ),
+    _linkerd(
+        "proxy.accessLog",
+        enum("apache", "json"),
+        "The proxy access log format (apache or json); none when unset.",
+        releases("edge-22.1.5", "stable-2.12.0"),
+    ),
+    _linkerd(
+        "proxy.additionalEnv",
+        ENV_VARS,
+        "Environment variables added to the proxy container.",
+        releases("edge-24.2.3"),
+    ),
+    _linkerd(
+        "proxy.await",
+        BOOLEAN,
+        "If set, the application container will not start until the proxy is ready.",
+        releases("edge-21.4.4", "stable-2.11.0"),
+    ),
+    _linkerd(
+        "proxy.capabilities.add",
+        CAPABILITIES,
+        "Linux capabilities added to the proxy container.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.capabilities.drop",
+        CAPABILITIES,
+        "Linux capabilities dropped from the proxy container.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.control.streams.idleTimeout",
+        PROXY_DURATION,
+        "The timeout between consecutive updates from the control plane.",
+        releases("edge-23.12.4"),
+    ),
+    _linkerd(
+        "proxy.control.streams.initialTimeout",
+        PROXY_DURATION,
+        "The timeout for the first update from the control plane.",
+        releases("edge-23.12.4"),
+    ),
+    _linkerd(
+        "proxy.control.streams.lifetime",
+        PROXY_DURATION,
+        "The maximum duration for a response stream (i.e. before it will be reinitialized).",
+        releases("edge-23.12.4"),
+    ),
+    _linkerd(
+        "proxy.cores",
+        count("a number of CPU cores", 2, int64=True),
+        "Deprecated: use runtime.workers.minimum.",
+        releases("edge-20.11.1", "stable-2.9.0"),
+    ),
+    _linkerd(
+        "proxy.defaultInboundPolicy",
+        _INBOUND_POLICY,
+        "The default allow policy to use when no `Server` selects a pod.",
+        releases("edge-21.8.4", "stable-2.11.0"),
+    ),
+    _linkerd(
+        "proxy.disableInboundProtocolDetectTimeout",
+        BOOLEAN,
+        "When set to true, disables the protocol detection timeout on the inbound side of the "
+        "proxy by setting it to a very high value.",
+        releases("edge-23.11.1", "stable-2.14.4"),
+    ),
+    _linkerd(
+        "proxy.disableOutboundProtocolDetectTimeout",
+        BOOLEAN,
+        "When set to true, disables the protocol detection timeout on the outbound side of the "
+        "proxy by setting it to a very high value.",
+        releases("edge-23.11.1", "stable-2.14.4"),
+    ),
+    _linkerd(
+        "proxy.enableShutdownEndpoint",
+        BOOLEAN,
+        "Enables the proxy's /shutdown admin endpoint.",
+        releases("edge-24.6.2"),
+    ),
+    _linkerd(
+        "proxy.experimentalEnv",
+        ENV_VARS,
+        "Environment variables for the proxy's experimental features.",
+        releases("edge-24.1.2"),
+    ),
+    _linkerd(
+        "proxy.gid",
+        count("a group ID, or -1 for none", 2102, minimum=-1, int64=True),
+        "Optional customisation of the group id under which the proxy runs (the group ID will "
+        "be omitted if lower than 0).",
+        releases("edge-24.5.4"),
+    ),
+    _linkerd(
+        "proxy.inbound",
+        _PROXY_PARAMS,
+        "The proxy's inbound parameters, by scope and protocol (each leaf becomes "
+        "LINKERD2_PROXY_INBOUND_<SCOPE>_<PROTO>_<PARAM>).",
+        releases("edge-24.4.5"),
+    ),
+    _linkerd(
+        "proxy.inboundDiscoveryCacheUnusedTimeout",
+        PROXY_DURATION,
+        "Maximum time allowed before an unused inbound discovery result is evicted from the cache.",
+        releases("edge-23.5.1", "stable-2.13.4"),
+    ),
+    _linkerd(
+        "proxy.isGateway",
+        BOOLEAN,
+        "The pod is a multicluster gateway.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.isIngress",
+        BOOLEAN,
+        "The pod is an ingress controller (the proxy routes by l5d-dst-override).",
+        releases("edge-20.10.6", "stable-2.9.0"),
+    ),
+    _linkerd(
+        "proxy.livenessProbe.initialDelaySeconds",
+        _SECONDS,
+        "Seconds before the proxy's liveness probe starts.",
+        releases("edge-24.2.2"),
+    ),
+    _linkerd(
+        "proxy.livenessProbe.timeoutSeconds",
+        _SECONDS,
+        "Timeout of the proxy's liveness probe, in seconds.",
+        releases("edge-24.2.2"),
+    ),
+    _linkerd(
+        "proxy.logHTTPHeaders",
+        enum("off", "insecure"),
+        "(`off` or `insecure`) If set to `off`, will prevent the proxy from logging HTTP headers.",
+        releases("edge-24.6.2"),
+    ),
+    _linkerd(
+        "proxy.metrics.hostnameLabels",
+        BOOLEAN,
+        "Whether or not to export hostname labels in outbound request metrics.",
+        releases("edge-25.3.4"),
+    ),
+    _linkerd(
+        "proxy.nativeSidecar",
+        BOOLEAN,
+        "Enable native sidecars.",
+        releases("edge-23.11.4"),
+    ),
+    _linkerd(
+        "proxy.opaquePorts",
+        IGNORED_PORTS_TEXT,
+        "Default set of opaque ports - SMTP (25,587) server-first - MYSQL (3306) server-first - "
+        "Galera (4444) server-first - PostgreSQL (5432) server-first - Redis (6379) "
+        "server-first - ElasticSearch (9300) server-first - Memcached (11211) clients do not "
+        "issue any preamble, which breaks detection.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.outbound",
+        _PROXY_PARAMS,
+        "The proxy's outbound parameters, by scope and protocol (each leaf becomes "
+        "LINKERD2_PROXY_OUTBOUND_<SCOPE>_<PROTO>_<PARAM>).",
+        releases("edge-24.4.5"),
+    ),
+    _linkerd(
+        "proxy.outboundDiscoveryCacheUnusedTimeout",
+        PROXY_DURATION,
+        "Maximum time allowed before an unused outbound discovery result is evicted from the "
+        "cache.",
+        releases("edge-23.5.1", "stable-2.13.4"),
+    ),
+    _linkerd(
+        "proxy.podInboundPorts",
+        IGNORED_PORTS_TEXT,
+        "The pod's inbound ports, comma-separated (the injector otherwise reads them from the "
+        "containers).",
+        releases("edge-21.7.3", "stable-2.11.0"),
+    ),
+    _linkerd(
+        "proxy.readinessProbe.initialDelaySeconds",
+        _SECONDS,
+        "Seconds before the proxy's readiness probe starts.",
+        releases("edge-24.2.2"),
+    ),
+    _linkerd(
+        "proxy.readinessProbe.timeoutSeconds",
+        _SECONDS,
+        "Timeout of the proxy's readiness probe, in seconds.",
+        releases("edge-24.2.2"),
+    ),
+    _linkerd(
+        "proxy.requireIdentityOnInboundPorts",
+        IGNORED_PORTS_TEXT,
+        "Inbound ports that accept only meshed (mTLS) clients, comma-separated.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.runtime.workers.maximum",
+        count("a number of worker threads", 2, minimum=1, int64=True),
+        "At most this many proxy worker threads.",
+        releases("edge-25.3.3"),
+    ),
+    _linkerd(
+        "proxy.runtime.workers.maximumCPURatio",
+        RATIO,
+        "Maximum number of worker threads that the proxy can use, by ratio of the number of "
+        "available CPUs.",
+        releases("edge-25.3.3"),
+    ),
+    _linkerd(
+        "proxy.runtime.workers.minimum",
+        count("a number of worker threads", 1, minimum=1, int64=True),
+        "Configures a lower bound on the number of worker threads that the proxy can use. When "
+        "maximumCPURatio is not set, this value is used.",
+        releases("edge-25.3.3"),
+    ),
+    _linkerd(
+        "proxy.saMountPath.mountPath",
+        _MOUNT_PATH,
+        "Where the proxy mounts the service account token.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.saMountPath.name",
+        DNS_LABEL,
+        "The volume name of the proxy's service account token.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.saMountPath.readOnly",
+        BOOLEAN,
+        "Mount the proxy's service account token read-only.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxy.securityContext",
+        _SECURITY_CONTEXT,
+        "Optional custom security context for the proxy container.",
+        releases("edge-25.8.4"),
+    ),
+    _linkerd(
+        "proxy.shutdownGracePeriod",
+        PROXY_DURATION,
+        "Grace period for graceful proxy shutdowns. If this timeout elapses before all open "
+        "connections have completed, the proxy will terminate forcefully, closing any remaining "
+        "connections.",
+        releases("edge-22.7.2", "stable-2.12.0"),
+    ),
+    _linkerd(
+        "proxy.startupProbe.failureThreshold",
+        count("a number of probes", 120, minimum=1),
+        "Failures the proxy's startup probe tolerates (native sidecar).",
+        releases("edge-23.11.4"),
+    ),
+    _linkerd(
+        "proxy.startupProbe.initialDelaySeconds",
+        _SECONDS,
+        "Seconds before the proxy's startup probe starts (native sidecar).",
+        releases("edge-23.11.4"),
+    ),
+    _linkerd(
+        "proxy.startupProbe.periodSeconds",
+        count("a number of seconds", 1, minimum=1),
+        "Seconds between the proxy's startup probes (native sidecar).",
+        releases("edge-23.11.4"),
+    ),
+    _linkerd(
+        "proxy.tracing.collector.endpoint",
+        _ADDRESS,
+        "The collector endpoint to send traces to.",
+        releases("edge-25.6.4"),
+    ),
+    _linkerd(
+        "proxy.tracing.collector.meshIdentity.namespace",
+        DNS_LABEL,
+        "Mesh identity namespace for the trace collector.",
+        releases("edge-25.10.1"),
+    ),
+    _linkerd(
+        "proxy.tracing.collector.meshIdentity.serviceAccountName",
+        DNS_SUBDOMAIN,
+        "The trace collector's service account name (its mesh identity), often default.",
+        releases("edge-25.6.4"),
+    ),
+    _linkerd(
+        "proxy.tracing.enabled",
+        BOOLEAN,
+        "Enables trace collection and export in the proxy.",
+        releases("edge-25.10.1"),
+    ),
+    _linkerd(
+        "proxy.tracing.labels",
+        STRING_MAP,
+        "Additional labels to add to the traces emitted by the proxy.",
+        releases("edge-25.10.2"),
+    ),
+    _linkerd(
+        "proxy.tracing.protocol",
+        enum("opentelemetry", "opencensus"),
+        "The proxy's trace export protocol.",
+        releases("edge-25.6.4"),
+    ),
+    _linkerd(
+        "proxy.tracing.traceServiceName",
+        text(253, "a service name", "linkerd-proxy"),
+        "The service name the proxy's spans carry.",
+        releases("edge-25.6.4"),
+    ),
+    _linkerd(
+        "proxy.waitBeforeExitSeconds",
+        _SECONDS,
+        "If set the injected proxy sidecars in the data plane will stay alive for at least the "
+        "given period before receiving the SIGTERM signal from Kubernetes but no longer than "
+        "the pod's `terminationGracePeriodSeconds`. See Lifecycle hooks for more info on "
+        "container lifecycle hooks.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.capabilities.add",
+        CAPABILITIES,
+        "Linux capabilities added to the proxy-init container.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.capabilities.drop",
+        CAPABILITIES,
+        "Linux capabilities dropped from the proxy-init container.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.closeWaitTimeoutSecs",
+        _SECONDS,
+        "Changes the default value for the nf_conntrack_tcp_timeout_close_wait kernel "
+        "parameter. If used, runAsRoot needs to be true.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.iptablesMode",
+        enum("nft", "legacy"),
+        "Variant of iptables that will be used to configure routing.",
+        releases("edge-22.7.3", "stable-2.12.0"),
+    ),
+    _linkerd(
+        "proxyInit.logFormat",
+        _LOG_FORMAT,
+        "Log format (`plain` or `json`) for the proxy-init.",
+        releases("edge-21.11.2", "stable-2.11.2"),
+    ),
+    _linkerd(
+        "proxyInit.logLevel",
+        enum("trace", "debug", "info", "warn", "warning", "error", "fatal", "panic"),
+        "Log level for the proxy-init.",
+        releases("edge-21.11.2", "stable-2.11.2"),
+    ),
+    _linkerd(
+        "proxyInit.privileged",
+        BOOLEAN,
+        "Privileged mode allows the container processes to inherit all security capabilities "
+        "and bypass any security limitations enforced by the kubelet.",
+        releases("edge-22.12.1", "stable-2.12.3"),
+    ),
+    _linkerd(
+        "proxyInit.runAsGroup",
+        count("a group ID", 65534, int64=True),
+        "This value is used only if runAsRoot is false; otherwise runAsGroup will be 0.",
+        releases("edge-24.5.4"),
+    ),
+    _linkerd(
+        "proxyInit.runAsRoot",
+        BOOLEAN,
+        "Allow overriding the runAsNonRoot behaviour "
+        "(<https://github.com/linkerd/linkerd2/issues/7308>).",
+        releases("edge-21.12.1", "stable-2.11.2"),
+    ),
+    _linkerd(
+        "proxyInit.runAsUser",
+        count("a user ID", 65534, int64=True),
+        "This value is used only if runAsRoot is false; otherwise runAsUser will be 0.",
+        releases("edge-22.8.3", "stable-2.12.0"),
+    ),
+    _linkerd(
+        "proxyInit.saMountPath.mountPath",
+        _MOUNT_PATH,
+        "Where proxy-init mounts the service account token.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.saMountPath.name",
+        DNS_LABEL,
+        "The volume name of proxy-init's service account token.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.saMountPath.readOnly",
+        BOOLEAN,
+        "Mount proxy-init's service account token read-only.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.skipSubnets",
+        CIDR_LIST,
+        "Comma-separated list of subnets in valid CIDR format that should be skipped by the proxy.",
+        releases("edge-22.1.4", "stable-2.11.2"),
+    ),
+    _linkerd(
+        "proxyInit.xtMountPath.mountPath",
+        _MOUNT_PATH,
+        "Where proxy-init mounts the xtables lock.",
+        VALUES_RELEASES,
+    ),
+    _linkerd(
+        "proxyInit.xtMountPath.name",
+        DNS_LABEL,
+        "The volume name of proxy-init's xtables lock.",
+        VALUES_RELEASES,
+    ),
 )
+
+HUB_SECTIONS: Final = ("global", "proxy", "values")
+"""The configuration sections of the hub, the form the domain reads (``api_conversion``):
+v1alpha1's two, and ``values`` for the fields only v1alpha2 has."""
 
 SECTIONS: Final[Mapping[Path, str]] = {
     ("global",): "Control-plane settings (legacy: the ConfigMap's global key; values: "
@@ -493,22 +1085,80 @@ def schema(section: str, fields: tuple[ConfigField, ...] = FIELDS) -> dict[str, 
         if row.required:
             node.setdefault("required", []).append(row.path[-1])
     if section == "proxy":
-        distinct = " && ".join(
-            f"(!has(self.{a}) || !has(self.{b}) || self.{a} != self.{b})"
-            for i, a in enumerate(_PROXY_PORTS)
-            for b in _PROXY_PORTS[i + 1 :]
-        )
-        root["x-kubernetes-validations"] = [
-            {
-                "rule": distinct,
-                "message": "adminPort, controlPort, inboundPort and outboundPort must all differ",
-            }
-        ]
+        root["x-kubernetes-validations"] = [_distinct(list(_PROXY_PORTS))]
     return root
 
 
 def _object(path: Path) -> dict[str, Any]:
     return {"type": "object", "description": SECTIONS.get(path, ""), "properties": {}}
+
+
+V1ALPHA2_SECTIONS: Final[Mapping[Path, str]] = {
+    ("values",): "Linkerd's configuration values, by the names Linkerd's chart and "
+    "`linkerd install --set` use (proxy.image.version, proxy.nativeSidecar, "
+    "proxyInit.ignoreInboundPorts, ...). Legacy Linkerd (up to edge-20.10.1) takes those "
+    "its global/proxy protobuf has.",
+    ("values", "proxy"): "The data-plane proxy.",
+    ("values", "proxyInit"): "The proxy-init container (or, on releases with the unified "
+    "proxy image, the proxy's init container).",
+    ("values", "debugContainer"): "The debug sidecar.",
+}
+
+
+def v1alpha2_schema(fields: tuple[ConfigField, ...] = FIELDS) -> dict[str, Any]:
+    """The OpenAPI properties of v1alpha2's ``spec`` that the table owns: the location
+    fields at the top and ``values``. Required objects on the way to a required field are
+    required too, so a v1alpha2 spec needs what a v1alpha1 spec needs."""
+    root: dict[str, Any] = {"type": "object", "properties": {}}
+    ports: dict[str, Path] = {}
+    for row in fields:
+        path = row.v1alpha2_path
+        node = root
+        for depth in range(len(path) - 1):
+            if row.required:
+                _require(node, path[depth])
+            node = node["properties"].setdefault(
+                path[depth],
+                {
+                    "type": "object",
+                    "description": V1ALPHA2_SECTIONS.get(path[: depth + 1], ""),
+                    "properties": {},
+                },
+            )
+        leaf = row.v1alpha2_grammar.schema(row.description)
+        if row.immutable:
+            leaf["x-kubernetes-validations"] = [
+                {"rule": "self == oldSelf", "message": f"{path[-1]} is immutable"}
+            ]
+        node["properties"][path[-1]] = leaf
+        if row.required:
+            _require(node, path[-1])
+        if row.path[:1] == ("proxy",) and row.path[-1] in _PROXY_PORTS:
+            ports[row.path[-1]] = path
+    parents = {path[:-1] for path in ports.values()}
+    assert len(parents) == 1, "the proxy's ports share one object in v1alpha2"
+    node = root
+    for key in parents.pop():
+        node = node["properties"][key]
+    names = [ports[port][-1] for port in _PROXY_PORTS]
+    node["x-kubernetes-validations"] = [_distinct(names)]
+    return root
+
+
+def _require(node: dict[str, Any], key: str) -> None:
+    required = node.setdefault("required", [])
+    if key not in required:
+        required.append(key)
+
+
+def _distinct(names: list[str]) -> dict[str, str]:
+    rule = " && ".join(
+        f"(!has(self.{a}) || !has(self.{b}) || self.{a} != self.{b})"
+        for i, a in enumerate(names)
+        for b in names[i + 1 :]
+    )
+    listed = ", ".join(names[:-1]) + f" and {names[-1]}"
+    return {"rule": rule, "message": f"{listed} must all differ"}
 
 
 # -- reading a spec ------------------------------------------------------------------------------
@@ -526,7 +1176,8 @@ class Stated:
 
 
 def spec_leaves(spec: Mapping[str, Any], fields: tuple[ConfigField, ...] = FIELDS) -> list[Stated]:
-    """Every stated value of ``spec.global`` and ``spec.proxy``, in the spec's order: a
+    """Every stated value of the hub's sections (``spec.global``, ``spec.proxy``, and
+    ``spec.values`` for what only v1alpha2 states), in the spec's order: a
     table field with its value, or an unknown key, or a scalar where the table has an
     object. Walks only as deep as the table's objects, so its cost is bounded by the spec's
     size."""
@@ -535,7 +1186,7 @@ def spec_leaves(spec: Mapping[str, Any], fields: tuple[ConfigField, ...] = FIELD
     found: list[Stated] = []
     stack: list[tuple[Path, Any]] = [
         ((section,), spec.get(section))
-        for section in reversed(("global", "proxy"))
+        for section in reversed(HUB_SECTIONS)
         if spec.get(section) is not None
     ]
     while stack:
@@ -561,7 +1212,7 @@ def spec_leaves(spec: Mapping[str, Any], fields: tuple[ConfigField, ...] = FIELD
 
 def _legacy_cell(row: ConfigField) -> str:
     if row.legacy is None:
-        return "—" if row.values is None or row.doc else "not in the legacy format"
+        return "—" if row.location else "not in the legacy format"
     cell = f"`{row.legacy.proto}`"
     if row.legacy.releases is not None:
         cell += f" ({row.legacy.releases.describe()})"
@@ -572,10 +1223,19 @@ def _values_cell(row: ConfigField) -> str:
     if row.values is None:
         return "—"
     path = ".".join(row.values.path)
-    cell = f"`{path}`" + (" (2.9: under `global.`)" if row.values.nested else "")
-    if row.values.releases != VALUES_RELEASES:
-        cell += f" ({row.values.releases.describe()})"
-    return cell
+    nested = row.values.nested and row.values.releases.since[0] < _FLAT_SINCE
+    return f"`{path}`" + (" (2.9: under `global.`)" if nested else "")
+
+
+def _first_cell(row: ConfigField) -> str:
+    """The first releases that read it, per format."""
+    parts = []
+    if row.legacy is not None:
+        gate = row.legacy.releases
+        parts.append("legacy: " + ("every release" if gate is None else gate.describe()))
+    if row.values is not None:
+        parts.append("values: " + row.values.releases.describe())
+    return "; ".join(parts) or "every release"
 
 
 DOCS_BEGIN: Final = "<!-- field-table:begin (generated by make generate; do not edit) -->"
@@ -583,24 +1243,34 @@ DOCS_END: Final = "<!-- field-table:end -->"
 
 
 def docs_table(fields: tuple[ConfigField, ...] = FIELDS) -> str:
-    """The documentation's field table, in Markdown, between its markers."""
+    """The documentation's field table, in Markdown, between its markers: each field's name
+    in v1alpha2 and v1alpha1, its value, where each format writes it and the first
+    releases that read it."""
     lines = [
         DOCS_BEGIN,
         "",
-        "| LinkerdConfig field | value | legacy (`global`/`proxy`) | Helm values | notes |",
-        "|---|---|---|---|---|",
+        "| v1alpha2 (`spec.`) | v1alpha1 (`spec.`) | value | legacy protobuf (`global`/`proxy`) "
+        "| Helm values | first release | notes |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in fields:
-        value = grammar_of(row.grammar.schema(""))
-        if row.grammar.pattern or row.grammar.explain or row.grammar.items:
-            value = row.grammar.expected
-        notes = "; ".join(note for note in (row.grammar.more, row.doc) if note)
+        grammar = row.v1alpha2_grammar
+        value = grammar_of(grammar.schema(""))
+        if grammar.pattern or grammar.explain or grammar.items:
+            value = grammar.expected
+        notes = "; ".join(note for note in (grammar.more, row.doc) if note)
+        v1alpha1 = f"`{row.name}`" if row.in_v1alpha1 else "—"
         lines.append(
-            f"| `{row.name}` | {value.replace('|', chr(92) + '|')} | {_legacy_cell(row)} "
-            f"| {_values_cell(row)} | {notes.replace('|', chr(92) + '|')} |"
+            f"| `{'.'.join(row.v1alpha2_path)}` | {v1alpha1} | {_escape(value)} "
+            f"| {_legacy_cell(row)} | {_values_cell(row)} | {_first_cell(row)} "
+            f"| {_escape(notes)} |"
         )
     lines += ["", DOCS_END]
     return "\n".join(lines)
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 def with_docs_table(readme: str, fields: tuple[ConfigField, ...] = FIELDS) -> str:

@@ -42,6 +42,37 @@ ca.crt: {{ $ca.Cert | b64enc }}
 {{- end -}}
 {{- end }}
 
+{{/* webhookCert, generated at most once per render: the Secret, the webhook configurations
+and the CRD's conversion webhook must all hold the same CA. */}}
+{{- define "linkerd-config.webhookCertOnce" -}}
+{{- if not (hasKey .Values.webhook "_renderedCert") -}}
+{{- $_ := set .Values.webhook "_renderedCert" (include "linkerd-config.webhookCert" .) -}}
+{{- end -}}
+{{- .Values.webhook._renderedCert -}}
+{{- end }}
+
+{{/* How the API server learns the webhook server's CA, for the admission webhooks and the
+CRD's conversion webhook alike: {annotations: cert-manager's CA injector, caBundle: base64},
+either may be empty. */}}
+{{- define "linkerd-config.caInjection" -}}
+{{- $w := .Values.webhook -}}
+{{- $annotations := dict -}}
+{{- $caBundle := $w.caBundle | default "" | b64enc -}}
+{{- if $w.certManager.enabled -}}
+{{- $_ := set $annotations "cert-manager.io/inject-ca-from" (printf "%s/linkerd-config-serving-cert" .Release.Namespace) -}}
+{{- $caBundle = "" -}}
+{{- else if not $w.externalSecret -}}
+{{- $caBundle = index (include "linkerd-config.webhookCertOnce" . | fromYaml) "ca.crt" -}}
+{{- end -}}
+{{- with $w.injectCaFrom -}}
+{{- $_ := set $annotations "cert-manager.io/inject-ca-from" . -}}
+{{- end -}}
+{{- with $w.injectCaFromSecret -}}
+{{- $_ := set $annotations "cert-manager.io/inject-ca-from-secret" . -}}
+{{- end -}}
+{{- toYaml (dict "annotations" $annotations "caBundle" $caBundle) -}}
+{{- end }}
+
 {{- define "linkerd-config.metricsPort" -}}
 {{ if .Values.metrics.secure }}8443{{ else }}8080{{ end }}
 {{- end }}

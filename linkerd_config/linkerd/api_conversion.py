@@ -1,0 +1,228 @@
+"""LinkerdConfig's two API versions and the hub the domain reads, converted by the field table.
+
+* ``v1alpha1`` is 2019's shape: ``spec.global`` and ``spec.proxy`` under the protobuf's names.
+* ``v1alpha2`` states Linkerd's values under Linkerd's names (``spec.values.proxy.image.version``,
+  the path ``linkerd install --set`` takes), and where the configuration goes at the top
+  (``spec.linkerdNamespace``, ``spec.configMap``). It is the storage version.
+* The **hub** is what validation, the defaults, the formats and reconcile read: v1alpha1's shape
+  plus ``spec.values`` for the fields only v1alpha2 has. Every row of the field table has one
+  path in the hub and one in v1alpha2 (``ConfigField.v1alpha2_path``), so converting is
+  renaming, plus the value conversion of the few rows whose v1alpha2 type is Linkerd's own
+  (``ServedAs``).
+
+Lossless both ways for every object the schemas admit: what v1alpha1 has no home for travels in
+the annotation ``config.linkerd.io/v1alpha2-values`` (JSON), the way cluster-api keeps newer
+fields on older versions, and comes back out of it on the way up. Total: whatever JSON comes
+in, something comes out and nothing raises (the API server calls this for every read of an
+object stored in the other version; a failure would make the object unreadable). Pure.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, Final
+
+import orjson
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.formats.field_table import FIELDS, HUB_SECTIONS, ConfigField, Path
+
+__all__ = [
+    "GROUP",
+    "SERVED_VERSIONS",
+    "STORAGE_VERSION",
+    "V1ALPHA1",
+    "V1ALPHA2",
+    "VALUES_ANNOTATION",
+    "convert",
+    "served_field",
+    "to_hub",
+    "version_of",
+]
+
+GROUP: Final = "config.linkerd.io"
+V1ALPHA1: Final = "v1alpha1"
+V1ALPHA2: Final = "v1alpha2"
+SERVED_VERSIONS: Final = (V1ALPHA1, V1ALPHA2)
+STORAGE_VERSION: Final = V1ALPHA2
+VALUES_ANNOTATION: Final = f"{GROUP}/v1alpha2-values"
+"""On a v1alpha1 object: the v1alpha2 values it has no field for, as JSON."""
+
+_BY_HUB: Final = {row.path: row for row in FIELDS}
+_BY_V1ALPHA2: Final = {row.v1alpha2_path: row for row in FIELDS}
+_V1ALPHA2_OBJECTS: Final = {path[:depth] for path in _BY_V1ALPHA2 for depth in range(1, len(path))}
+# v1alpha1's objects that have one v1alpha2 object, for naming a problem with a whole object.
+_OBJECT_NAMES: Final[Mapping[str, str]] = {
+    "spec.global": "spec.values",
+    "spec.global.identityContext": "spec.values",
+    "spec.proxy": "spec.values.proxy",
+    "spec.proxy.proxyImage": "spec.values.proxy.image",
+    "spec.proxy.proxyInitImage": "spec.values.proxyInit.image",
+    "spec.proxy.debugImage": "spec.values.debugContainer.image",
+    "spec.proxy.resource": "spec.values.proxy.resources",
+}
+
+
+def version_of(obj: Mapping[str, Any]) -> str:
+    """The version of ``apiVersion`` (``v1alpha2`` from ``config.linkerd.io/v1alpha2``);
+    anything else, or none, reads as v1alpha1, the only version there was."""
+    api_version = obj.get("apiVersion")
+    if isinstance(api_version, str) and api_version == f"{GROUP}/{V1ALPHA2}":
+        return V1ALPHA2
+    return V1ALPHA1
+
+
+def to_hub(obj: Mapping[str, Any]) -> Json:
+    """The hub form of a LinkerdConfig of either version (a new object)."""
+    hub: Json = copy.deepcopy(dict(obj))
+    spec = hub.get("spec")
+    if not isinstance(spec, dict):
+        return hub
+    if version_of(obj) == V1ALPHA2:
+        hub["spec"] = _hub_spec(spec)
+    else:
+        values = _take_annotation(hub)
+        if values:
+            spec["values"] = values
+    hub["apiVersion"] = f"{GROUP}/{V1ALPHA1}"
+    return hub
+
+
+def convert(obj: Mapping[str, Any], version: str) -> Json:
+    """``obj`` (either version) in ``version`` (a new object)."""
+    if version_of(obj) == version and isinstance(obj.get("apiVersion"), str):
+        return copy.deepcopy(dict(obj))
+    hub = to_hub(obj)
+    spec = hub.get("spec")
+    if version == V1ALPHA2:
+        if isinstance(spec, dict):
+            hub["spec"] = _v1alpha2_spec(spec)
+    elif isinstance(spec, dict):
+        values = spec.pop("values", None)
+        if values is not None:
+            _put_annotation(hub, values)
+    hub["apiVersion"] = f"{GROUP}/{version}"
+    return hub
+
+
+def served_field(field: str, version: str) -> str:
+    """A field as the hub names it (``spec.proxy.adminPort[2]``), as ``version`` names it
+    (``spec.values.proxy.ports.admin[2]``): for messages about an object of that version."""
+    if version != V1ALPHA2 or not field.startswith("spec."):
+        return field
+    path = field.removeprefix("spec.")
+    best: tuple[int, str] | None = None
+    for row in FIELDS:
+        name = row.name
+        matches = path == name or path.startswith((name + ".", name + "["))
+        if matches and (best is None or len(name) > best[0]):
+            best = (len(name), row.served_field(V1ALPHA2) + path[len(name) :])
+    if best is not None:
+        return best[1]
+    for hub_name, v1alpha2_name in sorted(_OBJECT_NAMES.items(), key=lambda kv: -len(kv[0])):
+        if field == hub_name or field.startswith((hub_name + ".", hub_name + "[")):
+            return v1alpha2_name + field[len(hub_name) :]
+    return field
+
+
+# -- v1alpha2 -> hub ------------------------------------------------------------------------------
+
+
+def _hub_spec(spec: Mapping[str, Any]) -> Json:
+    hub: Json = {}
+    for key, value in spec.items():
+        row = _BY_V1ALPHA2.get((key,))
+        if row is not None:
+            _place(hub, row.path, value)
+        elif key == "values" and isinstance(value, Mapping):
+            _hub_values(hub, ("values",), value)
+        else:
+            hub[key] = copy.deepcopy(value)
+    return hub
+
+
+def _hub_values(hub: Json, path: Path, node: Mapping[str, Any]) -> None:
+    for key, value in node.items():
+        here = (*path, str(key))
+        row = _BY_V1ALPHA2.get(here)
+        if row is not None:
+            converted = value if row.served_as is None else row.served_as.to_v1alpha1(value)
+            _place(hub, row.path, converted)
+        elif here in _V1ALPHA2_OBJECTS and isinstance(value, Mapping):
+            _hub_values(hub, here, value)
+        else:
+            # Nothing of the table's: kept where v1alpha2 had it, which the hub's ``values``
+            # section mirrors (validation names it).
+            _place(hub, here, value)
+
+
+# -- hub -> v1alpha2 ------------------------------------------------------------------------------
+
+
+def _v1alpha2_spec(spec: Mapping[str, Any]) -> Json:
+    out: Json = {}
+    for key, value in spec.items():
+        if key in HUB_SECTIONS and isinstance(value, Mapping):
+            _v1alpha2_section(out, (key,), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _v1alpha2_section(out: Json, path: Path, node: Mapping[str, Any]) -> None:
+    for key, value in node.items():
+        here = (*path, str(key))
+        row: ConfigField | None = _BY_HUB.get(here)
+        if row is not None:
+            converted = value if row.served_as is None else row.served_as.to_v1alpha2(value)
+            _place(out, row.v1alpha2_path, converted)
+        elif isinstance(value, Mapping) and value:
+            _v1alpha2_section(out, here, value)
+        elif here[0] == "values":
+            _place(out, here, value)
+        # else: a v1alpha1 value the table has no field for (the v1alpha1 schema prunes
+        # those before anything is stored), or an empty object, which states nothing.
+
+
+# -- the annotation ------------------------------------------------------------------------------
+
+
+def _take_annotation(obj: Json) -> Json | None:
+    """The v1alpha2 values a v1alpha1 object carries, removed from it; None (and the
+    annotation left as it is) when it is not a JSON object."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(annotations, dict) or VALUES_ANNOTATION not in annotations:
+        return None
+    text = annotations[VALUES_ANNOTATION]
+    try:
+        values = orjson.loads(text) if isinstance(text, str) else None
+    except orjson.JSONDecodeError:
+        values = None
+    if not isinstance(values, dict):
+        return None
+    del annotations[VALUES_ANNOTATION]
+    if not annotations and isinstance(metadata, dict):
+        del metadata["annotations"]
+    return values
+
+
+def _put_annotation(obj: Json, values: Any) -> None:
+    metadata = obj.setdefault("metadata", {})
+    if not isinstance(metadata, dict):
+        return
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = metadata["annotations"] = {}
+    annotations[VALUES_ANNOTATION] = orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def _place(root: Json, path: Path, value: Any) -> None:
+    node = root
+    for key in path[:-1]:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[path[-1]] = copy.deepcopy(value)
