@@ -34,6 +34,13 @@ from linkerd_config.kube.resource import CRDS
 LOOPBACK = "127.0.0.1"
 ADMIN_USER = "admin"
 KWOK_NODE = "kwok-node-0"
+NODE_RESOURCES = {
+    "cpu": "1000",
+    "memory": "4000Gi",
+    "ephemeral-storage": "1000Gi",
+    "pods": "100000",
+}
+"""The fake node's capacity and allocatable."""
 KWOK_FIRST_WAIT = 30.0
 """Seconds kwok has to make its node Ready before it is restarted once (it takes about 3)."""
 
@@ -452,8 +459,10 @@ class LocalControlPlane:
                 },
             },
             "status": {
-                "allocatable": {"cpu": "1000", "memory": "4000Gi", "pods": "100000"},
-                "capacity": {"cpu": "1000", "memory": "4000Gi", "pods": "100000"},
+                # What a kubelet reports, ephemeral-storage too: a pod whose proxy requests
+                # it (proxy.resources.ephemeral-storage) fits no node that lacks it.
+                "allocatable": NODE_RESOURCES,
+                "capacity": NODE_RESOURCES,
             },
         }
         self.api_request("POST", "/api/v1/nodes", node)

@@ -41,7 +41,43 @@ VERSION_PACKAGE = "github.com/linkerd/linkerd2/pkg/version"
 
 _CHARTS_GENERATOR = "pkg/charts/static/generate.go"
 # binary name -> main package inside Linkerd's module
-_PACKAGES = {"controller": "./controller/cmd", "linkerd": "./cli"}
+_PACKAGES = {
+    "controller": "./controller/cmd",
+    "linkerd": "./cli",
+    "strict-values": "./linkerd-config-strict-values",
+}
+# A reader of linkerd-config's values as Linkerd's own type, strictly (an unknown key or a
+# wrong type is an error, where the injector would drop or fail): placed in the source tree,
+# built against the release's own module.
+_STRICT_VALUES_MAIN = """package main
+
+import (
+\t"fmt"
+\t"os"
+
+\tl5dcharts "github.com/linkerd/linkerd2/pkg/charts/linkerd2"
+\t"sigs.k8s.io/yaml"
+)
+
+func main() {
+\tdata, err := os.ReadFile(os.Args[1])
+\tif err != nil {
+\t\tfmt.Fprintln(os.Stderr, err)
+\t\tos.Exit(2)
+\t}
+\tvar values l5dcharts.Values
+\tif err := yaml.UnmarshalStrict(data, &values); err != nil {
+\t\tfmt.Fprintln(os.Stderr, err)
+\t\tos.Exit(1)
+\t}
+\tout, err := yaml.Marshal(&values)
+\tif err != nil {
+\t\tfmt.Fprintln(os.Stderr, err)
+\t\tos.Exit(2)
+\t}
+\tos.Stdout.Write(out)
+}
+"""
 
 
 def release(tag: str) -> LinkerdRelease:
@@ -72,7 +108,7 @@ def _find(rel: LinkerdRelease, name: str) -> Path | None:
 def ensure_linkerd(tag: str, name: str = "controller", progress: Progress = print) -> Path:
     """The path of Linkerd ``tag``'s ``controller`` or ``linkerd`` CLI, built if missing."""
     rel = release(tag)
-    if name not in _PACKAGES or (name == "linkerd" and not rel.builds_cli):
+    if name not in _PACKAGES or (name != "controller" and not rel.builds_cli):
         raise BinaryUnavailableError(f"Linkerd {tag}: no {name!r} binary is built")
     found = _find(rel, name)
     if found is not None:
@@ -97,6 +133,10 @@ def _build(rel: LinkerdRelease, name: str, progress: Progress) -> None:
     src = _source_tree(rel, out_dir.parent / "src", progress)
     if rel.needs_cronjob_patch:
         _patch_cronjob_informer(src)
+    if name == "strict-values":
+        main = src / _PACKAGES[name] / "main.go"
+        main.parent.mkdir(exist_ok=True)
+        main.write_text(_STRICT_VALUES_MAIN)
     tags = ""
     if (src / _CHARTS_GENERATOR).is_file():
         # Releases before Go embed (such as edge-19.12.3) read Helm charts from the source

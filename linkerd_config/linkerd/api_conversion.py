@@ -20,6 +20,7 @@ object stored in the other version; a failure would make the object unreadable).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -37,6 +38,7 @@ __all__ = [
     "VALUES_ANNOTATION",
     "convert",
     "served_field",
+    "served_text",
     "to_hub",
     "version_of",
 ]
@@ -124,6 +126,17 @@ def served_field(field: str, version: str) -> str:
         if field == hub_name or field.startswith((hub_name + ".", hub_name + "[")):
             return v1alpha2_name + field[len(hub_name) :]
     return field
+
+
+_FIELD_MENTION: Final = re.compile(r"\bspec\.[A-Za-z0-9_.\-\[\]]*[A-Za-z0-9_\]]")
+
+
+def served_text(text: str, version: str) -> str:
+    """``text`` with every field it mentions (``spec.global.version``) named as ``version``
+    names it: a message about another field says it in the reader's words too."""
+    if version != V1ALPHA2 or "spec." not in text:
+        return text
+    return _FIELD_MENTION.sub(lambda found: served_field(found.group(0), version), text)
 
 
 # -- v1alpha2 -> hub ------------------------------------------------------------------------------

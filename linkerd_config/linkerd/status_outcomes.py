@@ -14,6 +14,7 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import reconcile_decision
+from linkerd_config.linkerd.api_conversion import STORAGE_VERSION, served_field, served_text
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONFIGMAP_SYNCED,
     CONFLICT,
@@ -24,6 +25,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
 from linkerd_config.linkerd.reconcile import Desired, progress_only, set_condition, target_of
 from linkerd_config.linkerd.rollout_executor import RolloutOutcome
 from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, evaluate
+from linkerd_config.linkerd.validation import TRUST_ANCHOR
 
 log = structlog.get_logger(__name__)
 
@@ -127,8 +129,9 @@ class StatusOutcomes:
         refused: reconcile_decision.Refused,
     ) -> Result:
         """Nothing is written: said in status, in the controller's words (``plan`` says what
-        would be)."""
-        message = refused.message + _CONSEQUENCES.get(refused.reason, "")
+        would be), naming fields as the storage version does (what ``kubectl get`` shows)."""
+        message = served_text(refused.message, STORAGE_VERSION)
+        message += _CONSEQUENCES.get(refused.reason, "")
         if refused.reason == reconcile_decision.CONFLICT:
             return await self.conflict(config, conditions, generation, refused.owner, message)
         # A spec validation refuses is InvalidConfig in status, as one that does not render.
@@ -205,7 +208,7 @@ class StatusOutcomes:
             f"ConfigMap {names}, which Linkerd {desired.linkerd_version}'s proxy injector "
             "reads, is missing and no readable copy of it was kept (its -preserved copy is "
             "absent, or not as this controller wrote it): restore it (linkerd upgrade, or "
-            "helm upgrade) or state spec.global.identityContext.trustAnchorsPEM; nothing "
+            f"helm upgrade) or state {served_field(TRUST_ANCHOR, STORAGE_VERSION)}; nothing "
             "restarted meanwhile"
         )
         previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})

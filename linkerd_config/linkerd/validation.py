@@ -28,6 +28,7 @@ from linkerd_config.linkerd.api_conversion import (
     V1ALPHA1,
     VALUES_ANNOTATION,
     served_field,
+    served_text,
     to_hub,
     version_of,
 )
@@ -159,7 +160,10 @@ def validate(
             checker.immutable(defaulted(dict(old_spec)), full)
         checker.ownership(obj, metadata, full, old is None, others)
         checker.format(spec, full)
-    return [FieldError(served_field(e.field, version), e.message) for e in checker.result()]
+    return [
+        FieldError(served_field(e.field, version), served_text(e.message, version))
+        for e in checker.result()
+    ]
 
 
 def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str]:

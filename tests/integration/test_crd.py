@@ -10,7 +10,11 @@ import pytest
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, V1ALPHA1, V1ALPHA2
 from linkerd_config.linkerd.formats.field_table import FIELDS
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS as LINKERD_CONFIGS_V1ALPHA2,
+)
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
@@ -101,31 +105,47 @@ async def test_target_is_immutable(kube: KubeClient, installed_crd: None) -> Non
         await kube.request("DELETE", LINKERD_CONFIGS.path(name="immutable-target"))
 
 
+@pytest.mark.parametrize("version", SERVED_VERSIONS)
 async def test_every_field_of_the_table_is_kept_not_pruned(
-    kube: KubeClient, installed_crd: None
+    kube: KubeClient, installed_crd: None, version: str
 ) -> None:
     """Issue 25: a field the formats map but the schema lacked (ephemeral-storage) was
-    pruned by the API server. Every row of the field table, set to its grammar's example
-    (or its legacy default: the four ports must differ), comes back from a strict dry-run
-    create as it was sent."""
+    pruned by the API server. Every row of the field table the version has, under its name
+    in that version, set to its grammar's example (or its legacy default: the four ports
+    must differ), comes back from a strict dry-run create as it was sent."""
 
     obj: dict[str, Any] = {
-        "apiVersion": "config.linkerd.io/v1alpha1",
+        "apiVersion": f"{GROUP}/{version}",
         "kind": "LinkerdConfig",
         "metadata": {"name": "every-field"},
         "spec": {},
     }
-    for row in FIELDS:
+    rows = [row for row in FIELDS if version == V1ALPHA2 or row.in_v1alpha1]
+    for row in rows:
+        path = row.v1alpha2_path if version == V1ALPHA2 else row.path
         node = obj["spec"]
-        for key in row.path[:-1]:
+        for key in path[:-1]:
             node = node.setdefault(key, {})
         default = row.legacy.default if row.legacy is not None else None
-        node[row.path[-1]] = row.grammar.example if default is None else default  # ports differ
+        if default is None:
+            value = (row.v1alpha2_grammar if version == V1ALPHA2 else row.grammar).example
+        elif version == V1ALPHA2 and row.served_as is not None:
+            value = row.served_as.to_v1alpha2(default)
+        else:
+            value = default  # ports differ
+        node[path[-1]] = value
+    resource = LINKERD_CONFIGS if version == V1ALPHA1 else LINKERD_CONFIGS_V1ALPHA2
     created = await kube.request(
         "POST",
-        LINKERD_CONFIGS.path(),
+        resource.path(),
         params={"dryRun": "All", "fieldValidation": "Strict"},
         body=obj,
     )
     assert created["spec"] == obj["spec"]
-    assert created["spec"]["proxy"]["resource"]["limits"]["ephemeral-storage"] == "100m"
+    assert len(rows) == (len(FIELDS) if version == V1ALPHA2 else sum(r.in_v1alpha1 for r in FIELDS))
+    limits = created["spec"]["values"]["proxy"]["resources"] if version == V1ALPHA2 else None
+    if limits is None:
+        limits = created["spec"]["proxy"]["resource"]["limits"]
+        assert limits["ephemeral-storage"] == "100m"
+    else:
+        assert limits["ephemeral-storage"]["limit"] == "100m", limits

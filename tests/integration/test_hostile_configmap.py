@@ -269,6 +269,7 @@ async def test_an_alias_bomb_in_values_is_refused_while_health_and_admission_sta
                 cond = await eventually(duplicate_reported, timeout=30, what="key twice refused")
                 assert cond["message"].startswith(f"{VALUES_AT}: line "), cond
                 assert "spec.global.version" not in cond["message"], cond
+                assert "spec.values.linkerdVersion" not in cond["message"], cond
                 assert (await kube.request("GET", CM_PATH))["data"]["values"] == twice
 
                 # Linkerd's own values back: the controller applies the LinkerdConfig again.

@@ -25,6 +25,7 @@ from linkerd_config.devcluster.prometheus import Prometheus, ScrapeJob
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS
 from linkerd_config.settings import parse
 from tests.support import formats, in_cluster, scenario
 from tests.support.in_cluster import IMAGE, kubectl, make
@@ -273,9 +274,9 @@ async def undeployed(cp: LocalControlPlane, installed: set[str], allowed: set[st
 
 
 KEPT = {
-    # The CRD (deleting it deletes every LinkerdConfig) and the API it serves.
+    # The CRD (deleting it deletes every LinkerdConfig) and the API versions it serves.
     "customresourcedefinition.apiextensions.k8s.io/linkerdconfigs.config.linkerd.io",
-    "apiservice.apiregistration.k8s.io/v1alpha1.config.linkerd.io",
+    *(f"apiservice.apiregistration.k8s.io/{v}.{GROUP}" for v in SERVED_VERSIONS),
     # Written by the controller, not the install: who led last.
     f"lease.coordination.k8s.io/{in_cluster.LEASE}",
 }

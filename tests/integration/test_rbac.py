@@ -57,6 +57,9 @@ from linkerd_config.kube.resource import (
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
 from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS as CONTROLLER_LINKERD_CONFIGS,  # the version the controller reads and patches
+)
+from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
@@ -877,7 +880,7 @@ async def cannot_renew(world: World, perm: Permission) -> None:
 async def status_not_reported(world: World, perm: Permission) -> None:
     name = "rbac-rival-status"
     async with controller(world, identity(perm)) as run, rival_created(world, name):
-        await run.refused(perm, LINKERD_CONFIGS.path(name=name, subresource="status"))
+        await run.refused(perm, CONTROLLER_LINKERD_CONFIGS.path(name=name, subresource="status"))
 
         async def no_status() -> bool:
             obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=name))

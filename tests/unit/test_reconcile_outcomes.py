@@ -117,7 +117,8 @@ async def test_an_invalid_one_is_reported_and_writes_nothing() -> None:
     assert writer.applied == []
     (status,) = writer.statuses
     assert conditions(status)["ConfigMapSynced"] == ("False", "InvalidConfig")
-    assert "spec.global.clusterDomain" in status["conditions"][0]["message"]
+    # Named as the storage version (v1alpha2, what kubectl shows) names it.
+    assert "spec.values.clusterDomain:" in status["conditions"][0]["message"]
     assert status["observedGeneration"] == 3
     assert recorder.events == [("Warning", "InvalidConfig")]
 

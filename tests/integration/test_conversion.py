@@ -1,0 +1,154 @@
+"""v1alpha1 and v1alpha2 through the real API server and the real conversion webhook (the
+product's handler, served as the Deployment serves it): every sample round-trips
+v1alpha1 -> v1alpha2 -> v1alpha1 unchanged; a v1alpha2 object stating every value the
+injector reads survives being read and written back as v1alpha1; and objects stored by the
+release before v1alpha2 (its CRD: v1alpha1 only, stored as v1alpha1) still read, in both
+versions, after the CRD is upgraded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from typing import Any
+
+import yaml
+
+from linkerd_config.devcluster.cluster import LocalControlPlane
+from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.kubeconfig import load_access
+from linkerd_config.kube.resource import CRDS
+from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION, convert
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    LINKERD_CONFIGS,
+    LINKERD_CONFIGS_V1ALPHA1,
+    crd,
+)
+from tests.support import scenario
+from tests.support.conversion_server import conversion_server
+from tests.support.samples import FIXTURES, SAMPLES, SECOND_TRUST_ANCHOR, load
+from tests.support.waiting import eventually
+
+Json = dict[str, Any]
+VALID_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
+OLD_CRD = FIXTURES / "linkerdconfigs_crd_before_v1alpha2.yaml"
+INJECTOR_VALUES = json.loads((FIXTURES / "injector_values_edge-26.8.3.json").read_text())
+
+
+def named(obj: Json, prefix: str) -> Json:
+    obj = copy.deepcopy(obj)
+    obj["metadata"] = {"name": f"{prefix}-{uuid.uuid4().hex[:8]}"}
+    return obj
+
+
+def every_injector_value() -> Json:
+    """A v1alpha2 LinkerdConfig stating every path of the fixture at once, with its sample."""
+    values: Json = {}
+    for entry in INJECTOR_VALUES["paths"]:
+        sample = entry["sample"]
+        if sample == "@file":
+            sample = SECOND_TRUST_ANCHOR
+        node = values
+        keys = entry["path"].split(".")
+        for key in keys[:-1]:
+            node = node.setdefault(key, {})
+        node[keys[-1]] = sample
+    return {
+        "apiVersion": "config.linkerd.io/v1alpha2",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": "every-value"},
+        "spec": {"values": values},
+    }
+
+
+async def read(kube: KubeClient, name: str) -> tuple[Json, Json]:
+    """The object as v1alpha1 and as v1alpha2."""
+    v1 = await kube.request("GET", LINKERD_CONFIGS_V1ALPHA1.path(name=name))
+    v2 = await kube.request("GET", LINKERD_CONFIGS.path(name=name))
+    return v1, v2
+
+
+async def test_every_sample_round_trips_through_the_api_server(kube: KubeClient) -> None:
+    await scenario.install_crd(kube)
+    for path in VALID_SAMPLES:
+        obj = named(load(path), "round-trip")
+        name = obj["metadata"]["name"]
+        await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=obj, fenced=False)
+        try:
+            v1, v2 = await read(kube, name)
+            assert v1["spec"] == obj["spec"], path.name
+            assert v2["spec"] == convert(obj, "v1alpha2")["spec"], path.name
+            assert VALUES_ANNOTATION not in (v1["metadata"].get("annotations") or {})
+        finally:
+            await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
+
+
+async def test_values_only_v1alpha2_has_survive_a_v1alpha1_write(kube: KubeClient) -> None:
+    """Read as v1alpha1 (the values it has no field for in the annotation), written back as
+    v1alpha1 (as an old client's read-modify-write does), read as v1alpha2: unchanged."""
+    await scenario.install_crd(kube)
+    obj = named(every_injector_value(), "every-value")
+    name = obj["metadata"]["name"]
+    await kube.request("POST", LINKERD_CONFIGS.path(), body=obj, fenced=False)
+    try:
+        v1, v2 = await read(kube, name)
+        assert v2["spec"] == obj["spec"]
+        carried = json.loads(v1["metadata"]["annotations"][VALUES_ANNOTATION])
+        assert carried["proxy"]["nativeSidecar"] == obj["spec"]["values"]["proxy"]["nativeSidecar"]
+        assert (
+            v1["spec"]["proxy"]["proxyVersion"]
+            == obj["spec"]["values"]["proxy"]["image"]["version"]
+        )
+        v1["metadata"]["labels"] = {"edited": "as-v1alpha1"}
+        await kube.request("PUT", LINKERD_CONFIGS_V1ALPHA1.path(name=name), body=v1, fenced=False)
+        _, again = await read(kube, name)
+        assert again["spec"] == obj["spec"]
+        assert again["metadata"]["labels"] == {"edited": "as-v1alpha1"}
+        assert VALUES_ANNOTATION not in (again["metadata"].get("annotations") or {})
+    finally:
+        await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
+
+
+async def test_objects_stored_before_the_upgrade_still_read(
+    private_control_plane: LocalControlPlane,
+) -> None:
+    access = await load_access(str(private_control_plane.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
+        old_crd = yaml.safe_load(OLD_CRD.read_text())
+        await kube.request("POST", CRDS.path(), body=old_crd, fenced=False)
+
+        async def served() -> bool:
+            await kube.request("GET", LINKERD_CONFIGS_V1ALPHA1.path())
+            return True
+
+        await eventually(served, timeout=60, what="the old CRD served")
+        stored = []
+        for path in VALID_SAMPLES:
+            obj = named(load(path), "stored-before")
+            await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=obj, fenced=False)
+            stored.append(obj)
+
+        # The upgrade: the new CRD over the old one (both versions, v1alpha2 stored).
+        current = await kube.request("GET", CRDS.path(name=old_crd["metadata"]["name"]))
+        upgraded = crd(conversion_server().conversion())
+        upgraded["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        await kube.request(
+            "PUT", CRDS.path(name=old_crd["metadata"]["name"]), body=upgraded, fenced=False
+        )
+
+        async def v1alpha2_served() -> bool:
+            await kube.request("GET", LINKERD_CONFIGS.path())
+            return True
+
+        await eventually(v1alpha2_served, timeout=60, what="v1alpha2 served")
+        listed = await kube.request("GET", LINKERD_CONFIGS.path())
+        by_name = {item["metadata"]["name"]: item for item in listed["items"]}
+        for obj in stored:
+            name = obj["metadata"]["name"]
+            assert by_name[name]["spec"] == convert(obj, "v1alpha2")["spec"]
+            v1, _ = await read(kube, name)
+            assert v1["spec"] == obj["spec"]
+        crd_now = await kube.request("GET", CRDS.path(name=old_crd["metadata"]["name"]))
+        # Still stored as v1alpha1 until rewritten: the API server says so.
+        assert "v1alpha1" in crd_now["status"]["storedVersions"]
