@@ -52,6 +52,12 @@ def _inspect(args: argparse.Namespace) -> int:
     return inspection.status_command(settings, args.output)
 
 
+def _convert(args: argparse.Namespace) -> int:
+    from linkerd_config import inspection  # noqa: PLC0415
+
+    return inspection.convert_command(args.filename, args.to)
+
+
 def _dev_cluster(args: argparse.Namespace) -> int:
     state_dir = Path(args.state_dir)
     try:
@@ -139,6 +145,21 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 all up to date and Ready, 2 something stale or failing, 1 error",
     )
     _inspect_arguments(status)
+    convert = sub.add_parser(
+        "convert",
+        help="print a LinkerdConfig in another API version (v1alpha1 <-> v1alpha2); offline",
+        description="Print the LinkerdConfig in FILE as the given API version, converted as "
+        "the controller's conversion webhook converts it (losslessly: what v1alpha1 has no "
+        "field for travels in the annotation config.linkerd.io/v1alpha2-values). For a "
+        "cluster whose API server cannot call the webhook (webhooks off), which stores only "
+        "v1alpha2: linkerd-config convert -f old.yaml | kubectl apply -f -",
+        epilog="exit status: 0 converted, 1 error (unreadable, not one LinkerdConfig)",
+    )
+    convert.add_argument("-f", "--filename", required=True, help="the LinkerdConfig (- for stdin)")
+    convert.add_argument(
+        "--to", choices=["v1alpha2", "v1alpha1"], default="v1alpha2", help="default v1alpha2"
+    )
+    convert.set_defaults(func=_convert)
 
     dev = sub.add_parser(
         "dev-cluster",

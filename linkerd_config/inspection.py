@@ -23,10 +23,11 @@ from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollout
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, convert
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change
 from linkerd_config.linkerd.formats import bounded
+from linkerd_config.linkerd.formats.helm_values import dump_yaml
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import KIND, LINKERD_CONFIGS
 from linkerd_config.linkerd.preview import (
@@ -51,7 +52,9 @@ class CommandError(Exception):
     """The command cannot answer: said in one line, exit 1."""
 
 
-def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]:
+def read_linkerdconfig(
+    path: str, stdin: TextIO | None = None, command: str = "plan"
+) -> dict[str, Any]:
     """The one LinkerdConfig in a YAML or JSON file (``-``: standard input)."""
     stdin = sys.stdin if stdin is None else stdin
     where = "standard input" if path == "-" else path
@@ -71,9 +74,24 @@ def read_linkerdconfig(path: str, stdin: TextIO | None = None) -> dict[str, Any]
     if len(found) != 1:
         raise CommandError(
             f"{where} holds {len(found)} {KIND} object(s) ({' or '.join(API_VERSIONS)}); "
-            "plan takes exactly one"
+            f"{command} takes exactly one"
         )
     return found[0]
+
+
+def convert_command(path: str, version: str, stdout: TextIO | None = None) -> int:
+    """``convert``: the LinkerdConfig in ``path`` as ``version`` (YAML), as the conversion
+    webhook would answer; offline, for a cluster whose API server cannot call the webhook
+    (webhooks off), where only the storage version (v1alpha2) can be written."""
+    stdout = sys.stdout if stdout is None else stdout
+    try:
+        obj = read_linkerdconfig(path, command="convert")
+    except CommandError as exc:
+        print(f"linkerd-config convert: {exc}", file=sys.stderr)
+        return FAILED
+    converted = convert(obj, version)
+    stdout.write(dump_yaml(converted, sort_keys=False))
+    return NO_CHANGES
 
 
 async def read_cluster(settings: Settings) -> ClusterView:

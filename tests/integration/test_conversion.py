@@ -13,12 +13,14 @@ import json
 import uuid
 from typing import Any
 
+import pytest
 import yaml
 
+from linkerd_config.app import build, running
 from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CRDS
+from linkerd_config.kube.resource import CONFIGMAPS, CRDS
 from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION, convert
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS,
@@ -152,3 +154,50 @@ async def test_objects_stored_before_the_upgrade_still_read(
         crd_now = await kube.request("GET", CRDS.path(name=old_crd["metadata"]["name"]))
         # Still stored as v1alpha1 until rewritten: the API server says so.
         assert "v1alpha1" in crd_now["status"]["storedVersions"]
+
+
+async def test_with_webhooks_off_v1alpha2_works_and_v1alpha1_is_refused_not_pruned(
+    private_control_plane: LocalControlPlane,
+) -> None:
+    """The no-webhooks install (and a local `make install` + `ENABLE_WEBHOOKS=false make
+    run`): the CRD's conversion webhook is a Service nobody serves. v1alpha2, the storage
+    version, needs no conversion: stored, read, and reconciled by the controller with its
+    webhooks off. v1alpha1 needs the converter: the API server refuses it, saying so, and
+    stores nothing (never a silently pruned object). `linkerd-config convert` makes it
+    v1alpha2."""
+    cp = private_control_plane
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
+        await kube.request("POST", CRDS.path(), body=crd(), fenced=False)
+
+        async def served() -> bool:
+            await kube.request("GET", LINKERD_CONFIGS.path())
+            return True
+
+        await eventually(served, timeout=60, what="the CRD served")
+        seed = load(SAMPLES / "edge_19.12.3.yaml")
+        with pytest.raises(ApiError) as refused:
+            await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=seed, fenced=False)
+        assert "conversion webhook" in refused.value.message, refused.value
+        assert (await kube.request("GET", LINKERD_CONFIGS.path()))["items"] == []
+
+        up = convert(seed, "v1alpha2")
+        await kube.request("POST", LINKERD_CONFIGS.path(), body=up, fenced=False)
+        stored = await kube.request("GET", LINKERD_CONFIGS.path(name=up["metadata"]["name"]))
+        assert stored["spec"] == up["spec"]
+
+        await scenario.install_linkerd_edge_19_12_1(kube)
+        app = await build(scenario.local_settings(cp.kubeconfig, "--identity", "no-webhooks"))
+        async with running(app):
+
+            async def synced() -> bool:
+                obj = await kube.request("GET", LINKERD_CONFIGS.path(name=up["metadata"]["name"]))
+                conditions = (obj.get("status") or {}).get("conditions") or []
+                return any(
+                    c["type"] == "ConfigMapSynced" and c["status"] == "True" for c in conditions
+                )
+
+            await eventually(synced, timeout=30, what="reconciled with webhooks off")
+        cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+        proxy = json.loads(cm["data"]["proxy"])
+        assert proxy["proxyVersion"] == seed["spec"]["proxy"]["proxyVersion"]

@@ -10,9 +10,11 @@ from typing import Any
 
 import orjson
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from linkerd_config.cli import main
 from linkerd_config.kube.conversion_review import (
     BadConversionReview,
     ConversionRequest,
@@ -329,3 +331,29 @@ def test_a_converter_that_raises_is_a_failure_naming_the_object() -> None:
 def test_a_bad_review_is_refused_saying_why(body: bytes, says: str) -> None:
     with pytest.raises(BadConversionReview, match=says):
         parse_conversion_review(body)
+
+
+@pytest.mark.parametrize("path", VALID_SAMPLES, ids=lambda p: p.name)
+def test_the_convert_command_converts_as_the_webhook_does(
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``linkerd-config convert``: for a cluster that cannot call the webhook (webhooks off),
+    where only v1alpha2 can be written."""
+    assert main(["convert", "-f", str(path)]) == 0
+    up = yaml.safe_load(capsys.readouterr().out)
+    assert up == convert(load(path), V1ALPHA2)
+    converted = tmp_path / "v1alpha2.yaml"
+    converted.write_text(yaml.safe_dump(up))
+    assert main(["convert", "-f", str(converted), "--to", "v1alpha1"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == load(path)
+
+
+def test_the_convert_command_refuses_what_is_not_one_linkerdconfig(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two = tmp_path / "two.yaml"
+    text = (VALID_SAMPLES[0]).read_text()
+    two.write_text(text + "\n---\n" + text)
+    assert main(["convert", "-f", str(two)]) == 1
+    err = capsys.readouterr().err
+    assert "holds 2 LinkerdConfig object(s)" in err and "convert takes exactly one" in err

@@ -295,8 +295,13 @@ _ValuesDumper.add_representer(str, _string)
 
 
 def dump_values(values: Mapping[str, Any]) -> str:
+    return dump_yaml(values, sort_keys=True)
+
+
+def dump_yaml(data: Mapping[str, Any], *, sort_keys: bool) -> str:
+    """Block YAML, multi-line strings as literal blocks (a PEM bundle stays readable)."""
     return yaml.dump(
-        values, Dumper=_ValuesDumper, sort_keys=True, default_flow_style=False, width=1 << 20
+        data, Dumper=_ValuesDumper, sort_keys=sort_keys, default_flow_style=False, width=1 << 20
     )
 
 
