@@ -4,6 +4,7 @@ of the ConfigMap, the verdict on each pod, the passes of a rollout, and the text
 from __future__ import annotations
 
 import copy
+import dataclasses
 import datetime
 import io
 import json
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -18,6 +20,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from linkerd_config.inspection import CommandError, read_linkerdconfig, render_plan, render_status
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.api_conversion import to_hub
 from linkerd_config.linkerd.config_diff import ABSENT, Change, certificates, diff, key_diff
 from linkerd_config.linkerd.linkerdconfig_resource import READY
 from linkerd_config.linkerd.preview import (
@@ -441,3 +444,73 @@ def test_a_paused_workload_is_skipped_in_plan_and_status_with_why() -> None:
     lines = {str(w.workload): w for w in report.stale}
     assert lines["deployment/emojivoto/web"].state == "skipped"
     assert lines["deployment/emojivoto/emoji"].state == "stale"
+
+
+def test_plan_and_status_of_a_v1alpha2_linkerdconfig_show_linkerds_values_by_path() -> None:
+    """Issue 26: values only v1alpha2 states are planned like the old ones, as the paths of
+    Linkerd's values; the status then reads the cluster through the same object."""
+    installed = {cm["metadata"]["name"]: cm for cm in modern_install()}
+    values = yaml.safe_load(installed["linkerd-config"]["data"]["values"])
+    version = values["linkerdVersion"]
+    empty = {
+        "apiVersion": "config.linkerd.io/v1alpha1",
+        "metadata": {"name": "linkerd"},
+        "spec": {},
+    }
+    root = desired_config(empty, current_data(installed, target_of(empty))).proxy.trust_root_sha256
+    config: Json = {
+        "apiVersion": "config.linkerd.io/v1alpha2",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": "linkerd"},
+        "spec": {
+            "values": {
+                "proxy": {
+                    "image": {"version": version},
+                    "nativeSidecar": not values["proxy"]["nativeSidecar"],
+                    "defaultInboundPolicy": "all-authenticated",
+                    "accessLog": "json",
+                    "runtime": {"workers": {"minimum": 2}},
+                }
+            }
+        },
+    }
+    cluster = ClusterView(
+        configs=[], configmaps={f"linkerd/{n}": cm for n, cm in installed.items()},
+        pods=[pod("emojivoto", "web-0", version, **{rollout.TRUST_ROOT_ANNOTATION: root})],
+        namespaces={}, replicasets={},
+        workloads={}, config_namespace="linkerd",
+    )  # fmt: skip
+    result = plan(config, cluster, DEFAULTS)
+    assert result.problem is None, result.problem
+    (key,) = result.keys
+    assert (key.configmap, key.key) == ("linkerd/linkerd-config", "values")
+    assert {c.path: (c.before, c.after) for c in key.changes} == {
+        "proxy.nativeSidecar": (
+            values["proxy"]["nativeSidecar"],
+            not values["proxy"]["nativeSidecar"],
+        ),
+        "proxy.defaultInboundPolicy": (
+            values["proxy"]["defaultInboundPolicy"],
+            "all-authenticated",
+        ),
+        "proxy.accessLog": (values["proxy"].get("accessLog", ABSENT), "json"),
+        # Installed as "" (the injector falls back on linkerdVersion); stated, so written.
+        "proxy.image.version": (values["proxy"]["image"]["version"], version),
+        "proxy.runtime.workers.minimum": (values["proxy"]["runtime"]["workers"]["minimum"], 2),
+    }
+    text = render_plan(result)
+    assert '~ proxy.defaultInboundPolicy: "all-unauthenticated" → "all-authenticated"' in text
+    assert result.restarts == ()  # the proxy version is what is installed: nothing is stale
+
+    done = copy.deepcopy(installed["linkerd-config"])
+    to_hub_config = applied(to_hub(config), done)
+    cluster = dataclasses.replace(
+        cluster,
+        # As the caches hold it: the hub (their transform).
+        configs=[to_hub({**config, "status": {"conditions": [{"type": READY, "status": "True"}]}})],
+        configmaps={**cluster.configmaps, "linkerd/linkerd-config": to_hub_config},
+    )
+    (reported,) = status(cluster, DEFAULTS)
+    assert reported.problem is None and reported.drifted == (), reported
+    assert reported.proxy_version == version and reported.failing == [], reported
+    assert plan(config, cluster, DEFAULTS).keys == ()
