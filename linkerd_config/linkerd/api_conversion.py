@@ -12,9 +12,10 @@
 
 Lossless both ways for every object the schemas admit: what v1alpha1 has no home for travels in
 the annotation ``config.linkerd.io/v1alpha2-values`` (JSON), the way cluster-api keeps newer
-fields on older versions, and comes back out of it on the way up. Total: whatever JSON comes
-in, something comes out and nothing raises (the API server calls this for every read of an
-object stored in the other version; a failure would make the object unreadable). Pure.
+fields on older versions, and comes back out of it on the way up. Total within bounds: whatever
+JSON comes in, something comes out (the API server calls this for every read of an object
+stored in the other version; a failure would make the object unreadable); the one refusal is a
+spec nested beyond ``MAX_DEPTH``, which validation never admits. Pure.
 """
 
 from __future__ import annotations
@@ -75,8 +76,40 @@ def version_of(obj: Mapping[str, Any]) -> str:
     return V1ALPHA1
 
 
+MAX_DEPTH: Final = 64
+"""How deeply nested a spec (or the annotation's values) may be to be converted: twice what
+validation admits (32), so only an object stored with the webhooks off reaches it, through a
+field whose schema keeps unknown fields (``proxy.inbound``). Beyond it conversion refuses
+with a message instead of recursing without bound."""
+
+
+class TooDeepError(ValueError):
+    """A spec nested beyond ``MAX_DEPTH``: not converted (the API server then refuses the
+    read or write that needed it, with this message)."""
+
+
+def _check_depth(value: Any, where: str) -> None:
+    """Iterative, so the check itself cannot exhaust the stack."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = (
+            node.values() if isinstance(node, Mapping) else node if isinstance(node, list) else ()
+        )
+        for child in children:
+            if isinstance(child, Mapping | list):
+                if depth + 1 > MAX_DEPTH:
+                    raise TooDeepError(
+                        f"{where} is nested more than {MAX_DEPTH} levels deep (a valid "
+                        "LinkerdConfig has at most 32): not converted"
+                    )
+                stack.append((child, depth + 1))
+
+
 def to_hub(obj: Mapping[str, Any]) -> Json:
-    """The hub form of a LinkerdConfig of either version (a new object)."""
+    """The hub form of a LinkerdConfig of either version (a new object). TooDeepError
+    beyond ``MAX_DEPTH``, which no object validation admits reaches."""
+    _check_depth(obj.get("spec"), "spec")
     hub: Json = copy.deepcopy(dict(obj))
     spec = hub.get("spec")
     if not isinstance(spec, dict):
@@ -85,6 +118,7 @@ def to_hub(obj: Mapping[str, Any]) -> Json:
         hub["spec"] = _hub_spec(spec)
     else:
         values = _take_annotation(hub)
+        _check_depth(values, f"the annotation {VALUES_ANNOTATION}")
         if values:
             spec["values"] = values
     hub["apiVersion"] = f"{GROUP}/{V1ALPHA1}"

@@ -26,6 +26,7 @@ from linkerd_config.linkerd.api_conversion import (
     V1ALPHA1,
     V1ALPHA2,
     VALUES_ANNOTATION,
+    TooDeepError,
     convert,
     served_field,
     served_text,
@@ -357,3 +358,33 @@ def test_the_convert_command_refuses_what_is_not_one_linkerdconfig(
     assert main(["convert", "-f", str(two)]) == 1
     err = capsys.readouterr().err
     assert "holds 2 LinkerdConfig object(s)" in err and "convert takes exactly one" in err
+
+
+def nested(depth: int) -> Json:
+    node: Json = {}
+    for _ in range(depth):
+        node = {"a": node}
+    return node
+
+
+@pytest.mark.parametrize("depth", [61, 500, 5000])  # 61 + spec.values.proxy.inbound > 64
+def test_a_spec_nested_beyond_the_bound_is_refused_with_a_message_not_a_recursion_error(
+    depth: int,
+) -> None:
+    """Only an object stored with the webhooks off can be this deep (``proxy.inbound`` keeps
+    unknown fields); converting it must answer, not exhaust the stack."""
+    deep = v2({"values": {"proxy": {"inbound": nested(depth)}}})
+    request = ConversionRequest("u-3", f"{GROUP}/{V1ALPHA1}", [deep])
+    result = answer_conversion(request, convert_object)["response"]["result"]
+    assert result["status"] == "Failure"
+    assert "spec is nested more than 64 levels deep" in result["message"]
+
+
+def test_a_deep_annotation_is_refused_too_and_a_shallow_one_converts() -> None:
+    deep = v1({}, {VALUES_ANNOTATION: orjson.dumps(nested(100)).decode()})
+    with pytest.raises(TooDeepError, match=f"the annotation {VALUES_ANNOTATION} is nested"):
+        convert(deep, V1ALPHA2)
+    shallow = v1({}, {VALUES_ANNOTATION: orjson.dumps(nested(20)).decode()})
+    assert convert(shallow, V1ALPHA2)["spec"] == {"values": nested(20)}
+    within = v2({"values": {"proxy": {"inbound": nested(55)}}})
+    assert convert(convert(within, V1ALPHA1), V1ALPHA2) == within
