@@ -91,6 +91,10 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
 	$(PY) -c 'from linkerd_config.linkerd.formats.field_table import write_docs_table as w; w("README.md")'
+	{ echo "# The seed sample (../edge_19.12.3.yaml) as v1alpha2, written by make generate with"; \
+	  echo "# linkerd-config convert. For a cluster with the webhooks off, which stores only v1alpha2."; \
+	  $(PY) -m linkerd_config convert -f manifests/samples/edge_19.12.3.yaml; } > manifests/samples/v1alpha2/edge_19.12.3.yaml.tmp
+	mv manifests/samples/v1alpha2/edge_19.12.3.yaml.tmp manifests/samples/v1alpha2/edge_19.12.3.yaml
 
 DEV_CLUSTER_ARGS ?=
 dev-cluster-up: binaries ## start the local control plane in the background; DEV_CLUSTER_ARGS='--real-node --with=cert-manager ...'

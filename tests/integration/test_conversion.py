@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,7 @@ from tests.support.waiting import eventually
 
 Json = dict[str, Any]
 VALID_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
+REPO = Path(__file__).resolve().parents[2]
 OLD_CRD = FIXTURES / "linkerdconfigs_crd_before_v1alpha2.yaml"
 INJECTOR_VALUES = json.loads((FIXTURES / "injector_values_edge-26.8.3.json").read_text())
 
@@ -181,7 +183,9 @@ async def test_with_webhooks_off_v1alpha2_works_and_v1alpha1_is_refused_not_prun
         assert "conversion webhook" in refused.value.message, refused.value
         assert (await kube.request("GET", LINKERD_CONFIGS.path()))["items"] == []
 
-        up = convert(seed, "v1alpha2")
+        # What the README offers for this case: the seed as v1alpha2, as convert writes it.
+        up = load(REPO / "manifests/samples/v1alpha2/edge_19.12.3.yaml")
+        assert up == convert(seed, "v1alpha2")
         await kube.request("POST", LINKERD_CONFIGS.path(), body=up, fenced=False)
         stored = await kube.request("GET", LINKERD_CONFIGS.path(name=up["metadata"]["name"]))
         assert stored["spec"] == up["spec"]
