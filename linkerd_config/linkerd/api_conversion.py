@@ -37,6 +37,7 @@ __all__ = [
     "V1ALPHA1",
     "V1ALPHA2",
     "VALUES_ANNOTATION",
+    "VALUES_ANNOTATION_FIELD",
     "convert",
     "served_field",
     "served_text",
@@ -51,6 +52,8 @@ SERVED_VERSIONS: Final = (V1ALPHA1, V1ALPHA2)
 STORAGE_VERSION: Final = V1ALPHA2
 VALUES_ANNOTATION: Final = f"{GROUP}/v1alpha2-values"
 """On a v1alpha1 object: the v1alpha2 values it has no field for, as JSON."""
+VALUES_ANNOTATION_FIELD: Final = f"metadata.annotations[{VALUES_ANNOTATION}]"
+"""The annotation as messages about a v1alpha1 object name it."""
 
 _BY_HUB: Final = {row.path: row for row in FIELDS}
 _BY_V1ALPHA2: Final = {row.v1alpha2_path: row for row in FIELDS}
@@ -142,9 +145,13 @@ def convert(obj: Mapping[str, Any], version: str) -> Json:
     return hub
 
 
-def served_field(field: str, version: str) -> str:
+def served_field(field: str, version: str, *, annotated: bool = False) -> str:
     """A field as the hub names it (``spec.proxy.adminPort[2]``), as ``version`` names it
-    (``spec.values.proxy.ports.admin[2]``): for messages about an object of that version."""
+    (``spec.values.proxy.ports.admin[2]``): for messages about an object of that version.
+    ``annotated``: the hub's ``spec.values`` came from a v1alpha1 object's annotation, so
+    named there."""
+    if annotated and (field == "spec.values" or field.startswith(("spec.values.", "spec.values["))):
+        return VALUES_ANNOTATION_FIELD + field.removeprefix("spec.values")
     if version != V1ALPHA2 or not field.startswith("spec."):
         return field
     path = field.removeprefix("spec.")
@@ -165,12 +172,14 @@ def served_field(field: str, version: str) -> str:
 _FIELD_MENTION: Final = re.compile(r"\bspec\.[A-Za-z0-9_.\-\[\]]*[A-Za-z0-9_\]]")
 
 
-def served_text(text: str, version: str) -> str:
+def served_text(text: str, version: str, *, annotated: bool = False) -> str:
     """``text`` with every field it mentions (``spec.global.version``) named as ``version``
     names it: a message about another field says it in the reader's words too."""
-    if version != V1ALPHA2 or "spec." not in text:
+    if "spec." not in text:
         return text
-    return _FIELD_MENTION.sub(lambda found: served_field(found.group(0), version), text)
+    return _FIELD_MENTION.sub(
+        lambda found: served_field(found.group(0), version, annotated=annotated), text
+    )
 
 
 # -- v1alpha2 -> hub ------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
+import orjson
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -27,6 +28,8 @@ from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.api_conversion import (
     V1ALPHA1,
     VALUES_ANNOTATION,
+    VALUES_ANNOTATION_FIELD,
+    TooDeepError,
     served_field,
     served_text,
     to_hub,
@@ -65,7 +68,6 @@ _MAX_MESSAGE_CHARS: Final = 300
 
 _PORT_FIELDS: Final = ("adminPort", "controlPort", "inboundPort", "outboundPort")
 _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-VALUES_ANNOTATION_FIELD: Final = f"metadata.annotations[{VALUES_ANNOTATION}]"
 
 # Every string field is checked against the CRD schema's own bounds (maxLength, enum) and
 # for control characters: Unicode category Cc and lone surrogates, which no Linkerd setting
@@ -141,7 +143,15 @@ def validate(
         return [FieldError(path, message) for path in survey.long_strings]
     # Bounded (the survey above): now read as the hub, and answer in the object's names.
     version = version_of(obj)
-    obj = to_hub(obj)
+    # A v1alpha1 object's spec.values (the hub's own form has one) come from its annotation.
+    annotated = version == V1ALPHA1 and "values" not in spec
+    malformed = _malformed_annotation(metadata) if annotated else None
+    if malformed is not None:
+        return [FieldError(VALUES_ANNOTATION_FIELD, malformed)]
+    try:
+        obj = to_hub(obj)
+    except TooDeepError:  # the spec is within the survey's bounds: the annotation is not
+        return [FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)")]
     spec = obj["spec"]
     if _survey(spec).too_big:  # v1alpha1's annotation brought more than the spec held
         return [FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)")]
@@ -161,9 +171,31 @@ def validate(
         checker.ownership(obj, metadata, full, old is None, others)
         checker.format(spec, full)
     return [
-        FieldError(served_field(e.field, version), served_text(e.message, version))
+        FieldError(
+            served_field(e.field, version, annotated=annotated),
+            served_text(e.message, version, annotated=annotated),
+        )
         for e in checker.result()
     ]
+
+
+def _malformed_annotation(metadata: Mapping[str, Any]) -> str | None:
+    """What is wrong with a v1alpha1 object's values annotation, if anything: conversion
+    leaves one it cannot read as it is, so only validation can say so."""
+    annotations = metadata.get("annotations")
+    text = annotations.get(VALUES_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if text is None:
+        return None
+    try:
+        values = orjson.loads(text) if isinstance(text, str) else None
+    except orjson.JSONDecodeError:
+        values = None
+    if not isinstance(values, dict):
+        return (
+            "must be a JSON object of v1alpha2 values (those v1alpha1 has no field for), "
+            'e.g. {"proxy": {"nativeSidecar": true}}'
+        )
+    return None
 
 
 def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str]:

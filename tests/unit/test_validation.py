@@ -859,3 +859,47 @@ def test_rollout_settings_that_make_sense_pass() -> None:
     obj = sample("edge_19.12.3.yaml")
     obj["spec"]["rollout"] = {"paused": True, "maxRestartsPerPass": 25, "restartInterval": "1m30s"}
     assert validate(obj) == []
+
+
+# -- v1alpha1's values annotation (issue 26) --------------------------------------------------
+
+ANNOTATION = "config.linkerd.io/v1alpha2-values"
+ANNOTATION_FIELD = f"metadata.annotations[{ANNOTATION}]"
+
+
+def modern_v1alpha1(annotation: str) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "config.linkerd.io/v1alpha1",
+        "kind": "LinkerdConfig",
+        "metadata": {"name": "modern", "annotations": {ANNOTATION: annotation}},
+        "spec": {"proxy": {"proxyVersion": "edge-26.8.3"}},
+    }
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("annotation", "expected"),
+    [
+        ('{"proxy": {"nativeSidecar": false}}', []),
+        (
+            '{"proxy": {"nativeSidecar": "yes", "bogus": 1}}',
+            [
+                (f"{ANNOTATION_FIELD}.proxy.nativeSidecar", "must be true or false"),
+                (f"{ANNOTATION_FIELD}.proxy.bogus", "is not a LinkerdConfig field"),
+            ],
+        ),
+        ("not json", [(ANNOTATION_FIELD, "must be a JSON object of v1alpha2 values")]),
+        ("[1]", [(ANNOTATION_FIELD, "must be a JSON object of v1alpha2 values")]),
+        ('{"a": ' * 100 + "{}" + "}" * 100, [(ANNOTATION_FIELD, "holds too much")]),
+    ],
+    ids=["valid", "bad-values-named-in-the-annotation", "not-json", "not-an-object", "too-deep"],
+)
+def test_v1alpha1s_values_annotation_is_validated_and_named_as_v1alpha1_names_it(
+    annotation: str, expected: list[tuple[str, str]]
+) -> None:
+    """Conversion carries an annotation it cannot read as it is (lossless), so validation is
+    where a malformed one is refused, rather than its values silently not applied."""
+    errors = validate(modern_v1alpha1(annotation))
+    assert len(errors) == len(expected), errors
+    for error, (field, message) in zip(errors, expected, strict=True):
+        assert error.field == field and message in error.message, error
