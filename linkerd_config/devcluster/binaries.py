@@ -251,6 +251,92 @@ def ensure_helm(progress: Progress = print) -> Path:
     return out
 
 
+PROMETHEUS_MODULE = "github.com/prometheus/prometheus"
+PROMETHEUS_BINARIES = ("prometheus", "promtool")
+
+
+def prometheus_module_version() -> str:
+    """Prometheus 2.X.Y's Go module version is v0.X.Y."""
+    major, minor, patch = pinned.PROMETHEUS.split(".")
+    if major != "2":
+        raise ValueError(f"pinned.PROMETHEUS {pinned.PROMETHEUS}: only 2.x maps to v0.x here")
+    return f"v0.{minor}.{patch}"
+
+
+def _prometheus_module(go: str) -> _GoModule:
+    """Prometheus builds only with its own go.mod's replace and exclude directives (klog is
+    replaced by a go-kit shim), which a dependency's go.mod does not pass on: copied."""
+    version = prometheus_module_version()
+    own = (go_module_dir(go, PROMETHEUS_MODULE, version) / "go.mod").read_text()
+    directives = _go_mod_blocks(own, ("replace", "exclude"))
+    stamp = "github.com/prometheus/common/version"
+    return _GoModule(
+        name="prometheus",
+        go_mod=(
+            "module linkerd-config.local/prometheus-binary\n\n"
+            f"go {pinned.GO_DIRECTIVE}\n\n"
+            f"require {PROMETHEUS_MODULE} {version}\n\n" + directives
+        ),
+        packages={name: f"{PROMETHEUS_MODULE}/cmd/{name}" for name in PROMETHEUS_BINARIES},
+        ldflags=f"-X {stamp}.Version={pinned.PROMETHEUS} -X {stamp}.BuildUser=linkerd-config",
+    )
+
+
+def _go_mod_blocks(go_mod: str, verbs: tuple[str, ...]) -> str:
+    """The ``verb (...)`` blocks and one-line ``verb ...`` directives of a go.mod, as written."""
+    out: list[str] = []
+    inside = False
+    for line in go_mod.splitlines():
+        word = line.split("(")[0].strip()
+        if inside:
+            out.append(line)
+            inside = line.strip() != ")"
+        elif word in verbs and line.rstrip().endswith("("):
+            out.append(line)
+            inside = True
+        elif line.split(" ", 1)[0] in verbs:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def prometheus_bin_dir() -> Path:
+    """Apart from the control plane's folder, so a Prometheus bump rebuilds only Prometheus."""
+    return cache_root() / f"prometheus-v{pinned.PROMETHEUS}" / "bin"
+
+
+def ensure_prometheus(progress: Progress = print) -> dict[str, Path]:
+    """``prometheus`` and ``promtool`` at the pinned version. One you have wins: ``PROMETHEUS``
+    (and ``PROMTOOL``, else the ``promtool`` beside it) when they name executables; what is
+    not given is built once and cached."""
+    given: dict[str, Path] = {}
+    server = os.environ.get("PROMETHEUS")
+    if server and os.access(server, os.X_OK):
+        given["prometheus"] = Path(server)
+    tool = os.environ.get("PROMTOOL") or (str(Path(server).with_name("promtool")) if server else "")
+    if tool and os.access(tool, os.X_OK):
+        given["promtool"] = Path(tool)
+    out_dir = prometheus_bin_dir()
+    with build_lock("prometheus"):
+        missing = [
+            name
+            for name in PROMETHEUS_BINARIES
+            if name not in given and not (out_dir / name).is_file()
+        ]
+        if missing:
+            go = go_toolchain(
+                "prometheus", "set PROMETHEUS to a prometheus 2.x binary (promtool beside it)"
+            )
+            module = _prometheus_module(go)
+            src = out_dir.parent / "src"
+            src.mkdir(parents=True, exist_ok=True)
+            (src / "go.mod").write_text(module.go_mod)
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for name in missing:
+                package = module.packages[name]
+                go_build(go, src, name, package, module.ldflags, out_dir / name, progress)
+    return {name: given.get(name, out_dir / name) for name in PROMETHEUS_BINARIES}
+
+
 def _modules() -> list[_GoModule]:
     return [_etcd_module(), _kwok_module(), _kubernetes_module()]
 

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from linkerd_config.devcluster import pinned, real_node
-from linkerd_config.devcluster.binaries import NODE_BINARIES, ensure_binaries, ensure_helm
+from linkerd_config.devcluster.binaries import (
+    NODE_BINARIES,
+    ensure_binaries,
+    ensure_helm,
+    ensure_prometheus,
+)
 from linkerd_config.devcluster.cert_manager import ensure_cert_manager
 from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
 
@@ -12,6 +17,8 @@ def main() -> None:
     for name, path in ensure_binaries().items():
         print(f"{name}: {path}", flush=True)
     print(f"helm: {ensure_helm()}", flush=True)
+    for name, path in ensure_prometheus().items():
+        print(f"{name}: {path}", flush=True)
     for name, path in ensure_cert_manager().items():
         print(f"cert-manager {name}: {path}", flush=True)
     missing = real_node.missing_requirements()

@@ -19,6 +19,10 @@ KWOK = "0.7.0"
 HELM = "3.22.0"
 """``helm`` for the chart's lint, template and install tests (built from helm.sh/helm/v3)."""
 
+PROMETHEUS = "2.53.4"
+"""The Prometheus server and ``promtool`` the dashboard and alert tests run (the 2.53 long-term
+support line), built from its Go module, which Prometheus tags v0.53.4 for 2.53.4."""
+
 PROMETHEUS_OPERATOR = "0.85.0"
 """The Prometheus Operator module whose CRDs (PrometheusRule) the manifests tests create, as
 the operator publishes them (``example/prometheus-operator-crd/``), fetched as a Go module."""

@@ -2,10 +2,11 @@
 dashboard's queries return data and alerting rules evaluate, and for looking at the
 controller's metrics by hand.
 
-The binary is the system's (Debian's ``prometheus`` package puts it at /usr/bin/prometheus,
-and ``promtool`` beside it), not built here. It runs as a ``ManagedProcess`` (its own session,
-killed with us), on a free port, with a generated configuration (rule files, if given, are
-evaluated at the scrape interval) and a data folder that ``stop`` removes.
+The binaries are found or built like the control plane's (``binaries.ensure_prometheus``:
+``$PROMETHEUS`` / ``$PROMTOOL``, else the pinned release built from its Go module and cached).
+It runs as a ``ManagedProcess`` (its own session, killed with us), on a free port, with a
+generated configuration (rule files, if given, are evaluated at the scrape interval) and a
+data folder that ``stop`` removes.
 """
 
 from __future__ import annotations
@@ -22,12 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from linkerd_config.devcluster.binaries import BinaryUnavailableError, ensure_prometheus
 from linkerd_config.devcluster.cluster import LOOPBACK, free_port
 from linkerd_config.devcluster.processes import ManagedProcess
-
-DEFAULT_BINARY = Path("/usr/bin/prometheus")
-DEFAULT_PROMTOOL = Path("/usr/bin/promtool")
-INSTALL_HINT = "apt-get install prometheus"
 
 Json = dict[str, Any]
 
@@ -48,28 +46,22 @@ class ScrapeJob:
 
 
 def find_prometheus(binary: str | Path | None = None) -> Path:
-    """``binary``, else ``prometheus`` on PATH, else /usr/bin/prometheus; or a clear error."""
-    return _find("prometheus", binary, DEFAULT_BINARY)
+    """``binary``, else ``$PROMETHEUS``, else the pinned build; or a clear error."""
+    return Path(binary) if binary else _ensure("prometheus")
 
 
 def find_promtool(binary: str | Path | None = None) -> Path:
-    """``promtool`` (rules checked and unit-tested by Prometheus's own rule engine): ``binary``,
-    else on PATH, else /usr/bin/promtool (the same package); or a clear error."""
-    return _find("promtool", binary, DEFAULT_PROMTOOL)
+    """``promtool`` (rules checked and unit-tested by Prometheus's own rule engine):
+    ``binary``, else ``$PROMTOOL`` (or the one beside ``$PROMETHEUS``), else the pinned build;
+    or a clear error."""
+    return Path(binary) if binary else _ensure("promtool")
 
 
-def _find(name: str, binary: str | Path | None, default: Path) -> Path:
-    candidates = [Path(binary)] if binary else []
-    on_path = shutil.which(name)
-    candidates += [Path(on_path)] if on_path else []
-    candidates.append(default)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise PrometheusError(
-        f"no {name} binary ({', '.join(map(str, candidates))} not found); "
-        f"install Debian's package: {INSTALL_HINT}"
-    )
+def _ensure(name: str) -> Path:
+    try:
+        return ensure_prometheus()[name]
+    except BinaryUnavailableError as exc:
+        raise PrometheusError(str(exc)) from exc
 
 
 def render_config(

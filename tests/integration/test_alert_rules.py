@@ -2,8 +2,8 @@
 Prometheus's own rule engine, and the PrometheusRule the kustomize component and the chart
 render accepted by the Prometheus Operator's real CRD.
 
-* ``promtool test rules`` (Debian's ``prometheus`` package; missing means failed, not
-  skipped): for each alert, series in which it fires (with its labels and its annotations as
+* ``promtool test rules`` (the pinned release's, built from its Go module like the
+  control plane): for each alert, series in which it fires (with its labels and its annotations as
   Prometheus renders them, naming the LinkerdConfig) and series in which it must not. The
   metrics are the controller's names and labels; test_dashboard.py shows the live controller
   exports them.
@@ -222,7 +222,7 @@ def promtool_test(rules_file: Path, alert: str) -> Obj:
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    return str(find_promtool())  # no promtool: the test fails, saying which package
+    return str(find_promtool())  # none given, cached or buildable: fails, saying why
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 The controller runs in-process as ``linkerd-config run`` would (leader election, its webhooks
 registered on the API server, metrics served on a port) beside Linkerd's real proxy injector;
-Prometheus (Debian's ``prometheus`` package; missing means failed, not skipped) scrapes it
+Prometheus (the pinned release, built from its Go module like the control plane) scrapes it
 every second. The scenario makes each panel mean something: the leader elected, an invalid
 LinkerdConfig refused and a minimal one defaulted by the webhooks, the ConfigMap written, and
 an opted-in Deployment restarted onto the new proxy. Then the dashboard's variables are
