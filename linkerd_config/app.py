@@ -72,7 +72,7 @@ def new_registry() -> CollectorRegistry:
 
 async def build(settings: Settings, rollout: RolloutOptions | None = None) -> App:
     registry = new_registry()
-    access = await load_access(settings.kubeconfig)
+    access = await load_access(settings.kubeconfig, settings.context)
     identity = settings.identity or default_identity()
     client = KubeClient(access, registry=registry, user_agent=f"{COMPONENT}/{identity}")
     client.open()

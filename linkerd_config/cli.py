@@ -107,9 +107,9 @@ def _dev_cluster(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="linkerd-config",
+        prog=prog,
         description="Declarative Linkerd configuration: reconcile LinkerdConfig objects into "
         "the linkerd-config ConfigMap and roll the data plane.",
     )
@@ -215,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 INSPECT_SETTINGS = (
     "kubeconfig",
+    "context",
     "config_namespace",
     "max_restarts_per_pass",
     "restart_interval",
@@ -227,7 +228,7 @@ defaults a LinkerdConfig's ``spec.rollout`` may override (give the controller's 
 def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     settings_module.add_arguments(parser, only=INSPECT_SETTINGS)
     parser.add_argument(
-        "-o", "--output", choices=["text", "json"], default="text", help="default text"
+        "-o", "--output", choices=["text", "json", "yaml"], default="text", help="default text"
     )
     parser.set_defaults(func=_inspect)
 
@@ -239,7 +240,7 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "linkerd-config") -> int:
+    args = build_parser(prog).parse_args(argv)
     code: int = args.func(args)
     return code

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import aiohttp
+import yaml
 
 from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
@@ -97,7 +98,7 @@ def convert_command(path: str, version: str, stdout: TextIO | None = None) -> in
 async def read_cluster(settings: Settings) -> ClusterView:
     """What the controller's caches would hold now."""
     try:
-        access = await load_access(settings.kubeconfig)
+        access = await load_access(settings.kubeconfig, settings.context)
     except AccessError as exc:
         raise CommandError(str(exc)) from exc
     client = KubeClient(access, user_agent="linkerd-config-inspect", timeouts=Timeouts(30.0, 10.0))
@@ -139,13 +140,23 @@ def plan_command(settings: Settings, path: str, output: str) -> int:
         print(f"linkerd-config plan: {exc}", file=err)
         return FAILED
     result = plan(config, view, defaults_of(settings))
-    if output == "json":
-        out.write(json.dumps(result.as_json(), indent=2) + "\n")
+    if output in STRUCTURED:
+        out.write(structured(result.as_json(), output))
     else:
         out.write(render_plan(result))
     if result.problem is not None:
         return FAILED
     return CHANGES if result.changes else NO_CHANGES
+
+
+STRUCTURED = ("json", "yaml")
+"""``-o`` values that print the answer as data rather than text."""
+
+
+def structured(data: Any, output: str) -> str:
+    if output == "yaml":
+        return yaml.safe_dump(data, sort_keys=False, width=100, allow_unicode=True)
+    return json.dumps(data, indent=2) + "\n"
 
 
 def render_plan(result: Plan) -> str:
@@ -324,8 +335,8 @@ def status_command(settings: Settings, output: str) -> int:
             file=err,
         )
         return FAILED
-    if output == "json":
-        out.write(json.dumps([r.as_json() for r in reports], indent=2) + "\n")
+    if output in STRUCTURED:
+        out.write(structured([r.as_json() for r in reports], output))
     else:
         out.write("\n".join(render_status(r) for r in reports))
     return CHANGES if any(r.failing for r in reports) else NO_CHANGES

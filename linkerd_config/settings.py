@@ -100,6 +100,10 @@ class Settings:
         "--kubeconfig", "KUBECONFIG", None, str,
         "kubeconfig file; unset: ~/.kube/config if present, else the pod's service account",
     )  # fmt: skip
+    context: str | None = _opt(
+        "--context", "KUBECONTEXT", None, str,
+        "the kubeconfig context to use; unset: its current-context",
+    )  # fmt: skip
     namespace: str = _opt(
         "--namespace", "POD_NAMESPACE", "linkerd", str,
         "namespace of the controller's own Lease and Events",

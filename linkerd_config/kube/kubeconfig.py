@@ -48,18 +48,21 @@ class AccessError(RuntimeError):
     """Where the API server is, or how to reach it, cannot be known; says what to do."""
 
 
-async def load_access(kubeconfig: str | None = None) -> ClusterAccess:
-    """Kubeconfig if one is named or present, else the pod's service account."""
+async def load_access(kubeconfig: str | None = None, context: str | None = None) -> ClusterAccess:
+    """Kubeconfig if one is named or present (its ``context``, else its current one), else
+    the pod's service account."""
     path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
     exists: bool = await asyncio.to_thread(Path(path).is_file)
     if kubeconfig and not exists:
         raise AccessError(f"kubeconfig {path} does not exist (check --kubeconfig or KUBECONFIG)")
     if not exists:
+        if context:
+            raise AccessError(f"--context {context}: no kubeconfig ({path} does not exist)")
         return await asyncio.to_thread(in_cluster, path)
     try:
-        access = await asyncio.to_thread(from_kubeconfig, Path(path))
+        access = await asyncio.to_thread(from_kubeconfig, Path(path), context)
         if access is None:
-            access = await _with_library(path)
+            access = await _with_library(path, context)
     except AccessError:
         raise
     except Exception as exc:  # a parser's, a file's or the library's: all mean unusable
@@ -68,20 +71,21 @@ async def load_access(kubeconfig: str | None = None) -> ClusterAccess:
     return access
 
 
-def from_kubeconfig(path: Path) -> ClusterAccess | None:
-    """The current context of ``path``; None when its user needs the client library."""
+def from_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess | None:
+    """``context`` of ``path``, else its current context; None when its user needs the
+    client library."""
     config = yaml.safe_load(path.read_text()) or {}
-    name = config.get("current-context")
+    name = context or config.get("current-context")
     if not name:
         raise AccessError(f"kubeconfig {path} has no current-context")
-    context = _named(config, "contexts", name, "context")
-    cluster = _named(config, "clusters", context.get("cluster"), "cluster")
-    user = _named(config, "users", context.get("user"), "user") if context.get("user") else {}
+    chosen = _named(config, "contexts", name, "context")
+    cluster = _named(config, "clusters", chosen.get("cluster"), "cluster")
+    user = _named(config, "users", chosen.get("user"), "user") if chosen.get("user") else {}
     if any(key in user for key in NEEDS_LIBRARY):
         return None
     server = str(cluster.get("server") or "").rstrip("/")
     if not server:
-        raise AccessError(f"kubeconfig {path}: cluster {context.get('cluster')!r} has no server")
+        raise AccessError(f"kubeconfig {path}: cluster {chosen.get('cluster')!r} has no server")
     base = path.parent
     ctx: ssl.SSLContext | bool = False
     if server.startswith("https"):
@@ -159,14 +163,16 @@ def _token_file(path: Path) -> Callable[[], Awaitable[str | None]]:
     return bearer
 
 
-async def _with_library(path: str) -> ClusterAccess:
+async def _with_library(path: str, context: str | None = None) -> ClusterAccess:
     """kubernetes_asyncio's loader, for the users it alone can authenticate (exec plugins,
     auth providers, basic auth), with its refresh of expiring credentials."""
     from kubernetes_asyncio.client import Configuration  # noqa: PLC0415  (40 MiB; only here)
     from kubernetes_asyncio.config import load_kube_config  # noqa: PLC0415
 
     cfg = Configuration()
-    await load_kube_config(config_file=path, client_configuration=cfg, persist_config=False)
+    await load_kube_config(
+        config_file=path, context=context, client_configuration=cfg, persist_config=False
+    )
     host: str = cfg.host or ""
     ctx: ssl.SSLContext | bool = False
     if host.startswith("https"):
