@@ -1,5 +1,5 @@
 """``kubectl linkerd-config``'s own part: kubectl's flags in, the command's out, and cobra's
-completion protocol (tests/integration/test_kubectl_plugin.py runs it through kubectl)."""
+completion protocol (tests/integration/test_kubectl_through_kubectl.py runs it through kubectl)."""
 
 from __future__ import annotations
 
