@@ -60,7 +60,12 @@ def read_linkerdconfig(
     stdin = sys.stdin if stdin is None else stdin
     where = "standard input" if path == "-" else path
     try:
-        text = stdin.read() if path == "-" else Path(path).read_text()
+        # At most one byte past the bound, which then refuses it: never all of /dev/zero.
+        if path == "-":
+            text = stdin.read(bounded.MAX_BYTES + 1)
+        else:
+            with Path(path).open(encoding="utf-8", errors="replace") as file:
+                text = file.read(bounded.MAX_BYTES + 1)
         # Bounded (size, depth, values; no anchors or aliases): a hostile file costs one scan.
         documents = [d for d in bounded.yaml_documents(text) if d is not None]
     except OSError as exc:

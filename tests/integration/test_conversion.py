@@ -170,13 +170,7 @@ async def test_with_webhooks_off_v1alpha2_works_and_v1alpha1_is_refused_not_prun
     cp = private_control_plane
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
-        await kube.request("POST", CRDS.path(), body=crd(), fenced=False)
-
-        async def served() -> bool:
-            await kube.request("GET", LINKERD_CONFIGS.path())
-            return True
-
-        await eventually(served, timeout=60, what="the CRD served")
+        await scenario.install_crd_as_manifests_have_it(kube)
         seed = load(SAMPLES / "edge_19.12.3.yaml")
         with pytest.raises(ApiError) as refused:
             await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=seed, fenced=False)

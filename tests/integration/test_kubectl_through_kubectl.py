@@ -16,11 +16,9 @@ import yaml
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CRDS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, crd
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.samples import SAMPLES, load
-from tests.support.waiting import eventually
 
 SAMPLE = SAMPLES / "edge_19.12.3.yaml"
 V1ALPHA2_SAMPLE = (
@@ -54,13 +52,7 @@ async def test_plan_status_and_completion_through_kubectl(
 
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
-        await kube.request("POST", CRDS.path(), body=crd(), fenced=False)
-
-        async def served() -> bool:
-            await kube.request("GET", LINKERD_CONFIGS.path())
-            return True
-
-        await eventually(served, timeout=60, what="the CRD served")
+        await scenario.install_crd_as_manifests_have_it(kube)
         await scenario.install_linkerd_edge_19_12_1(kube)
 
         # plan: kubectl's -n and -o yaml; Terraform's exit code 2 for changes.

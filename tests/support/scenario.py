@@ -21,6 +21,7 @@ from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as STORED
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
@@ -66,6 +67,18 @@ async def install_crd(kube: KubeClient) -> None:
         return True
 
     await eventually(serving, timeout=60, what="LinkerdConfig API served")
+
+
+async def install_crd_as_manifests_have_it(kube: KubeClient) -> None:
+    """The CRD as manifests/crd has it: its conversion webhook the in-cluster Service, which
+    nothing serves here (as with the webhooks off)."""
+    await kube.request("POST", CRDS.path(), body=crd(), fenced=False)
+
+    async def served() -> bool:
+        await kube.request("GET", STORED.path())  # v1alpha2: listing it needs no converter
+        return True
+
+    await eventually(served, timeout=60, what="the CRD served")
 
 
 async def condition(kube: KubeClient, name: str, type_: str) -> Json:

@@ -514,3 +514,9 @@ def test_plan_and_status_of_a_v1alpha2_linkerdconfig_show_linkerds_values_by_pat
     assert reported.problem is None and reported.drifted == (), reported
     assert reported.proxy_version == version and reported.failing == [], reported
     assert plan(config, cluster, DEFAULTS).keys == ()
+
+
+def test_an_endless_file_is_read_no_further_than_the_bound() -> None:
+    """plan -f /dev/zero (or a huge file): one byte past the bound is read, then refused."""
+    with pytest.raises(CommandError, match=r"/dev/zero is larger than 262144 bytes"):
+        read_linkerdconfig("/dev/zero")
