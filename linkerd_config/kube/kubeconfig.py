@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
@@ -52,6 +52,8 @@ async def load_access(kubeconfig: str | None = None, context: str | None = None)
     """Kubeconfig if one is named or present (its ``context``, else its current one), else
     the pod's service account."""
     path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    if os.pathsep in path:  # a list, as kubectl takes KUBECONFIG: merged as kubectl merges it
+        return await _merged_access(path, context)
     exists: bool = await asyncio.to_thread(Path(path).is_file)
     if kubeconfig and not exists:
         raise AccessError(f"kubeconfig {path} does not exist (check --kubeconfig or KUBECONFIG)")
@@ -71,10 +73,66 @@ async def load_access(kubeconfig: str | None = None, context: str | None = None)
     return access
 
 
+async def _merged_access(paths: str, context: str | None) -> ClusterAccess:
+    """A KUBECONFIG list: the files that exist, merged as kubectl merges them (the first to
+    define a name, or the current-context, wins; each file's relative paths its own)."""
+    files = [Path(p) for p in paths.split(os.pathsep) if p]
+    present = [f for f in files if await asyncio.to_thread(f.is_file)]
+    if not present:
+        raise AccessError(f"KUBECONFIG {paths}: none of its files exists")
+    try:
+        merged = await asyncio.to_thread(merge_kubeconfigs, present)
+        access = from_config(merged, Path(paths), context)
+        if access is None:
+            access = await _with_library(paths, context, merged)
+    except AccessError:
+        raise
+    except Exception as exc:  # as for one file
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        raise AccessError(f"KUBECONFIG {paths} is not usable: {reason}") from exc
+    return access
+
+
+_FILE_KEYS: Final = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
+
+
+def merge_kubeconfigs(files: list[Path]) -> dict[str, Any]:
+    """kubectl's merge of several kubeconfig files: for clusters, users and contexts the
+    first file to define a name wins, as does the first current-context; a relative file
+    reference is made absolute against the file it came from."""
+    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
+    seen: dict[str, set[str]] = {section: set() for section in merged}
+    for path in files:
+        config = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(config, dict):
+            raise AccessError(f"kubeconfig {path} is not a mapping")
+        if not merged.get("current-context") and config.get("current-context"):
+            merged["current-context"] = config["current-context"]
+        for section, key in (("clusters", "cluster"), ("users", "user"), ("contexts", "context")):
+            for entry in config.get(section) or []:
+                name = entry.get("name") if isinstance(entry, dict) else None
+                if not isinstance(name, str) or name in seen[section]:
+                    continue
+                seen[section].add(name)
+                body = dict(entry.get(key) or {})
+                for file_key in _FILE_KEYS:
+                    if isinstance(body.get(file_key), str) and body[file_key]:
+                        body[file_key] = str(path.parent / body[file_key])
+                merged[section].append({"name": name, key: body})
+    return merged
+
+
 def from_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess | None:
     """``context`` of ``path``, else its current context; None when its user needs the
     client library."""
-    config = yaml.safe_load(path.read_text()) or {}
+    return from_config(yaml.safe_load(path.read_text()) or {}, path, context)
+
+
+def from_config(
+    config: dict[str, Any], path: Path, context: str | None = None
+) -> ClusterAccess | None:
+    """``context`` of a parsed kubeconfig (read from ``path``: relative files are relative
+    to it), else its current context; None when its user needs the client library."""
     name = context or config.get("current-context")
     if not name:
         raise AccessError(f"kubeconfig {path} has no current-context")
@@ -163,16 +221,24 @@ def _token_file(path: Path) -> Callable[[], Awaitable[str | None]]:
     return bearer
 
 
-async def _with_library(path: str, context: str | None = None) -> ClusterAccess:
+async def _with_library(
+    path: str, context: str | None = None, merged: dict[str, Any] | None = None
+) -> ClusterAccess:
     """kubernetes_asyncio's loader, for the users it alone can authenticate (exec plugins,
     auth providers, basic auth), with its refresh of expiring credentials."""
     from kubernetes_asyncio.client import Configuration  # noqa: PLC0415  (40 MiB; only here)
-    from kubernetes_asyncio.config import load_kube_config  # noqa: PLC0415
+    from kubernetes_asyncio.config import (  # noqa: PLC0415
+        load_kube_config,
+        load_kube_config_from_dict,
+    )
 
     cfg = Configuration()
-    await load_kube_config(
-        config_file=path, context=context, client_configuration=cfg, persist_config=False
-    )
+    if merged is not None:
+        await load_kube_config_from_dict(merged, context=context, client_configuration=cfg)
+    else:
+        await load_kube_config(
+            config_file=path, context=context, client_configuration=cfg, persist_config=False
+        )
     host: str = cfg.host or ""
     ctx: ssl.SSLContext | bool = False
     if host.startswith("https"):

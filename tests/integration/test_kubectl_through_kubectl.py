@@ -27,11 +27,13 @@ V1ALPHA2_SAMPLE = (
 PLUGINS = Path(sys.executable).parent  # where the package's entry points are installed
 
 
-def kubectl(cp: LocalControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+def kubectl(
+    cp: LocalControlPlane, *args: str, kubeconfig: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "PATH": f"{PLUGINS}{os.pathsep}{os.environ.get('PATH', '')}",
-        "KUBECONFIG": str(cp.kubeconfig),
+        "KUBECONFIG": kubeconfig or str(cp.kubeconfig),
     }
     return subprocess.run(
         [str(cp.binary("kubectl")), *args],
@@ -74,6 +76,12 @@ async def test_plan_status_and_completion_through_kubectl(
         assert status.returncode == 2, status
         (report,) = json.loads(status.stdout)
         assert report["linkerdConfig"] == v1alpha2["metadata"]["name"], report
+
+        # KUBECONFIG as a list, as kubectl takes it (a file that does not exist skipped).
+        listed = f"{cp.kubeconfig.parent / 'absent'}{os.pathsep}{cp.kubeconfig}"
+        merged = kubectl(cp, "linkerd-config", "status", "-o", "json", kubeconfig=listed)
+        assert merged.returncode == 2, merged
+        assert [r["linkerdConfig"] for r in json.loads(merged.stdout)] == [report["linkerdConfig"]]
 
         missing = kubectl(cp, "linkerd-config", "status", "--context", "no-such-context")
         assert missing.returncode == 1

@@ -180,3 +180,67 @@ def test_the_running_controller_does_not_import_the_client_library() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     ).stdout
     assert out.strip() == "False"
+
+
+# -- --context and a KUBECONFIG list (kubectl's conventions, for the kubectl plugin) ----------
+
+
+def config_file(path: Path, clusters: dict[str, Any], contexts: dict[str, str], **top: Any) -> Path:
+    """A kubeconfig with ``clusters`` (name: cluster) and ``contexts`` (name: cluster name),
+    each context with the user ``u`` (a token naming the file)."""
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{"name": n, "cluster": c} for n, c in clusters.items()],
+                "users": [{"name": "u", "user": {"token": path.name}}],
+                "contexts": [
+                    {"name": n, "context": {"cluster": c, "user": "u"}} for n, c in contexts.items()
+                ],
+                **top,
+            }
+        )
+    )
+    return path
+
+
+async def test_a_context_other_than_the_current_one(tmp_path: Path) -> None:
+    path = config_file(
+        tmp_path / "config",
+        {"a": {"server": "http://a"}, "b": {"server": "http://b"}},
+        {"x": "a", "y": "b"},
+        **{"current-context": "x"},
+    )
+    assert (await load_access(str(path))).server == "http://a"
+    assert (await load_access(str(path), "y")).server == "http://b"
+    with pytest.raises(AccessError, match="names context 'nope' but does not define it"):
+        await load_access(str(path), "nope")
+
+
+async def test_a_kubeconfig_list_is_merged_as_kubectl_merges_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ca: TinyCA
+) -> None:
+    """The first file to define a name or the current-context wins; a relative file is
+    relative to the file that names it; files that do not exist are skipped."""
+    (tmp_path / "second").mkdir()
+    (tmp_path / "second" / "ca.crt").write_bytes(ca.cert_pem)
+    first = config_file(tmp_path / "first", {"a": {"server": "http://a"}}, {"x": "a"})
+    second = config_file(
+        tmp_path / "second" / "config",
+        {
+            "a": {"server": "http://not-this-one"},
+            "b": {"server": "https://b", "certificate-authority": "ca.crt"},
+        },
+        {"x": "b", "y": "b"},
+        **{"current-context": "y"},
+    )
+    listed = f"{tmp_path / 'missing'}:{first}:{second}"
+    monkeypatch.setenv("KUBECONFIG", listed)
+    access = await load_access()
+    assert access.server == "https://b"  # current-context y, from the second file
+    assert await access.bearer() == "Bearer first"  # user u: the first file's
+    assert isinstance(access.ssl_context, ssl.SSLContext)
+    assert len(access.ssl_context.get_ca_certs()) == 1  # second/ca.crt, found beside it
+    assert (await load_access(None, "x")).server == "http://a"  # x: the first file's
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'a'}:{tmp_path / 'b'}")
+    with pytest.raises(AccessError, match="none of its files exists"):
+        await load_access()
