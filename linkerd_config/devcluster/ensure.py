@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from linkerd_config.devcluster import pinned, real_node
+from linkerd_config.devcluster import pinned, real_node, system_packages
 from linkerd_config.devcluster.binaries import (
     NODE_BINARIES,
     ensure_binaries,
@@ -14,6 +14,9 @@ from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
 
 
 def main() -> None:
+    still = system_packages.ensure()
+    if still:
+        print(f"Debian packages missing: {' '.join(still)}", flush=True)
     for name, path in ensure_binaries().items():
         print(f"{name}: {path}", flush=True)
     print(f"helm: {ensure_helm()}", flush=True)
