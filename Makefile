@@ -69,20 +69,20 @@ $(BENCH_STAMP): $(STAMP) requirements/bench.lock
 	touch $(BENCH_STAMP)
 
 SCALE_ARGS ?=
-bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results and bench/results/figures.md
+bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results and bench/RESULTS.md
 	PYTHONPATH=. $(PY) bench/control_plane_bench.py
 	PYTHONPATH=. $(PY) bench/informer_bench.py
 	PYTHONPATH=. $(PY) bench/reconcile_bench.py
 	PYTHONPATH=. $(PY) bench/decision_bench.py
 	PYTHONPATH=. $(PY) bench/hostile_input_bench.py
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
-	PYTHONPATH=. $(PY) bench/readme_tables.py
+	PYTHONPATH=. $(PY) bench/results_tables.py
 
-bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/results/figures.md): SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 ...'
+bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/RESULTS.md): SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 ...'
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
-	PYTHONPATH=. $(PY) bench/readme_tables.py
+	PYTHONPATH=. $(PY) bench/results_tables.py
 
-generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules), protobuf code and the README field table
+generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules), protobuf code and the docs' field table
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
 	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
@@ -90,7 +90,7 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
-	$(PY) -c 'from linkerd_config.linkerd.formats.field_table import write_docs_table as w; w("README.md")'
+	$(PY) -c 'from linkerd_config.linkerd.formats.field_table import write_docs_table as w; w("docs/user-guide.md")'
 	{ echo "# The seed sample (../edge_19.12.3.yaml) as v1alpha2, written by make generate with"; \
 	  echo "# linkerd-config convert. For a cluster with the webhooks off, which stores only v1alpha2."; \
 	  $(PY) -m linkerd_config convert -f manifests/samples/edge_19.12.3.yaml; } > manifests/samples/v1alpha2/edge_19.12.3.yaml.tmp

@@ -23,7 +23,7 @@ requests in the quiet ``--steady-seconds`` after.
     make bench-scale SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 --batch 50'
 
 Prints tables of ratios (ours/limit, ours/kopf) and writes ``bench/results/scale.json``;
-``bench/readme_tables.py`` puts them in ``bench/results/figures.md``.
+``bench/results_tables.py`` puts them in ``bench/RESULTS.md``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's local install block, run as it stands: a user who copies it gets what it
+"""The development guide's local install block, run as it stands: a user who copies it gets what it
 says (a real node, the image built and loaded, the controller installed with kustomize and
 with Helm, each Ready, then everything removed)."""
 
@@ -15,7 +15,7 @@ from tests.support import in_cluster
 
 pytestmark = pytest.mark.integration
 
-README = in_cluster.REPO / "README.md"
+README = in_cluster.REPO / "docs" / "development.md"
 BLOCK = re.compile(
     r"<!-- install-local:begin -->\n```sh\n(?P<commands>.*?)```\n<!-- install-local:end -->",
     re.DOTALL,
@@ -24,7 +24,7 @@ BLOCK = re.compile(
 
 def readme_commands() -> list[str]:
     found = BLOCK.search(README.read_text())
-    assert found, "README.md has no install-local block"
+    assert found, "docs/development.md has no install-local block"
     return [line for line in found["commands"].splitlines() if line.strip()]
 
 

@@ -3,7 +3,7 @@
 The proof is the one import contracts get: a scratch copy of the package with one row added
 (and one removed), where the CRD schema, validation, both formats and the docs follow without
 another edit. Beside it, the table's own consistency: every legacy column names a real
-``config.proto`` field, every such field has exactly one row, and the README's table is the
+``config.proto`` field, every such field has exactly one row, and the user guide's table is the
 generated one.
 """
 
@@ -201,7 +201,7 @@ def test_every_row_has_a_valid_example_and_one_path() -> None:
 
 
 def test_the_readme_table_is_generated() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "user-guide.md").read_text()
     assert field_table.with_docs_table(readme) == readme, "run make generate"
 
 

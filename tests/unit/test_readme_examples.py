@@ -1,4 +1,4 @@
-"""Every LinkerdConfig the README shows is one the webhook's validation admits."""
+"""Every LinkerdConfig the README and the docs show is one the webhook's validation admits."""
 
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ import yaml
 
 from linkerd_config.linkerd.validation import validate
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[2]
+README = "\n".join(
+    path.read_text() for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+)
 EXAMPLES = [
     textwrap.dedent(block)
     for indent, block in re.findall(r"^( *)```yaml\n(.*?)^\1```", README, re.S | re.M)
@@ -20,7 +23,7 @@ EXAMPLES = [
 
 
 def test_the_readme_shows_linkerdconfigs() -> None:
-    assert len(EXAMPLES) >= 2
+    assert len(EXAMPLES) >= 3
 
 
 @pytest.mark.parametrize("text", EXAMPLES, ids=range(len(EXAMPLES)))

@@ -5,7 +5,7 @@ From ``FIELDS`` follow: the CRD schema of ``spec.global`` and ``spec.proxy``
 (every format's, and what ``linkerd install`` wrote in the legacy era), the legacy mapping
 (the ``config.proto`` field, and the releases whose message has it), the values mapping (the
 Helm values path, its conversion, the releases whose chart has it), and the documentation's
-field table (``write_docs_table``, which ``make generate`` runs on the README; a test fails
+field table (``write_docs_table``, which ``make generate`` runs on docs/user-guide.md; a test fails
 when it is stale). Adding a field is one row plus its tests;
 tests/unit/test_field_table.py proves it on a scratch copy.
 

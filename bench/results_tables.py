@@ -1,8 +1,8 @@
-"""Write the scale tables of ``bench/results/figures.md`` from ``bench/results/scale.json``
+"""Write the scale tables of ``bench/RESULTS.md`` from ``bench/results/scale.json``
 (between the markers ``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so they show what
 the bench measured and nothing else: whole-process figures, the machine and its load, the command.
 
-    .venv/bin/python bench/readme_tables.py        (make bench runs it last)
+    .venv/bin/python bench/results_tables.py        (make bench runs it last)
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "scale.json"
-FIGURES = ROOT / "bench" / "results" / "figures.md"
+FIGURES = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 
 
