@@ -183,6 +183,13 @@ class _ConfigProgress:
     canary_passed: Json | None = None
     """The canary's record once this process saw it pass (spec.rollout.canary): until status
     says so, the rest's restarts must not look like a larger canary."""
+    canary_written: Json | None = None
+    """The canary's record this process last decided to write (its clock, ``healthySince``),
+    until status holds it: a pass on the cache from before that write must read the clock it
+    started, not start it again (two clocks milliseconds apart: a later one overwrote the
+    first, and the canary's stable time restarted)."""
+    canary_written_read: object = None
+    """The LinkerdConfig's resourceVersion ``canary_written`` was decided on (as for a halt)."""
     rollback_stuck_said: bool = False
     """The Warning that the rollback's own workloads missed their deadline was recorded."""
     restores_tried: dict[str, float] = field(default_factory=dict)
@@ -765,11 +772,18 @@ class RolloutExecutor:
             )
 
         progress = self._of(config_hash)
-        record = canary.newest(canary.stored(config, config_hash), progress.canary_passed)
+        version = (config.get("metadata") or {}).get("resourceVersion")
+        stored = canary.stored(config, config_hash)
+        if progress.canary_written is not None and progress.canary_written_read == version:
+            stored = progress.canary_written  # our write, not read back yet
+        record = canary.newest(stored, progress.canary_passed)
         standing = [s for s, _ in restarted.values()]
         found = canary.decide(
             spec.canary, config, config_hash, record, standing, forgiven, todo, labels, self.wall()
         )
+        decided = found.status.get(canary.FIELD)
+        if isinstance(decided, dict) and decided != stored:
+            progress.canary_written, progress.canary_written_read = decided, version
         if found.passed_now and progress.canary_passed is None:
             progress.canary_passed = found.status[canary.FIELD]
             log.info("canary passed", linkerdconfig=config["metadata"]["name"], hash=config_hash)

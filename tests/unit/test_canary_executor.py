@@ -207,3 +207,30 @@ async def test_without_a_canary_nothing_changes_and_an_old_record_is_removed() -
     outcome = await world.executor.roll(cfg, DESIRED)
     assert world.writer.patched == ["ns/app-00", "ns/app-01"]
     assert outcome.status[FIELD] is None and "canary" not in outcome.message
+
+
+async def test_a_clock_not_read_back_yet_is_not_started_again() -> None:
+    """Two passes on the same cached object (the informer has not delivered the first one's
+    status write): the second reads the clock the first started, not a new one milliseconds
+    later, which would overwrite it and restart the canary's stable time (seen in CI as two
+    healthySince 11 ms apart). Once the write is read back, status is the record."""
+    world = World(3, restart_interval=1.0)
+    cfg = config(count=1, stableFor="60s")
+    cfg["metadata"]["resourceVersion"] = "1"
+    run = Rollout(world, cfg)
+    await run.roll()
+    world.clock.now += 2.0
+    cached = {**run.config, "metadata": {**run.config["metadata"], "resourceVersion": "2"}}
+    run.config = cached
+    started = await run.roll(write_status=False)  # the canary healthy: its clock starts
+    clock = started.status[FIELD]["healthySince"]
+    world.clock.now += 0.011
+    again = await run.roll(write_status=False)  # the same cached object, rv 2
+    assert again.status[FIELD]["healthySince"] == clock
+    world.clock.now += 5.0
+    read_back = with_status(cached, again)
+    read_back["metadata"] = {**read_back["metadata"], "resourceVersion": "3"}
+    run.config = read_back
+    later = await run.roll()
+    assert later.status[FIELD]["healthySince"] == clock
+    assert "healthy for 5s of 1m0s" in later.message
