@@ -184,8 +184,19 @@ async def check_install(
     # same identity, or the other after the lease expires) within the lease timings.
     before = in_cluster.lease_renewed(cp)
     assert before is not None
-    (victim,) = [p for p in in_cluster.controller_pods(cp) if p["metadata"]["name"] == successor]
-    container = victim["status"]["containerStatuses"][0]["containerID"].split("//", 1)[1]
+
+    async def container_of_successor() -> str | None:
+        """Its container's ID, once the kubelet has reported it: a pod new from the
+        ReplicaSet can take the Lease before its status names the container."""
+        for pod in in_cluster.controller_pods(cp):
+            if pod["metadata"]["name"] == successor:
+                statuses = pod["status"].get("containerStatuses") or [{}]
+                found = statuses[0].get("containerID")
+                return str(found).split("//", 1)[1] if found else None
+        return None
+
+    container = await eventually(container_of_successor, timeout=60, interval=0.2,
+                                 what=f"{successor}'s container ID")  # fmt: skip
     started = time.monotonic()
     cp.node.ctr("tasks", "kill", "--signal", "SIGKILL", container)
 
