@@ -141,7 +141,15 @@ async def check_install(
             for c in ours
             for w in c["webhooks"]
         ), ours
-    refused = kubectl(cp, "apply", "-f", str(SAMPLES / "invalid" / "garbage_pem.yaml"), check=False)
+    garbage = str(SAMPLES / "invalid" / "garbage_pem.yaml")
+
+    async def answered() -> str | None:
+        """The webhook's answer, once the Service routes to it: kube-proxy programs a new
+        Service's rules a moment after its endpoints are ready (connection refused before)."""
+        out = kubectl(cp, "apply", "-f", garbage, check=False)
+        return None if "failed calling webhook" in out else out
+
+    refused = await eventually(answered, timeout=60, interval=1, what="the webhooks answering")
     assert "denied the request" in refused and "trustAnchorsPEM" in refused, refused
     minimal = SAMPLES / "edge_19.12.3_use_webhook_defaults.yaml"
     defaulted = json.loads(
