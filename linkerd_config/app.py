@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, disable_creat
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import self_signed_serving_pair
-from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.client import CONTENT_TYPES, KubeClient
 from linkerd_config.kube.delegated_auth import DelegatedAuth
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.kubeconfig import load_access
@@ -74,7 +74,12 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
     registry = new_registry()
     access = await load_access(settings.kubeconfig, settings.context)
     identity = settings.identity or default_identity()
-    client = KubeClient(access, registry=registry, user_agent=f"{COMPONENT}/{identity}")
+    client = KubeClient(
+        access,
+        registry=registry,
+        user_agent=f"{COMPONENT}/{identity}",
+        content_type=CONTENT_TYPES[settings.kube_api_content_type],
+    )
     client.open()
     try:
         return _assemble(settings, rollout, registry, client, identity)

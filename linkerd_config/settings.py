@@ -104,6 +104,12 @@ class Settings:
         "--context", "KUBECONTEXT", None, str,
         "the kubeconfig context to use; unset: its current-context",
     )  # fmt: skip
+    kube_api_content_type: str = _opt(
+        "--kube-api-content-type", "KUBE_API_CONTENT_TYPE", "protobuf", _choice("protobuf", "json"),
+        "how the informers ask for built-in types (custom resources and writes are JSON "
+        "either way); protobuf falls back to JSON, with a warning, where a server or proxy "
+        "refuses it",
+    )  # fmt: skip
     namespace: str = _opt(
         "--namespace", "POD_NAMESPACE", "linkerd", str,
         "namespace of the controller's own Lease and Events",

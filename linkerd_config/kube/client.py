@@ -26,16 +26,26 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from linkerd_config.kube.field_tree import FieldTree
 from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.metrics import ComponentMetrics
+from linkerd_config.kube.protobuf_wire import (
+    PROTOBUF,
+    ProtobufError,
+    decode_object,
+    decodes,
+    watch_event_decoder,
+)
 from linkerd_config.kube.resource import (
     SUBJECT_ACCESS_REVIEWS,
     TOKEN_REVIEWS,
     ApiResource,
     Json,
 )
+from linkerd_config.kube.watch import ByteSource, WatchStream
 
 APPLICATION_JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -44,6 +54,12 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is valid YAML
 PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+_AS_METADATA = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
+_AS_METADATA_LIST = ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+CONTENT_TYPES = {"protobuf": PROTOBUF, "json": APPLICATION_JSON}
+"""What ``--kube-api-content-type`` takes: how informers ask for built-in types (client-go's
+``rest.Config.ContentType``); custom resources and every write are JSON either way."""
+_REFUSED_CODES = frozenset({406, 415})
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _RETRY_AFTER_CODES = frozenset({429, 500, 502, 503, 504})
@@ -89,6 +105,9 @@ def _keepalive_socket(addr_info: Any) -> socket.socket:
     if hasattr(socket, "TCP_USER_TIMEOUT"):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, _TCP_USER_TIMEOUT_MS)
     return sock
+
+
+log = structlog.get_logger(__name__)
 
 
 class WriteGate(Protocol):
@@ -155,8 +174,82 @@ class RestClientMetrics(ComponentMetrics):
         )
 
 
-class KubeClient:
-    """Raw API access; use as ``async with``. Safe to share among tasks."""
+def _json_accept(metadata_only: bool, *, watch: bool) -> str:
+    if not metadata_only:
+        return APPLICATION_JSON
+    return PARTIAL_METADATA if watch else PARTIAL_METADATA_LIST
+
+
+class _RawClient(Protocol):
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = ...,
+        accept: str = ...,
+        timeout: float | None = ...,
+    ) -> Json: ...
+
+    def stream(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = ...,
+        accept: str = ...,
+        total_timeout: float,
+        read_timeout: float,
+    ) -> contextlib.AbstractAsyncContextManager[ByteSource]: ...
+
+
+class JsonListWatch:
+    """LIST pages and watches in JSON over ``request`` and ``stream``: what an informer asks
+    of its client (``informer.ListWatchClient``), the way every client can answer it."""
+
+    async def list_page(
+        self: _RawClient,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
+        timeout: float,
+    ) -> Json:
+        """One page as the server sent it (a JSON decoder builds every field anyway)."""
+        accept = _json_accept(metadata_only, watch=False)
+        return await self.request("GET", path, params=params, accept=accept, timeout=timeout)
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self: _RawClient,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
+        total_timeout: float,
+        read_timeout: float,
+        inactivity_timeout: float,
+    ) -> AsyncIterator[WatchStream]:
+        accept = _json_accept(metadata_only, watch=True)
+        async with self.stream(
+            path,
+            params=params,
+            accept=accept,
+            total_timeout=total_timeout,
+            read_timeout=read_timeout,
+        ) as body:
+            yield WatchStream(body, inactivity_timeout=inactivity_timeout)
+
+
+class KubeClient(JsonListWatch):
+    """Raw API access; use as ``async with``. Safe to share among tasks.
+
+    Informers' LISTs and watches of built-in types travel in protobuf (``content_type``
+    ``PROTOBUF``, the default, like client-go's), decoded only as far as the informer's
+    transform reads; a server or proxy that refuses protobuf (406, 415) turns this client to
+    JSON for good, with one warning. Custom resources and everything else are JSON.
+    """
 
     def __init__(
         self,
@@ -167,7 +260,10 @@ class KubeClient:
         timeouts: Timeouts | None = None,
         write_gate: WriteGate | None = None,
         pool_size: int = 32,
+        content_type: str = PROTOBUF,
     ) -> None:
+        if content_type not in CONTENT_TYPES.values():
+            raise ValueError(f"content_type must be one of {sorted(CONTENT_TYPES.values())}")
         self.access = access
         self.registry = registry
         """Where this client's metrics go; informers on this client default to it too."""
@@ -185,6 +281,8 @@ class KubeClient:
         # Invariant: sessions dropped by renew_connections whose close has not finished.
         self._streams: set[aiohttp.StreamReader] = set()
         # Invariant: the bodies of the streams (watches) being read right now.
+        self.protobuf = content_type == PROTOBUF
+        """Ask for protobuf where it can be decoded; False from the first refusal on."""
 
     async def __aenter__(self) -> KubeClient:
         self.open()
@@ -273,6 +371,31 @@ class KubeClient:
         Like client-go, an answer that carries Retry-After (429, or a 5xx the server says it
         did not process) is retried a few times after the delay it asks for.
         """
+        answer, raw = await self.request_raw(
+            method,
+            path,
+            params=params,
+            body=body,
+            content_type=content_type,
+            accept=accept,
+            timeout=timeout,
+            fenced=fenced,
+        )
+        return _decode(answer, raw, None)
+
+    async def request_raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool] | None = None,
+        body: Any = None,
+        content_type: str = APPLICATION_JSON,
+        accept: str = APPLICATION_JSON,
+        timeout: float | None = None,
+        fenced: bool = True,
+    ) -> tuple[str, bytes]:
+        """``request``, undecoded: the answer's content type and body."""
         method = method.upper()
         if fenced and method in _WRITE_METHODS and self.write_gate is not None:
             self.write_gate.check(method, path)
@@ -296,7 +419,7 @@ class KubeClient:
         content_type: str,
         accept: str,
         timeout: float | None,
-    ) -> Json:
+    ) -> tuple[str, bytes]:
         headers = await self._headers(content_type if data is not None else None, accept)
         limit = aiohttp.ClientTimeout(
             total=timeout or self.timeouts.request, connect=self.timeouts.connect
@@ -316,10 +439,94 @@ class KubeClient:
                 raw = await resp.read()
                 if resp.status >= 300:
                     raise _api_error(resp, method, path, raw)
-                decoded: Json = orjson.loads(raw) if raw else {}
-                return decoded
+                return resp.headers.get("Content-Type", ""), raw
         finally:
             self._observe(method, code, started)
+
+    # -- informers' LISTs and watches ------------------------------------------------------
+
+    def _asks_protobuf(self, path: str, metadata_only: bool) -> bool:
+        return self.protobuf and decodes(path, metadata_only)
+
+    def _refused(self, exc: ApiError) -> None:
+        if self.protobuf:
+            log.warning(
+                "protobuf refused; asking for JSON from now on",
+                path=exc.path,
+                status=exc.status,
+                error=exc.message[:200],
+            )
+        self.protobuf = False
+
+    async def list_page(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
+        timeout: float,
+    ) -> Json:
+        """One page, in protobuf if the server speaks it for this path (JSON otherwise);
+        decoded from protobuf, its items hold only ``fields`` (None: everything)."""
+        if not self._asks_protobuf(path, metadata_only):
+            return await super().list_page(
+                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+            )
+        json_accept = _json_accept(metadata_only, watch=False)
+        accept = f"{PROTOBUF}{_AS_METADATA_LIST if metadata_only else ''}, {json_accept}"
+        try:
+            answer, raw = await self.request_raw(
+                "GET", path, params=params, accept=accept, timeout=timeout
+            )
+        except ApiError as exc:
+            if exc.status not in _REFUSED_CODES:
+                raise
+            self._refused(exc)
+            return await super().list_page(
+                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+            )
+        return _decode(answer, raw, fields)
+
+    @contextlib.asynccontextmanager
+    async def watch(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
+        total_timeout: float,
+        read_timeout: float,
+        inactivity_timeout: float,
+    ) -> AsyncIterator[WatchStream]:
+        """A watch, as length-framed protobuf if the server speaks it (JSON lines else)."""
+        protobuf = self._asks_protobuf(path, metadata_only)
+        json_accept = _json_accept(metadata_only, watch=True)
+        accept = json_accept
+        if protobuf:
+            accept = f"{PROTOBUF}{_AS_METADATA if metadata_only else ''}, {json_accept}"
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                answer, body = await stack.enter_async_context(
+                    self._stream(path, params, accept, total_timeout, read_timeout)
+                )
+            except ApiError as exc:
+                if not protobuf or exc.status not in _REFUSED_CODES:
+                    raise
+                self._refused(exc)
+                answer, body = await stack.enter_async_context(
+                    self._stream(path, params, json_accept, total_timeout, read_timeout)
+                )
+            if answer.startswith(PROTOBUF):
+                yield WatchStream(
+                    body,
+                    inactivity_timeout=inactivity_timeout,
+                    framed=True,
+                    decode=watch_event_decoder(fields),
+                )
+            else:
+                yield WatchStream(body, inactivity_timeout=inactivity_timeout)
 
     async def probe(self, path: str, *, timeout: float) -> int:
         """A GET of ``path`` on a connection of its own that stays open between probes (so a
@@ -378,6 +585,19 @@ class KubeClient:
         read_timeout: float,
     ) -> AsyncIterator[aiohttp.StreamReader]:
         """A long GET (a watch): the body as a stream, with a deadline on silence."""
+        async with self._stream(path, params, accept, total_timeout, read_timeout) as (_, body):
+            yield body
+
+    @contextlib.asynccontextmanager
+    async def _stream(
+        self,
+        path: str,
+        params: Mapping[str, str | int | bool] | None,
+        accept: str,
+        total_timeout: float,
+        read_timeout: float,
+    ) -> AsyncIterator[tuple[str, aiohttp.StreamReader]]:
+        """``stream``, with the answer's content type."""
         headers = await self._headers(None, accept)
         limit = aiohttp.ClientTimeout(
             total=total_timeout, connect=self.timeouts.connect, sock_read=read_timeout
@@ -393,7 +613,7 @@ class KubeClient:
                     raise _api_error(resp, "GET", path, await resp.read())
                 self._streams.add(resp.content)
                 try:
-                    yield resp.content
+                    yield resp.headers.get("Content-Type", ""), resp.content
                 finally:
                     self._streams.discard(resp.content)
         finally:
@@ -411,9 +631,13 @@ def _query(params: Mapping[str, str | int | bool] | None) -> dict[str, str] | No
 
 
 def _api_error(resp: aiohttp.ClientResponse, method: str, path: str, raw: bytes) -> ApiError:
+    body: Any
     try:
-        body = orjson.loads(raw) if raw else None
-    except orjson.JSONDecodeError:
+        if resp.headers.get("Content-Type", "").startswith(PROTOBUF):
+            body = decode_object(raw, None)  # a Status, asked for in protobuf
+        else:
+            body = orjson.loads(raw) if raw else None
+    except (orjson.JSONDecodeError, ProtobufError, ValueError):
         body = {"message": raw[:500].decode(errors="replace")}
     if body is not None and not isinstance(body, dict):
         body = {"message": str(body)}
@@ -433,3 +657,13 @@ def token_access(server: str, ca_pem: bytes, token: str) -> ClusterAccess:
         return f"Bearer {token}"
 
     return ClusterAccess(server=server, ssl_context=ctx, bearer=bearer, source="token")
+
+
+def _decode(content_type: str, raw: bytes, fields: FieldTree | None) -> Json:
+    """A 2xx body by the content type the server chose: protobuf cut to ``fields``, or JSON."""
+    if not raw:
+        return {}
+    if content_type.startswith(PROTOBUF):
+        return decode_object(raw, fields)
+    decoded: Json = orjson.loads(raw)
+    return decoded

@@ -55,11 +55,13 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from linkerd_config.kube.client import (
-    APPLICATION_JSON,
-    PARTIAL_METADATA,
-    PARTIAL_METADATA_LIST,
-    ApiError,
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.field_tree import (
+    EVERYTHING_BUT_MANAGED_FIELDS,
+    IDENTITY_FIELDS,
+    FieldTree,
+    fields_read,
+    tree_of,
 )
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.ratelimit import JitteredBackoff
@@ -67,7 +69,6 @@ from linkerd_config.kube.resource import ApiResource, Json
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.watch import (
     WATCH_EVENT_TYPES,
-    ByteSource,
     GoneError,
     WatchError,
     WatchEvent,
@@ -117,30 +118,35 @@ class InformerMetrics(ComponentMetrics):
 
 
 class ListWatchClient(Protocol):
-    """The part of ``KubeClient`` an informer uses (a protocol so unit tests can fake it)."""
+    """The part of ``KubeClient`` an informer uses (a protocol so unit tests can fake it;
+    ``client.JsonListWatch`` implements it over plain requests). How objects travel is the
+    client's business: the informer names the fields its transform reads, and gets pages and
+    events of JSON-shaped objects holding at least those."""
 
     registry: CollectorRegistry | None
     """Where the informers on this client record their metrics."""
 
-    async def request(
+    async def list_page(
         self,
-        method: str,
         path: str,
         *,
-        params: Mapping[str, str | int | bool] | None = ...,
-        accept: str = ...,
-        timeout: float | None = ...,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
+        timeout: float,
     ) -> Json: ...
 
-    def stream(
+    def watch(
         self,
         path: str,
         *,
-        params: Mapping[str, str | int | bool] | None = ...,
-        accept: str = ...,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: FieldTree | None,
         total_timeout: float,
         read_timeout: float,
-    ) -> AbstractAsyncContextManager[ByteSource]: ...
+        inactivity_timeout: float,
+    ) -> AbstractAsyncContextManager[WatchStream]: ...
 
 
 # -- transforms ----------------------------------------------------------------------------
@@ -154,13 +160,9 @@ def strip_managed_fields(obj: Json) -> Json:
     return obj
 
 
-IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("metadata", "name"),
-    ("metadata", "namespace"),
-    ("metadata", "uid"),
-    ("metadata", "resourceVersion"),
-)
-"""Always kept by ``keep_fields``: the informer needs them for keys and change detection."""
+strip_managed_fields.fields_read = EVERYTHING_BUT_MANAGED_FIELDS  # type: ignore[attr-defined]
+
+__all__ = ["IDENTITY_FIELDS", "Informer", "keep_fields", "strip_managed_fields"]
 
 
 def keep_fields(*paths: str | Sequence[str]) -> Transform:
@@ -170,23 +172,12 @@ def keep_fields(*paths: str | Sequence[str]) -> Transform:
     contain dots. A path keeps its whole value, lists included; ``managedFields`` is dropped
     even when all of ``metadata`` is kept.
     """
-    tree: dict[str, Any] = {}
-    for path in (*IDENTITY_FIELDS, *paths):
-        steps = tuple(path.split(".")) if isinstance(path, str) else tuple(path)
-        if not steps or any(not s for s in steps):
-            raise ValueError(f"bad field path {path!r}")
-        node = tree
-        for step in steps[:-1]:
-            child = node.setdefault(step, {})
-            if child is None:  # an ancestor is already kept whole
-                break
-            node = child
-        else:
-            node[steps[-1]] = None  # keep whole; replaces any narrower selection
+    tree = tree_of(*paths)
 
     def transform(obj: Json) -> Json:
         return strip_managed_fields(_project(obj, tree))
 
+    transform.fields_read = tree  # type: ignore[attr-defined]
     return transform
 
 
@@ -269,6 +260,8 @@ class Informer:
         self.field_selector = field_selector
         self.metadata_only = metadata_only
         self.transform = transform
+        self.fields = fields_read(transform)
+        """What the transform reads, all a protobuf decoder builds (None: everything)."""
         self.page_size = page_size
         self.resync_period = resync_period
         self.watch_timeout = watch_timeout
@@ -277,7 +270,7 @@ class Informer:
         self.store = store if store is not None else Store()
         self.not_served_hint = not_served_hint
         self._not_served_reported = False
-        self._body: ByteSource | None = None
+        self._body: WatchStream | None = None
         # Invariant: the body of the watch being read right now, else None.
         self._relist_reason: str | None = None
         # Invariant: set by ``relist`` until the loop starts that relist.
@@ -524,7 +517,6 @@ class Informer:
     async def _list_all(self) -> tuple[list[Json], str]:
         """Every object, page by page, each page transformed as it arrives to bound memory."""
         base = self._selectors()
-        accept = PARTIAL_METADATA_LIST if self.metadata_only else APPLICATION_JSON
         paged = self.page_size > 0
         objects: list[Json] = []
         token = ""
@@ -535,8 +527,12 @@ class Informer:
             if token:
                 params["continue"] = token
             try:
-                page = await self.client.request(
-                    "GET", self._path, params=params, accept=accept, timeout=self.request_timeout
+                page = await self.client.list_page(
+                    self._path,
+                    params=params,
+                    metadata_only=self.metadata_only,
+                    fields=self.fields,
+                    timeout=self.request_timeout,
                 )
             except ApiError as exc:
                 if not (exc.gone and token):
@@ -568,20 +564,21 @@ class Informer:
             allowWatchBookmarks=True,
             timeoutSeconds=timeout,
         )
-        accept = PARTIAL_METADATA if self.metadata_only else APPLICATION_JSON
         started = time.monotonic()
         events = 0
         try:
-            async with self.client.stream(
+            async with self.client.watch(
                 self._path,
                 params=params,
-                accept=accept,
+                metadata_only=self.metadata_only,
+                fields=self.fields,
                 total_timeout=timeout + 60.0,
                 read_timeout=self.inactivity_timeout + 15.0,
-            ) as body:
-                self._body = body
+                inactivity_timeout=self.inactivity_timeout,
+            ) as stream:
+                self._body = stream
                 self._failing = False
-                async for event in WatchStream(body, inactivity_timeout=self.inactivity_timeout):
+                async for event in stream:
                     events += 1
                     self._apply(event)
         except GoneError as exc:

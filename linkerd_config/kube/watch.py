@@ -20,6 +20,7 @@ A stream ends in one of four ways, and the caller needs to tell them apart:
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
@@ -159,11 +160,53 @@ class LineReader:
                 self._eof = True
 
 
+class FrameReader:
+    """Length-delimited records (a 4-byte big-endian length, then that many bytes), as the
+    API server frames a protobuf watch; each at most ``max_line`` bytes."""
+
+    def __init__(self, source: ByteSource, max_line: int = DEFAULT_MAX_LINE) -> None:
+        self._source = source
+        self._max = max_line
+        self._buf = bytearray()
+        self._pos = 0
+        self._eof = False
+
+    async def readline(self) -> bytes | None:
+        """The next record; None at the end of the body (a cut-off record is an error)."""
+        while True:
+            have = len(self._buf) - self._pos
+            if have >= 4:
+                length = int.from_bytes(self._buf[self._pos : self._pos + 4], "big")
+                if length > self._max:
+                    raise WatchProtocolError(f"watch frame of {length} bytes, over {self._max}")
+                if have >= 4 + length:
+                    start = self._pos + 4
+                    self._pos = start + length
+                    return bytes(self._buf[start : self._pos])
+            if self._eof:
+                if have:
+                    raise WatchProtocolError(f"watch body ends inside a frame ({have} bytes)")
+                return None
+            if self._pos:
+                del self._buf[: self._pos]
+                self._pos = 0
+            chunk = await self._source.readany()
+            if chunk:
+                self._buf += chunk
+            else:
+                self._eof = True
+
+
+class RecordReader(Protocol):
+    async def readline(self) -> bytes | None: ...
+
+
 class WatchStream:
     """Async iterator of :class:`WatchEvent` over one watch body.
 
     A class rather than an async generator so that abandoning it mid-stream needs no
-    ``aclose()``: the HTTP response's context manager owns the connection.
+    ``aclose()``: the HTTP response's context manager owns the connection. JSON lines by
+    default; a protobuf watch passes its ``FrameReader`` and decoder (``protobuf_wire``).
     """
 
     def __init__(
@@ -172,11 +215,21 @@ class WatchStream:
         *,
         inactivity_timeout: float,
         max_line: int = DEFAULT_MAX_LINE,
+        framed: bool = False,
+        decode: Callable[[bytes], WatchEvent] = decode_event,
     ) -> None:
         if inactivity_timeout <= 0:
             raise ValueError("inactivity_timeout must be positive")
-        self._lines = LineReader(source, max_line)
+        self._source = source
+        self._lines: RecordReader = (
+            FrameReader(source, max_line) if framed else LineReader(source, max_line)
+        )
+        self._decode = decode
         self._inactivity = inactivity_timeout
+
+    def set_exception(self, exc: BaseException) -> None:
+        """End the read in progress (and every later one) with ``exc``."""
+        self._source.set_exception(exc)
 
     def __aiter__(self) -> WatchStream:
         return self
@@ -190,5 +243,5 @@ class WatchStream:
                 raise WatchStalledError(f"no watch event within {self._inactivity:.0f}s") from exc
             if line is None:
                 raise StopAsyncIteration
-            if line.strip():
-                return raise_for_error(decode_event(line))
+            if self._decode is not decode_event or line.strip():
+                return raise_for_error(self._decode(line))

@@ -32,7 +32,9 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
+from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
 
@@ -151,33 +153,68 @@ POD_ANNOTATIONS = (PROXY_VERSION_ANNOTATION, TRUST_ROOT_ANNOTATION, PIN_ANNOTATI
 """The only labels and annotations of a pod any decision here reads."""
 
 
+_SHARED: dict[tuple[object, ...], Any] = {}
+MAX_SHARED = 4096
+"""Distinct label sets, annotation sets and controller references shared among cached pods;
+a hostile churn of distinct values clears the table rather than grow it."""
+
+
+def _shared(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
+    """One object for every pod whose projection holds an equal one: at 50,000 pods a few
+    label sets, versions and owners repeat, and one dict each is enough (cached objects are
+    never mutated: the informer contract)."""
+    found = _SHARED.get(key)
+    if found is None:
+        if len(_SHARED) >= MAX_SHARED:
+            _SHARED.clear()
+        found = _SHARED[key] = make()
+    return found
+
+
 def _kept(mapping: Json | None, keys: tuple[str, ...]) -> Json:
-    """The listed entries, values interned: at 50,000 pods the same few versions, hashes and
-    names repeat, and one string each is enough."""
-    return {k: sys.intern(str(mapping[k])) for k in keys if mapping and k in mapping}
+    """The listed entries, values interned, the dict itself shared (``_shared``)."""
+    entries = tuple((k, str(mapping[k])) for k in keys if k in mapping) if mapping else ()
+    kept: Json = _shared(entries, lambda: {k: sys.intern(v) for k, v in entries})
+    return kept
 
 
+_CONTAINERS = ("initContainers", "containers")
+_PROXY = ("name", "image")
+
+POD_FIELDS: tuple[str | tuple[str, ...], ...] = (
+    "metadata.deletionTimestamp",
+    "metadata.ownerReferences.controller",
+    "metadata.ownerReferences.kind",
+    "metadata.ownerReferences.name",
+    *(("metadata", "labels", key) for key in POD_LABELS),
+    *(("metadata", "annotations", key) for key in POD_ANNOTATIONS),
+    *(("spec", kind, part) for kind in _CONTAINERS for part in _PROXY),
+    "status.phase",
+)
+"""What ``pod_projection`` reads besides the name and namespace: all a protobuf decoder
+builds of a pod."""
+
+
+@reads(*POD_FIELDS)
 def pod_projection(pod: Json) -> Json:
     """The only parts of a pod the decisions read (a few hundred bytes instead of ~28 KiB):
-    identity, the opt-in label, the proxy annotations, the controller reference, and, from a
-    whole pod (the injector's dry-run answer), its proxy containers and phase."""
+    name and namespace, the opt-in label, the proxy annotations, the controller reference,
+    and, from a whole pod (the injector's dry-run answer), its proxy containers and phase.
+    No uid or resourceVersion: no decision reads them, and at 50,000 pods they are 7 MiB (the
+    informer tells changes apart by content then; see its contract on recreated objects)."""
     meta = pod.get("metadata") or {}
-    kept: Json = {
-        k: meta[k] for k in ("name", "uid", "resourceVersion", "deletionTimestamp") if k in meta
-    }
+    kept: Json = {k: meta[k] for k in ("name", "deletionTimestamp") if k in meta}
     if "namespace" in meta:
         kept["namespace"] = sys.intern(meta["namespace"])
     kept["labels"] = _kept(meta.get("labels"), POD_LABELS)
     kept["annotations"] = _kept(meta.get("annotations"), POD_ANNOTATIONS)
     owner = _controller_of(pod)
     if owner is not None:
-        kept["ownerReferences"] = [
-            {
-                "kind": sys.intern(str(owner.get("kind"))),
-                "name": sys.intern(str(owner.get("name"))),
-                "controller": True,
-            }
-        ]
+        kind, name = str(owner.get("kind")), str(owner.get("name"))
+        kept["ownerReferences"] = _shared(
+            ("ownerReferences", kind, name),
+            lambda: [{"kind": sys.intern(kind), "name": sys.intern(name), "controller": True}],
+        )
     projected: Json = {"metadata": kept}
     spec = pod.get("spec") or {}
     proxy = {
@@ -186,7 +223,7 @@ def pod_projection(pod: Json) -> Json:
             for c in spec.get(kind) or []
             if c.get("name") == PROXY_CONTAINER
         ]
-        for kind in ("initContainers", "containers")
+        for kind in _CONTAINERS
     }
     if any(proxy.values()):
         projected["spec"] = {kind: found for kind, found in proxy.items() if found}
@@ -199,6 +236,7 @@ RUNNING: Json = {"phase": "Running"}
 """Shared by every cached pod (never mutated)."""
 
 
+@reads(*POD_FIELDS)
 def running_pod_metadata(pod: Json) -> Json:
     """A pod served as metadata only (PartialObjectMetadata) by an informer whose field
     selector is ``status.phase=Running``: the API server lists and watches only Running pods
@@ -208,6 +246,7 @@ def running_pod_metadata(pod: Json) -> Json:
     return {**pod_projection(pod), "status": RUNNING}
 
 
+@reads(*(f for f in POD_FIELDS if isinstance(f, tuple) or f.startswith("metadata.")))
 def replicaset_projection(rs: Json) -> Json:
     """A ReplicaSet as ``owning_workload`` reads it: identity and its controller reference."""
     return pod_projection({"metadata": rs.get("metadata") or {}})

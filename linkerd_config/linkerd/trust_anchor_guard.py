@@ -58,6 +58,7 @@ from typing import Final
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
+from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
@@ -507,6 +508,7 @@ _ANNOTATIONS: dict[str, Json] = {}
 _NONE: Json = {}
 
 
+@reads(("metadata", "annotations", TRUST_ROOT_ANNOTATION))
 def meshed_pod_projection(pod: Json) -> Json:
     """A meshed pod as the guard reads it: its name, its namespace and its trust-root hash,
     nothing else (no resourceVersion: an update that changes none of them is no change). At

@@ -24,6 +24,7 @@ from linkerd_config.kube.client import (
     PARTIAL_METADATA,
     PARTIAL_METADATA_LIST,
     ApiError,
+    JsonListWatch,
 )
 from linkerd_config.kube.informer import (
     Informer,
@@ -96,8 +97,9 @@ class Body:
         return b""
 
 
-class FakeApi:
-    """Scripted LIST pages and watch bodies; records every request the informer makes."""
+class FakeApi(JsonListWatch):
+    """Scripted LIST pages and watch bodies; records every request the informer makes
+    (the informer's LISTs and watches in JSON, as ``JsonListWatch`` makes them)."""
 
     def __init__(self) -> None:
         self.registry: CollectorRegistry | None = CollectorRegistry()

@@ -1,0 +1,404 @@
+"""Kubernetes' protobuf encoding, decoded into the JSON shape the rest of the code reads.
+
+The API server serves every built-in type in protobuf (``application/vnd.kubernetes.protobuf``):
+a body is the magic ``k8s\\0`` and a ``runtime.Unknown`` whose ``raw`` is the object; a watch
+is a stream of ``metav1.WatchEvent`` frames, each a 4-byte big-endian length and the event,
+whose ``object.raw`` is again magic + ``Unknown``. It costs the server a fraction of JSON and
+the client a C parser (the ``protobuf`` runtime, upb) instead of building every field.
+
+What comes out is exactly what the JSON encoding would have given, cut to a field tree
+(``field_tree``): the messages come from Kubernetes' own ``.proto`` files and the JSON names,
+omissions and ``null`` s from its Go struct tags, both vendored at the pinned version
+(``proto/k8s_vendor.py``). Only the fields the tree names become Python objects; the rest of
+each message stays in the parser's arena and is dropped with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+from typing import Any, Final
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from linkerd_config.kube.field_tree import DROP, OTHERS, FieldTree, Node
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.watch import WATCH_EVENT_TYPES, WatchEvent, WatchProtocolError
+
+PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
+MAGIC: Final = b"k8s\x00"
+
+_META = "k8s.io.apimachinery.pkg.apis.meta.v1"
+_PACKAGES: Final = {
+    "": "k8s.io.api.core.v1",
+    "v1": "k8s.io.api.core.v1",
+    "apps/v1": "k8s.io.api.apps.v1",
+    "coordination.k8s.io/v1": "k8s.io.api.coordination.v1",
+    "meta.k8s.io/v1": _META,
+}
+"""apiVersion -> protobuf package, for the groups this client decodes."""
+
+_PATH_PREFIXES: Final = ("/api/v1/", "/apis/apps/v1/", "/apis/coordination.k8s.io/v1/")
+
+
+def decodes(path: str, metadata_only: bool) -> bool:
+    """Whether a LIST or WATCH of ``path`` can be asked for in protobuf: a vendored group,
+    or metadata only (PartialObjectMetadata is meta/v1's, custom resources included)."""
+    return metadata_only or path.startswith(_PATH_PREFIXES)
+
+
+MISSING: Final = object()
+
+
+class ProtobufError(ValueError):
+    """A body that is not the protobuf encoding it claims to be, or of a type not vendored."""
+
+
+# -- the vendored types --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One field as Go's encoding/json writes it (from its struct tag)."""
+
+    json_name: str
+    pointer: bool
+    collection: bool
+    omitempty: bool
+    omitzero: bool
+    inline: bool
+
+
+class _Types:
+    """The descriptor pool and the JSON shapes, loaded once on first use (about 1 MiB)."""
+
+    def __init__(self) -> None:
+        folder = resources.files("linkerd_config.kube") / "k8s_api"
+        files = descriptor_pb2.FileDescriptorSet.FromString(
+            (folder / "descriptors.binpb").read_bytes()
+        )
+        self.pool = descriptor_pool.DescriptorPool()
+        for proto in files.file:
+            self.pool.Add(proto)
+        shapes = json.loads((folder / "json_shapes.json").read_text())
+        self.shapes: dict[str, dict[str, _Shape]] = {
+            message: {name: _Shape(*shape) for name, shape in fields.items()}
+            for message, fields in shapes["messages"].items()
+        }
+        self.lists = frozenset(shapes["lists"])
+
+    def message(self, full_name: str) -> type[Message]:
+        try:
+            found: type[Message] = message_factory.GetMessageClass(
+                self.pool.FindMessageTypeByName(full_name)
+            )
+            return found
+        except KeyError:
+            raise ProtobufError(f"no vendored protobuf message {full_name}") from None
+
+    def shape(self, message: str, field: str) -> _Shape:
+        """A field of a message no Go struct describes (a type with its own JSON, say) is
+        written under its protobuf name, never omitted."""
+        found = self.shapes.get(message, {}).get(field)
+        return found if found is not None else _Shape(field, False, False, False, False, False)
+
+
+@cache
+def types() -> _Types:
+    return _Types()
+
+
+def message_name(api_version: str, kind: str) -> str:
+    """The protobuf message of a kind (``apps/v1``, ``ReplicaSetList`` ->
+    ``k8s.io.api.apps.v1.ReplicaSetList``); Status is meta/v1's whatever the group."""
+    if kind == "Status":
+        return f"{_META}.Status"
+    package = _PACKAGES.get(api_version)
+    if package is None:
+        raise ProtobufError(f"no vendored protobuf types for {api_version}")
+    return f"{package}.{kind}"
+
+
+# -- JSON conversion -----------------------------------------------------------------------
+
+
+def _rfc3339(seconds: int, micros: int | None = None) -> str:
+    moment = datetime.fromtimestamp(seconds, UTC)
+    if micros is None:
+        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+
+
+def _time(msg: Any) -> Any:
+    return None if not (msg.seconds or msg.nanos) else _rfc3339(msg.seconds)
+
+
+def _micro_time(msg: Any) -> Any:
+    return None if not (msg.seconds or msg.nanos) else _rfc3339(msg.seconds, msg.nanos // 1000)
+
+
+def _go_duration(nanos: int) -> str:
+    """Go's ``time.Duration.String``."""
+    if nanos == 0:
+        return "0s"
+    sign, n = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if n < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if n >= size:
+                text = f"{n / size:.9f}".rstrip("0").rstrip(".")
+                return f"{sign}{text}{unit}"
+    hours, rest = divmod(n, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    seconds = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".")
+    out = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
+    return f"{sign}{out}{seconds}s"
+
+
+def _raw_json(raw: bytes) -> Any:
+    return json.loads(raw) if raw else None
+
+
+_SPECIAL: Final[dict[str, Callable[[Any], Any]]] = {
+    f"{_META}.Time": _time,
+    f"{_META}.MicroTime": _micro_time,
+    f"{_META}.Duration": lambda m: _go_duration(m.duration),
+    f"{_META}.FieldsV1": lambda m: _raw_json(m.Raw),
+    "k8s.io.apimachinery.pkg.api.resource.Quantity": lambda m: m.string,
+    "k8s.io.apimachinery.pkg.util.intstr.IntOrString": lambda m: (
+        m.strVal if m.type == 1 else m.intVal
+    ),
+    "k8s.io.apimachinery.pkg.runtime.RawExtension": lambda m: _raw_json(m.raw),
+}
+"""Types whose Go JSON is not their fields (custom MarshalJSON)."""
+
+
+def _is_zero_message(msg: Any, full_name: str) -> bool:
+    if full_name in (f"{_META}.Time", f"{_META}.MicroTime"):
+        return not (msg.seconds or msg.nanos)
+    return bool(msg.ByteSize() == 0)
+
+
+Converter = Callable[[Any], Any]
+
+
+def _scalar(field: FieldDescriptor) -> Converter:
+    if field.type == FieldDescriptor.TYPE_BYTES:
+        return lambda v: base64.b64encode(v).decode()
+    if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        # Go writes 2.0 as 2, which a JSON decoder reads back as an int.
+        return lambda v: int(v) if float(v).is_integer() else v
+    return lambda v: v
+
+
+Step = Callable[[Any, Json], None]
+"""Writes one field of a message into its JSON object (or leaves it out, as Go would)."""
+
+_CONVERTERS: dict[tuple[str, int], tuple[Node, Converter]] = {}
+# Invariant: each entry holds its node, so the node's id cannot be reused while cached.
+
+
+def converter(descriptor: Descriptor, node: Node) -> Converter:
+    """A function from a message of ``descriptor``'s type to its JSON cut to ``node``; built
+    once per (type, node) and cached (the trees are the transforms', made once)."""
+    key = (descriptor.full_name, id(node))
+    cached = _CONVERTERS.get(key)
+    if cached is not None and cached[0] is node:
+        return cached[1]
+    built = _build(descriptor, node)
+    _CONVERTERS[key] = (node, built)
+    return built
+
+
+def _build(descriptor: Descriptor, node: Node) -> Converter:
+    name = descriptor.full_name
+    if name in _SPECIAL:
+        return _SPECIAL[name]
+    if name in types().lists:
+        items = descriptor.fields[0]
+        inner = _value_converter(items, node)
+        return lambda msg: [inner(v) for v in getattr(msg, items.name)]
+    tree: Mapping[str, Any] = {OTHERS: None} if not isinstance(node, Mapping) else node
+    others = tree.get(OTHERS, DROP)
+    steps: list[Step] = []
+    for field in descriptor.fields:
+        shape = types().shape(name, field.name)
+        if shape.inline:
+            sub: Node = tree  # an inline struct's fields are its parent's in JSON
+        else:
+            json_name = shape.json_name or field.name
+            sub = tree.get(json_name, others)
+            if sub is DROP:
+                continue
+        steps.append(_field_step(field, shape, sub))
+
+    def convert(msg: Any) -> Json:
+        out: Json = {}
+        for step in steps:
+            step(msg, out)
+        return out
+
+    return convert
+
+
+def _value_converter(field: FieldDescriptor, node: Node) -> Converter:
+    """One value of ``field`` (an item, for a repeated field) as JSON."""
+    if field.message_type is None:
+        return _scalar(field)
+    return converter(field.message_type, node)
+
+
+def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
+    """Go's encoding/json on the field as protobuf decoding left it: a pointer is nil when
+    the field is absent; a nil slice or map is ``null`` unless omitempty; a struct is always
+    written (``omitzero`` aside); a scalar is left out when zero and omitempty."""
+    attr = field.name
+    key = shape.json_name or field.name
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return _map_step(field, shape, node)
+    if field.is_repeated:
+        item = _value_converter(field, node)
+
+        def repeated(msg: Any, out: Json) -> None:
+            values = getattr(msg, attr)
+            if values:
+                out[key] = [item(v) for v in values]
+            elif not shape.omitempty:
+                out[key] = None
+
+        return repeated
+    if field.message_type is not None:
+        convert = _value_converter(field, node)
+        full = field.message_type.full_name
+
+        def message(msg: Any, out: Json) -> None:
+            if shape.pointer and not msg.HasField(attr):
+                return
+            value = getattr(msg, attr)
+            if shape.omitzero and _is_zero_message(value, full):
+                return
+            converted = convert(value)
+            if not shape.inline:
+                out[key] = converted
+            elif isinstance(converted, dict):
+                out.update(converted)
+
+        return message
+    scalar = _scalar(field)
+    omit_zero = shape.omitempty or shape.omitzero
+
+    def plain(msg: Any, out: Json) -> None:
+        if shape.pointer and not msg.HasField(attr):
+            return
+        value = getattr(msg, attr)
+        if omit_zero and not shape.pointer and not value:
+            return
+        out[key] = scalar(value)
+
+    return plain
+
+
+def _map_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
+    """A map, whole or only the keys ``node`` names (looked up, never iterated)."""
+    attr = field.name
+    key = shape.json_name or field.name
+    value = _value_converter(field.message_type.fields_by_name["value"], None)
+    selected: tuple[str, ...] | None = None
+    if isinstance(node, Mapping) and OTHERS not in node:
+        selected = tuple(k for k, v in node.items() if v is not DROP)
+
+    def mapping(msg: Any, out: Json) -> None:
+        entries = getattr(msg, attr)
+        if not entries:
+            if not shape.omitempty:
+                out[key] = None
+        elif selected is None:
+            out[key] = {k: value(v) for k, v in entries.items()}
+        else:
+            out[key] = {k: value(entries[k]) for k in selected if k in entries}
+
+    return mapping
+
+
+# -- bodies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A decoded ``runtime.Unknown``: the object's type and its encoding."""
+
+    api_version: str
+    kind: str
+    raw: bytes
+
+
+@cache
+def _unknown() -> type[Message]:
+    return types().message("k8s.io.apimachinery.pkg.runtime.Unknown")
+
+
+def envelope(body: bytes | memoryview) -> Envelope:
+    if bytes(body[:4]) != MAGIC:
+        raise ProtobufError(f"not Kubernetes protobuf: starts {bytes(body[:8])!r}")
+    try:
+        unknown: Any = _unknown().FromString(body[4:])
+    except DecodeError as exc:
+        raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
+    return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, unknown.raw)
+
+
+def decode_object(body: bytes | memoryview, fields: FieldTree | None) -> Json:
+    """One object (or list, or Status) as JSON cut to ``fields``, with its kind and
+    apiVersion as the JSON encoding writes them."""
+    env = envelope(body)
+    cls = types().message(message_name(env.api_version, env.kind))
+    try:
+        msg = cls.FromString(env.raw)
+    except DecodeError as exc:
+        raise ProtobufError(f"undecodable {env.kind}: {exc}") from exc
+    node: Node = fields
+    if env.kind == "Status" or env.kind.endswith("List"):
+        node = None if fields is None else {OTHERS: None, "items": fields}
+    out = converter(msg.DESCRIPTOR, node)(msg)
+    if not isinstance(out, dict):
+        raise ProtobufError(f"{env.kind} is not an object")
+    if env.kind.endswith("List") and "items" in out:
+        if out["items"] is None:
+            out["items"] = []  # the server writes an empty list, never Go's nil
+        elif env.kind == "PartialObjectMetadataList":
+            # Its items carry their TypeMeta in JSON (the wire type has none).
+            for item in out["items"]:
+                item["kind"] = "PartialObjectMetadata"
+                item["apiVersion"] = env.api_version
+    out["kind"] = env.kind
+    out["apiVersion"] = env.api_version
+    return out
+
+
+@cache
+def _watch_event() -> type[Message]:
+    return types().message(f"{_META}.WatchEvent")
+
+
+def watch_event_decoder(fields: FieldTree | None) -> Callable[[bytes], WatchEvent]:
+    """A decoder of one watch frame into its event, objects cut to ``fields`` (an ERROR's
+    Status whole); what cannot be decoded is a ``WatchProtocolError``, as for JSON."""
+
+    def decode(frame: bytes) -> WatchEvent:
+        try:
+            event: Any = _watch_event().FromString(frame)
+            kind = event.type
+            if kind not in WATCH_EVENT_TYPES:
+                raise WatchProtocolError(f"unknown watch event type {kind!r}")
+            obj = decode_object(event.object.raw, None if kind == "ERROR" else fields)
+        except (DecodeError, ProtobufError) as exc:
+            raise WatchProtocolError(f"undecodable protobuf watch frame: {exc}") from exc
+        return WatchEvent(kind, obj)
+
+    return decode
