@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ async def build(settings: Settings, rollout: RolloutOptions | None = None) -> Ap
         registry=registry,
         user_agent=f"{COMPONENT}/{identity}",
         content_type=CONTENT_TYPES[settings.kube_api_content_type],
+        watch_list=settings.watch_list,
     )
     client.open()
     try:
@@ -219,6 +221,11 @@ async def running(app: App) -> AsyncIterator[asyncio.Event]:
 async def run(settings: Settings) -> int:
     """``linkerd-config run``: until SIGTERM or SIGINT, then a graceful stop."""
     app = await build(settings)
+    # What importing and building made lives as long as the process: out of every garbage
+    # collection from now on (a full one would otherwise walk it again and again while the
+    # caches fill). Collection is off until here (``cli.main``): imports make no garbage.
+    gc.freeze()
+    gc.enable()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

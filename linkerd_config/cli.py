@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 
 from linkerd_config import settings as settings_module
-from linkerd_config.devcluster import real_node, service
-from linkerd_config.devcluster.binaries import BinaryUnavailableError
+from linkerd_config.devcluster.addons import ADDONS
+from linkerd_config.devcluster.binaries import cache_root
 
 
 def _run(args: argparse.Namespace) -> int:
+    # No garbage collection while the app is imported and built (it makes no garbage, and
+    # collections would walk the new modules over and over): ``app.run`` freezes what it
+    # made and turns collection back on.
+    gc.disable()
     try:
         settings = settings_module.from_namespace(args)
     except settings_module.SettingsError as exc:
@@ -59,6 +63,10 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _dev_cluster(args: argparse.Namespace) -> int:
+    # Here, not at the top: `run` should not pay for the cluster machinery (cryptography).
+    from linkerd_config.devcluster import real_node, service  # noqa: PLC0415
+    from linkerd_config.devcluster.binaries import BinaryUnavailableError  # noqa: PLC0415
+
     state_dir = Path(args.state_dir)
     try:
         if args.action == "up":
@@ -113,7 +121,7 @@ def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
         description="Declarative Linkerd configuration: reconcile LinkerdConfig objects into "
         "the linkerd-config ConfigMap and roll the data plane.",
     )
-    parser.add_argument("--version", action="version", version=f"linkerd-config {_version()}")
+    parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser(
@@ -185,7 +193,7 @@ def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
     dev.add_argument("image", nargs="?", help="load-image: the image to copy")
     dev.add_argument(
         "--state-dir",
-        default=os.environ.get("LINKERD_CONFIG_DEV_CLUSTER_DIR", str(service.default_state_dir())),
+        default=os.environ.get("LINKERD_CONFIG_DEV_CLUSTER_DIR", str(cache_root() / "dev-cluster")),
         help="where the kubeconfig and state live (env LINKERD_CONFIG_DEV_CLUSTER_DIR)",
     )
     dev.add_argument(
@@ -205,7 +213,7 @@ def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
         dest="addons",
         action="append",
         default=[],
-        choices=service.ADDONS,
+        choices=ADDONS,
         help="up: also run cert-manager (built from its Go module) or serve the Prometheus "
         "Operator's CRDs; what the default kustomize overlay needs (repeatable)",
     )
@@ -233,7 +241,17 @@ def _inspect_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=_inspect)
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, looked up only when asked (importlib.metadata costs every start 25 ms)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        print(f"linkerd-config {_version()}")
+        parser.exit()
+
+
 def _version() -> str:
+    from importlib import metadata  # noqa: PLC0415
+
     try:
         return metadata.version("linkerd-config")
     except metadata.PackageNotFoundError:  # run from a source tree that was never installed

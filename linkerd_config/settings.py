@@ -110,6 +110,11 @@ class Settings:
         "either way); protobuf falls back to JSON, with a warning, where a server or proxy "
         "refuses it",
     )  # fmt: skip
+    watch_list: bool = _opt(
+        "--watch-list", "WATCH_LIST", "true", _bool,
+        "fill the caches from streaming lists (a watch that starts with every object, "
+        "client-go's WatchListClient); false, or a server that refuses them: paged LISTs",
+    )  # fmt: skip
     namespace: str = _opt(
         "--namespace", "POD_NAMESPACE", "linkerd", str,
         "namespace of the controller's own Lease and Events",

@@ -19,6 +19,7 @@ from typing import Any
 
 from linkerd_config.devcluster import cert_manager, third_party_crds
 from linkerd_config.devcluster import real_node as real_node_module
+from linkerd_config.devcluster.addons import ADDONS
 from linkerd_config.devcluster.binaries import cache_root
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
@@ -59,12 +60,6 @@ def _alive(pid: int) -> bool:
         return "State:\tZ" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
-
-
-ADDONS = ("cert-manager", "prometheus-operator-crds")
-"""What ``up --with`` can add: the real cert-manager (its controller and cainjector, from its
-Go module, on the host), and the Prometheus Operator's CRDs (PodMonitor, PrometheusRule):
-the two things the default kustomize overlay needs of a cluster."""
 
 
 def up(

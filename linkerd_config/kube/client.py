@@ -206,6 +206,9 @@ class JsonListWatch:
     """LIST pages and watches in JSON over ``request`` and ``stream``: what an informer asks
     of its client (``informer.ListWatchClient``), the way every client can answer it."""
 
+    watch_list = False
+    """No streaming lists: informers fill their caches from paged LISTs."""
+
     async def list_page(
         self: _RawClient,
         path: str,
@@ -261,6 +264,7 @@ class KubeClient(JsonListWatch):
         write_gate: WriteGate | None = None,
         pool_size: int = 32,
         content_type: str = PROTOBUF,
+        watch_list: bool = True,
     ) -> None:
         if content_type not in CONTENT_TYPES.values():
             raise ValueError(f"content_type must be one of {sorted(CONTENT_TYPES.values())}")
@@ -283,6 +287,8 @@ class KubeClient(JsonListWatch):
         # Invariant: the bodies of the streams (watches) being read right now.
         self.protobuf = content_type == PROTOBUF
         """Ask for protobuf where it can be decoded; False from the first refusal on."""
+        self.watch_list = watch_list
+        """Informers fill their caches from streaming lists (client-go's WatchListClient)."""
 
     async def __aenter__(self) -> KubeClient:
         self.open()
@@ -468,7 +474,8 @@ class KubeClient(JsonListWatch):
         timeout: float,
     ) -> Json:
         """One page, in protobuf if the server speaks it for this path (JSON otherwise);
-        decoded from protobuf, its items hold only ``fields`` (None: everything)."""
+        decoded from protobuf, its items hold only ``fields`` (None: everything) and are
+        converted as the caller iterates them."""
         if not self._asks_protobuf(path, metadata_only):
             return await super().list_page(
                 path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
@@ -486,7 +493,7 @@ class KubeClient(JsonListWatch):
             return await super().list_page(
                 path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
             )
-        return _decode(answer, raw, fields)
+        return _decode(answer, raw, fields, lazy_items=True)
 
     @contextlib.asynccontextmanager
     async def watch(
@@ -659,11 +666,14 @@ def token_access(server: str, ca_pem: bytes, token: str) -> ClusterAccess:
     return ClusterAccess(server=server, ssl_context=ctx, bearer=bearer, source="token")
 
 
-def _decode(content_type: str, raw: bytes, fields: FieldTree | None) -> Json:
-    """A 2xx body by the content type the server chose: protobuf cut to ``fields``, or JSON."""
+def _decode(
+    content_type: str, raw: bytes, fields: FieldTree | None, *, lazy_items: bool = False
+) -> Json:
+    """A 2xx body by the content type the server chose: protobuf cut to ``fields`` (a list's
+    items converted as they are iterated, with ``lazy_items``), or JSON."""
     if not raw:
         return {}
     if content_type.startswith(PROTOBUF):
-        return decode_object(raw, fields)
+        return decode_object(raw, fields, lazy_items=lazy_items)
     decoded: Json = orjson.loads(raw)
     return decoded

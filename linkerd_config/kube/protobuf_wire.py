@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -200,6 +200,7 @@ def _scalar(field: FieldDescriptor) -> Converter:
 Step = Callable[[Any, Json], None]
 """Writes one field of a message into its JSON object (or leaves it out, as Go would)."""
 
+MAX_CONVERTERS = 4096
 _CONVERTERS: dict[tuple[str, int], tuple[Node, Converter]] = {}
 # Invariant: each entry holds its node, so the node's id cannot be reused while cached.
 
@@ -212,6 +213,8 @@ def converter(descriptor: Descriptor, node: Node) -> Converter:
     if cached is not None and cached[0] is node:
         return cached[1]
     built = _build(descriptor, node)
+    if len(_CONVERTERS) >= MAX_CONVERTERS:
+        _CONVERTERS.clear()  # a caller making a new tree per call: stay bounded, if slower
     _CONVERTERS[key] = (node, built)
     return built
 
@@ -331,11 +334,30 @@ def _map_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
 
 @dataclass(frozen=True, slots=True)
 class Envelope:
-    """A decoded ``runtime.Unknown``: the object's type and its encoding."""
+    """A decoded ``runtime.Unknown``: the object's type and its encoding (a view into the
+    body, not a copy: a page of 500 pods is megabytes)."""
 
     api_version: str
     kind: str
-    raw: bytes
+    raw: memoryview
+
+
+def _varint(view: memoryview, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(view) or shift > 63:
+            raise ProtobufError("truncated protobuf envelope")
+        byte = view[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+SMALL_BODY = 64 * 1024
+"""Up to this, a body's envelope is parsed by the protobuf runtime (C), copy and all; above,
+field by field in Python, so that ``raw`` is a view of the body, not a copy of it."""
 
 
 @cache
@@ -343,42 +365,91 @@ def _unknown() -> type[Message]:
     return types().message("k8s.io.apimachinery.pkg.runtime.Unknown")
 
 
+@cache
+def _type_meta() -> type[Message]:
+    return types().message("k8s.io.apimachinery.pkg.runtime.TypeMeta")
+
+
 def envelope(body: bytes | memoryview) -> Envelope:
-    if bytes(body[:4]) != MAGIC:
-        raise ProtobufError(f"not Kubernetes protobuf: starts {bytes(body[:8])!r}")
-    try:
-        unknown: Any = _unknown().FromString(body[4:])
-    except DecodeError as exc:
-        raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
-    return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, unknown.raw)
+    """The magic and ``runtime.Unknown`` read field by field, so that ``raw`` stays a view of
+    ``body`` (the protobuf runtime would copy it)."""
+    view = memoryview(body)
+    if bytes(view[:4]) != MAGIC:
+        raise ProtobufError(f"not Kubernetes protobuf: starts {bytes(view[:8])!r}")
+    if len(view) <= SMALL_BODY:  # a watch event's object: the runtime's copy costs nothing
+        try:
+            unknown: Any = _unknown().FromString(view[4:])
+        except DecodeError as exc:
+            raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
+        return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, memoryview(unknown.raw))
+    type_meta: Any = None
+    raw = view[0:0]
+    pos = 4
+    while pos < len(view):
+        key, pos = _varint(view, pos)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            _, pos = _varint(view, pos)
+            continue
+        if wire != 2:
+            raise ProtobufError(f"unexpected wire type {wire} in a protobuf envelope")
+        length, pos = _varint(view, pos)
+        if pos + length > len(view):
+            raise ProtobufError("truncated protobuf envelope")
+        value = view[pos : pos + length]
+        pos += length
+        if field == 1:
+            try:
+                type_meta = _type_meta().FromString(value)
+            except DecodeError as exc:
+                raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
+        elif field == 2:
+            raw = value
+    if type_meta is None:
+        raise ProtobufError("a protobuf envelope without its type")
+    return Envelope(type_meta.apiVersion, type_meta.kind, raw)
 
 
-def decode_object(body: bytes | memoryview, fields: FieldTree | None) -> Json:
-    """One object (or list, or Status) as JSON cut to ``fields``, with its kind and
-    apiVersion as the JSON encoding writes them."""
+_LIST_REST: Final = {OTHERS: None, "items": DROP}
+"""A list but its items: its metadata (resourceVersion, continue) whole."""
+
+
+def decode_object(
+    body: bytes | memoryview, fields: FieldTree | None, *, lazy_items: bool = False
+) -> Json:
+    """One object (or list, or Status) as JSON cut to ``fields`` (a list's items cut to
+    them), with its kind and apiVersion as the JSON encoding writes them. With
+    ``lazy_items``, a list's ``items`` is an iterator that converts each item as it is
+    reached, so a caller can act on the list's metadata first."""
     env = envelope(body)
     cls = types().message(message_name(env.api_version, env.kind))
     try:
-        msg = cls.FromString(env.raw)
+        msg: Any = cls.FromString(env.raw)
     except DecodeError as exc:
         raise ProtobufError(f"undecodable {env.kind}: {exc}") from exc
-    node: Node = fields
-    if env.kind == "Status" or env.kind.endswith("List"):
-        node = None if fields is None else {OTHERS: None, "items": fields}
-    out = converter(msg.DESCRIPTOR, node)(msg)
+    is_list = env.kind.endswith("List") and "items" in msg.DESCRIPTOR.fields_by_name
+    node: Node = None if env.kind == "Status" else fields
+    out = converter(msg.DESCRIPTOR, _LIST_REST if is_list else node)(msg)
     if not isinstance(out, dict):
         raise ProtobufError(f"{env.kind} is not an object")
-    if env.kind.endswith("List") and "items" in out:
-        if out["items"] is None:
-            out["items"] = []  # the server writes an empty list, never Go's nil
-        elif env.kind == "PartialObjectMetadataList":
-            # Its items carry their TypeMeta in JSON (the wire type has none).
-            for item in out["items"]:
-                item["kind"] = "PartialObjectMetadata"
-                item["apiVersion"] = env.api_version
+    if is_list:
+        item = converter(msg.DESCRIPTOR.fields_by_name["items"].message_type, fields)
+        items: Iterator[Json] = (item(m) for m in msg.items)
+        if env.kind == "PartialObjectMetadataList":
+            items = _with_type_meta(items, env.api_version)
+        # The server writes an empty list as [], never Go's nil.
+        out["items"] = items if lazy_items else list(items)
     out["kind"] = env.kind
     out["apiVersion"] = env.api_version
     return out
+
+
+def _with_type_meta(items: Iterator[Json], api_version: str) -> Iterator[Json]:
+    """A PartialObjectMetadataList's items carry their TypeMeta in JSON (not on the wire)."""
+    for item in items:
+        item["kind"] = "PartialObjectMetadata"
+        item["apiVersion"] = api_version
+        yield item
 
 
 @cache
@@ -387,8 +458,8 @@ def _watch_event() -> type[Message]:
 
 
 def watch_event_decoder(fields: FieldTree | None) -> Callable[[bytes], WatchEvent]:
-    """A decoder of one watch frame into its event, objects cut to ``fields`` (an ERROR's
-    Status whole); what cannot be decoded is a ``WatchProtocolError``, as for JSON."""
+    """A decoder of one watch frame into its event, objects cut to ``fields``; what cannot
+    be decoded is a ``WatchProtocolError``, as for JSON."""
 
     def decode(frame: bytes) -> WatchEvent:
         try:
@@ -396,7 +467,10 @@ def watch_event_decoder(fields: FieldTree | None) -> Callable[[bytes], WatchEven
             kind = event.type
             if kind not in WATCH_EVENT_TYPES:
                 raise WatchProtocolError(f"unknown watch event type {kind!r}")
-            obj = decode_object(event.object.raw, None if kind == "ERROR" else fields)
+            # An ERROR's Status and a BOOKMARK (a few bytes; its annotations say whether it
+            # ends a streaming list's initial events) are decoded whole.
+            whole = kind in ("ERROR", "BOOKMARK")
+            obj = decode_object(event.object.raw, None if whole else fields)
         except (DecodeError, ProtobufError) as exc:
             raise WatchProtocolError(f"undecodable protobuf watch frame: {exc}") from exc
         return WatchEvent(kind, obj)

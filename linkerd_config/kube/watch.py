@@ -131,6 +131,16 @@ class LineReader:
         self._scan = 0  # no newline in _buf[_pos:_scan]; resume the search here
         self._eof = False
 
+    def buffered(self) -> bytes | None:
+        """The next whole line if it is already here (no wait), else None."""
+        nl = self._buf.find(b"\n", max(self._pos, self._scan))
+        if nl < 0:
+            self._scan = len(self._buf)
+            return None
+        line = bytes(self._buf[self._pos : nl])
+        self._pos = self._scan = nl + 1
+        return line
+
     async def readline(self) -> bytes | None:
         """The next line without its newline; a last unterminated line counts; None at end."""
         while True:
@@ -171,18 +181,27 @@ class FrameReader:
         self._pos = 0
         self._eof = False
 
+    def buffered(self) -> bytes | None:
+        """The next record if it is already here (no wait), else None."""
+        have = len(self._buf) - self._pos
+        if have < 4:
+            return None
+        length = int.from_bytes(self._buf[self._pos : self._pos + 4], "big")
+        if length > self._max:
+            raise WatchProtocolError(f"watch frame of {length} bytes, over {self._max}")
+        if have < 4 + length:
+            return None
+        start = self._pos + 4
+        self._pos = start + length
+        return bytes(self._buf[start : self._pos])
+
     async def readline(self) -> bytes | None:
         """The next record; None at the end of the body (a cut-off record is an error)."""
         while True:
             have = len(self._buf) - self._pos
-            if have >= 4:
-                length = int.from_bytes(self._buf[self._pos : self._pos + 4], "big")
-                if length > self._max:
-                    raise WatchProtocolError(f"watch frame of {length} bytes, over {self._max}")
-                if have >= 4 + length:
-                    start = self._pos + 4
-                    self._pos = start + length
-                    return bytes(self._buf[start : self._pos])
+            record = self.buffered()
+            if record is not None:
+                return record
             if self._eof:
                 if have:
                     raise WatchProtocolError(f"watch body ends inside a frame ({have} bytes)")
@@ -199,6 +218,8 @@ class FrameReader:
 
 class RecordReader(Protocol):
     async def readline(self) -> bytes | None: ...
+
+    def buffered(self) -> bytes | None: ...
 
 
 class WatchStream:
@@ -236,6 +257,13 @@ class WatchStream:
 
     async def __anext__(self) -> WatchEvent:
         while True:
+            # A record already buffered needs no wait, nor a deadline (a streaming list is
+            # thousands of events a read).
+            line = self._lines.buffered()
+            if line is not None:
+                if self._decode is not decode_event or line.strip():
+                    return raise_for_error(self._decode(line))
+                continue
             try:
                 async with asyncio.timeout(self._inactivity):
                     line = await self._lines.readline()
