@@ -18,7 +18,7 @@ from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlP
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
 from linkerd_config.logs import configure_logging
 from tests.support import scenario
 from tests.support.samples import sample
@@ -59,7 +59,7 @@ async def bench(cp: LocalControlPlane) -> dict[str, Any]:
         async with running(app):
             await eventually(lambda: asyncio.sleep(0, result=app.manager.leading), what="leading")
             obj = sample("edge_19.12.3.yaml")
-            await kube.request("POST", LINKERD_CONFIGS.path(), body=obj)
+            await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=obj)
             await until(kube, lambda cm: "edge-19.12.3" in cm["data"]["proxy"])
 
             applies = []
@@ -67,7 +67,7 @@ async def bench(cp: LocalControlPlane) -> dict[str, Any]:
                 uid = 3000 + i
                 await kube.request(
                     "PATCH",
-                    LINKERD_CONFIGS.path(name="edge-19.12.3"),
+                    LINKERD_CONFIGS_V1ALPHA1.path(name="edge-19.12.3"),
                     body={"spec": {"proxy": {"proxyUID": uid}}},
                     content_type=MERGE_PATCH,
                 )

@@ -29,6 +29,17 @@ def _ratio(a: Any, b: Any) -> str:
     return "—" if a is None or b in (None, 0) else f"{a / b:.2f}"
 
 
+def _rss(peer: dict[str, Any]) -> Any:
+    """The median of the rounds' peak RSS (the maximum, in results written before medians)."""
+    return peer.get("peak_rss_mib_median", peer.get("peak_rss_mib_max"))
+
+
+def _rounds(label: str, peer: dict[str, Any]) -> str:
+    ready = ", ".join(_show(x) for x in peer.get("ready_s", []))
+    rss = peer.get("peak_rss_mib")
+    return f"{label} {ready} s" + (f" ({', '.join(_show(x) for x in rss)} MiB)" if rss else "")
+
+
 def scale_section(results: dict[str, Any]) -> str:
     args, machine = results["args"], results["machine"]
     command = (
@@ -39,29 +50,42 @@ def scale_section(results: dict[str, Any]) -> str:
     lines = [
         f"Measured by `{command}` (`bench/scale_bench.py`): one local control plane, the peers "
         "started one at a time in rotating order, each a process of its own; figures are "
-        "whole-process (time from spawn, peak RSS from `VmHWM`, CPU from `/proc`); medians of "
-        f"{args['repeats']} runs, drift p50/p99 over {args['rounds']} rounds a run. Machine: "
+        "whole-process (time from spawn, peak RSS from `VmHWM`, CPU from `/proc`); start and "
+        f"peak RSS are medians of {args['repeats']} interleaved rounds, drift p50/p99 over "
+        f"{args['rounds']} rounds a run. Machine: "
         f"{machine['cpus']} CPUs, Python {machine['python']}, 1-minute load "
         f"{machine['load_1m_at_start']} at the start and {machine.get('load_1m_at_end')} at "
         "the end (the API server, etcd and the bench share those CPUs). kopf 1.45.2 is "
         f"started up to {args['kopf_max_pods']:,} pods and given {args['kopf_timeout']:g} s.",
         "",
+        "| pods | | ours | go | limit | limit, metadata | kopf | ours / go | limit / go "
+        "| limit, metadata / go | ours / kopf |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    drift = [
         "| pods | | ours | limit | kopf | ours / limit | ours / kopf |",
         "|---|---|---|---|---|---|---|",
     ]
+    by_round = []
     for pods, point in results["points"].items():
         ours, limit, meta = point["ours"], point["limit"], point["limit-meta"]
-        kopf, revert = point.get("kopf") or {}, point["revert"]
+        go, kopf, revert = point.get("go") or {}, point.get("kopf") or {}, point["revert"]
         kopf_ready = kopf.get("ready_s_median")
-        if kopf and kopf_ready is None:
+        if kopf.get("ready_s") and kopf_ready is None:  # started, never ready
             kopf_ready = f"not ready in {args['kopf_timeout']:g} s"
+        peers = (ours, go, limit, meta)
+        starts = [
+            ("start → caches synced (s)", [p.get("ready_s_median") for p in peers], kopf_ready),
+            ("peak RSS (MiB)", [_rss(p) for p in peers], _rss(kopf)),
+        ]
+        for name, (a, g, b, m), c in starts:
+            c_num = c if isinstance(c, int | float) else None
+            lines.append(
+                f"| {int(pods):,} | {name} | {_show(a)} | {_show(g)} | {_show(b)} | {_show(m)} "
+                f"| {_show(c)} | {_ratio(a, g)} | {_ratio(b, g)} | {_ratio(m, g)} "
+                f"| {_ratio(a, c_num)} |"
+            )
         rows = [
-            ("start → caches synced (s)", ours["ready_s_median"], limit["ready_s_median"],
-             kopf_ready),
-            ("… limit listing metadata only, as ours does (s)", ours["ready_s_median"],
-             meta["ready_s_median"], None),
-            ("peak RSS (MiB)", ours["peak_rss_mib_max"], limit["peak_rss_mib_max"],
-             kopf.get("peak_rss_mib_max")),
             ("drift revert p50 (ms)", ours["drift_p50_ms"], revert["drift_p50_ms"],
              kopf.get("drift_p50_ms")),
             ("drift revert p99 (ms)", ours["drift_p99_ms"], revert["drift_p99_ms"],
@@ -70,11 +94,14 @@ def scale_section(results: dict[str, Any]) -> str:
              kopf.get("cpu_ms_per_revert")),
         ]  # fmt: skip
         for name, a, b, c in rows:
-            c_num = c if isinstance(c, int | float) else None
-            lines.append(
+            drift.append(
                 f"| {int(pods):,} | {name} | {_show(a)} | {_show(b)} | {_show(c)} | "
-                f"{_ratio(a, b)} | {_ratio(a, c_num)} |"
+                f"{_ratio(a, b)} | {_ratio(a, c)} |"
             )
+        rounds = [_rounds(label, p) for label, p in (("ours", ours), ("go", go)) if p]
+        by_round.append(f"- {int(pods):,} pods: " + "; ".join(rounds))
+    lines += ["", *drift]
+    lines += ["", "Each round, start → caches synced (peak RSS):", "", *by_round]
     points = {int(p): v["ours"] for p, v in results["points"].items()}
     if len(points) >= 2:
         sizes = sorted(points)
@@ -82,15 +109,19 @@ def scale_section(results: dict[str, Any]) -> str:
         for a, b in itertools.pairwise(sizes):
             per_k = 1000 / (b - a)
             time_k = (points[b]["ready_s_median"] - points[a]["ready_s_median"]) * per_k
-            rss_k = (points[b]["peak_rss_mib_max"] - points[a]["peak_rss_mib_max"]) * per_k
+            rss_k = (_rss(points[b]) - _rss(points[a])) * per_k
             steps.append(f"{a:,} → {b:,}: {time_k:.2f} s and {rss_k:.2f} MiB per 1,000 pods")
         lines += ["", "Ours, growth between scale points: " + "; ".join(steps) + "."]
     lines.append("")
     lines.append(
-        "The limit is a bare process: a paginated LIST (500 a page) decoded and dropped "
+        "go is a Go controller's cache of the same pods (`bench/go_peer/`): a client-go "
+        "metadata informer (protobuf on the wire), ready at `HasSynced`. The limit is a bare "
+        "process: a paginated LIST (500 a page) decoded and dropped, as JSON or as metadata "
         "(start, memory), or one watch and a PATCH (drift); kopf keeps an index of the opted-in "
         "pods and reverts the key from an `on.event` handler."
     )
+    if any("peak_rss_mib_median" not in v["ours"] for v in results["points"].values()):
+        lines[-1] += " Peak RSS here is the maximum of the rounds (written before medians)."
     rollout = results.get("rollout")
     if rollout:
         lines += [

@@ -6,10 +6,13 @@ At each scale point (``--pods``, growing one cluster: 1,000 then 10,000 ...) it 
 opted-in Running pods (25 per namespace, each ~6 KB of JSON like a meshed workload), then,
 ``--repeats`` times in rotating order, starts each peer as a process of its own and measures:
 
-* start → caches synced: spawn to ``/readyz`` for ours; spawn to "every pod listed" for the
-  bare paginated LIST + decode (``bench/scale_peers.py list``); spawn to "the index holds
-  every pod" for kopf;
-* whole-process peak RSS (``VmHWM``) once synced and after the drift rounds;
+* start → caches synced: spawn to ``/readyz`` for ours; spawn to ``HasSynced`` for a Go
+  controller's cache of the same pods (``bench/go_peer/``: a client-go metadata informer,
+  protobuf on the wire, built once from Go modules and cached); spawn to "every pod listed"
+  for the bare paginated LIST + decode (``bench/scale_peers.py list``, as JSON and as
+  metadata); spawn to "the index holds every pod" for kopf;
+* whole-process peak RSS (``VmHWM``) once synced and after the drift rounds (medians of
+  the rounds; the maximum is kept too);
 * drift revert, for ours, the bare watch-and-patch reverter and kopf: a probe tampers with
   ``linkerd-config``'s managed key and times until the watch shows it restored, counting a
   restore only after it has seen its own tamper event; CPU per revert from /proc.
@@ -22,7 +25,8 @@ requests in the quiet ``--steady-seconds`` after.
 
     make bench-scale SCALE_ARGS='--pods 1000,10000,50000 --deployments 1000 --batch 50'
 
-Prints tables of ratios (ours/limit, ours/kopf) and writes ``bench/results/scale.json``;
+Prints tables of ratios (start and memory to the Go peer: ours/go, limit/go; drift:
+ours/limit, ours/kopf) and writes ``bench/results/scale.json``;
 ``bench/results_tables.py`` puts them in ``bench/RESULTS.md``.
 """
 
@@ -31,6 +35,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import hashlib
 import json
 import os
 import platform
@@ -40,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,11 +55,19 @@ import aiohttp
 import orjson
 
 from bench import informer_bench
+from linkerd_config.devcluster import pinned
+from linkerd_config.devcluster.binaries import (
+    BinaryUnavailableError,
+    build_lock,
+    cache_root,
+    go_build,
+    go_toolchain,
+)
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
 from linkerd_config.linkerd.rollout import (
     PROXY_VERSION_ANNOTATION,
     RECONCILE_AUTO,
@@ -69,8 +83,12 @@ CREATE_CONCURRENCY = 48
 PROXY_VERSION = "edge-19.12.3"
 KEY = "global"
 TICKS = os.sysconf("SC_CLK_TCK")
-PEERS = ("ours", "limit", "limit-meta", "kopf")
-READY_TIMEOUT = {"ours": 600.0, "limit": 600.0, "limit-meta": 600.0, "kopf": 300.0}
+PEERS = ("ours", "go", "limit", "limit-meta", "kopf")
+NO_DRIFT = ("go", "limit", "limit-meta")
+"""Peers measured for start and memory only: they watch no ConfigMap."""
+READY_TIMEOUT = {"ours": 600.0, "go": 600.0, "limit": 600.0, "limit-meta": 600.0, "kopf": 300.0}
+GO_PEER_SOURCE = BENCH / "go_peer"
+GO_PEER_FILES = ("main.go", "go.mod", "go.sum")
 
 Json = dict[str, Any]
 
@@ -112,11 +130,46 @@ async def grow_to(kube: KubeClient, have: int, want: int) -> float:
             content_type=MERGE_PATCH,
         )
 
-    await informer_bench.bounded(CREATE_CONCURRENCY, [lambda n=n: namespace(n) for n in namespaces])
     await informer_bench.bounded(
-        CREATE_CONCURRENCY, [lambda i=i: pod(i) for i in range(have, want)]
+        CREATE_CONCURRENCY, [functools.partial(namespace, n) for n in namespaces]
+    )
+    await informer_bench.bounded(
+        CREATE_CONCURRENCY, [functools.partial(pod, i) for i in range(have, want)]
     )
     return time.monotonic() - started
+
+
+# -- the Go peer -------------------------------------------------------------------------------
+
+
+@functools.cache
+def ensure_go_peer() -> Path:
+    """``bench/go_peer/`` built once per source (main.go, go.mod, go.sum hashed) into
+    ``cache_root()/bench/<hash>/``, from the Go module cache like the control plane."""
+    sources = {name: (GO_PEER_SOURCE / name).read_bytes() for name in GO_PEER_FILES}
+    staging = "v0." + pinned.KUBERNETES.split(".", 1)[1]
+    for module in ("k8s.io/client-go", "k8s.io/apimachinery"):
+        if f"\t{module} {staging}\n" not in sources["go.mod"].decode():
+            raise BinaryUnavailableError(
+                f"bench/go_peer/go.mod must require {module} {staging} "
+                f"(Kubernetes {pinned.KUBERNETES}, linkerd_config/devcluster/pinned.py)"
+            )
+    digest = hashlib.sha256()
+    for name, data in sources.items():
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    folder = cache_root() / "bench" / digest.hexdigest()[:16]
+    out = folder / "scale-go-peer"
+    if out.is_file():
+        return out
+    with build_lock("bench-go-peer"):
+        if not out.is_file():
+            go = go_toolchain("the scale bench's Go peer", "drop the go peer from the bench")
+            src = folder / "src"
+            src.mkdir(parents=True, exist_ok=True)
+            for name, data in sources.items():
+                (src / name).write_bytes(data)
+            go_build(go, src, "scale-go-peer", ".", "", out, print)
+    return out
 
 
 # -- the peers ---------------------------------------------------------------------------------
@@ -130,6 +183,7 @@ class Proc:
     popen: subprocess.Popen[bytes]
     started: float
     ready_port: int = 0
+    reported_pods: int | None = None
 
     def cpu_seconds(self) -> float:
         fields = Path(f"/proc/{self.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -155,6 +209,8 @@ class Proc:
 
 
 def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+    if name == "ours":
+        env = {**(env or {}), "PYTHONPATH": str(BENCH.parent)}
     started = time.monotonic()
     popen = subprocess.Popen(
         argv,
@@ -167,6 +223,8 @@ def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc
 
 
 def peer_argv(peer: str, kubeconfig: Path, desired: Path, pods: int) -> list[str]:
+    if peer == "go":
+        return [str(ensure_go_peer()), "--kubeconfig", str(kubeconfig)]
     base = [sys.executable, str(BENCH / "scale_peers.py")]
     common = ["--kubeconfig", str(kubeconfig), "--desired", str(desired)]
     if peer == "limit":
@@ -178,10 +236,35 @@ def peer_argv(peer: str, kubeconfig: Path, desired: Path, pods: int) -> list[str
     return [*base, "kopf", *common, "--expect-pods", str(pods)]
 
 
+RUNTIME_LOCK = BENCH.parent / "requirements" / "runtime.lock"
+
+
+@functools.cache
+def runtime_python() -> Path:
+    """A Python with only the runtime dependencies (``requirements/runtime.lock``, what the
+    image installs), made once per lock in ``cache_root()/bench/``: the controller is measured
+    as it ships, not with the dev tools' packages (rich alone is 4 MiB once structlog finds
+    it). The code is the working tree's (``PYTHONPATH``)."""
+    lock = RUNTIME_LOCK.read_bytes()
+    folder = cache_root() / "bench" / f"runtime-{hashlib.sha256(lock).hexdigest()[:16]}"
+    python = folder / "bin" / "python"
+    with build_lock("bench-runtime-venv"):
+        if not (folder / ".installed").is_file():
+            subprocess.run([sys.executable, "-m", "venv", "--clear", str(folder)], check=True)
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--quiet", "--no-deps",
+                 "--require-hashes", "-r", str(RUNTIME_LOCK)],
+                check=True,
+            )  # fmt: skip
+            (folder / ".installed").write_text("")
+    return python
+
+
 def ours_argv(kubeconfig: Path, *extra: str) -> list[str]:
-    """``linkerd-config run`` as one replica (no election: nothing to renew), webhooks off."""
+    """``linkerd-config run`` as one replica (no election: nothing to renew), webhooks off,
+    on the runtime dependencies only (``runtime_python``)."""
     return [
-        sys.executable,
+        str(runtime_python()),
         "-m",
         "linkerd_config",
         "run",
@@ -228,8 +311,11 @@ async def until_ready(proc: Proc, timeout: float) -> float | None:
 
     def read_ready() -> float | None:
         for line in stdout:
-            if orjson.loads(line).get("ready"):
-                return time.monotonic() - proc.started
+            message = orjson.loads(line)
+            if message.get("ready"):
+                ready = time.monotonic() - proc.started
+                proc.reported_pods = message.get("pods")
+                return ready
         return None
 
     try:
@@ -293,6 +379,7 @@ async def drift(kube: KubeClient, proc: Proc, desired: str, rounds: int) -> Json
 class PeerRuns:
     ready_s: list[float | None] = field(default_factory=list)
     peak_rss_mib: list[float] = field(default_factory=list)
+    reported_pods: list[int | None] = field(default_factory=list)
     drift_ms: list[float] = field(default_factory=list)
     cpu_ms_per_revert: list[float] = field(default_factory=list)
 
@@ -315,8 +402,11 @@ async def measure_point(
                 if ready is None:
                     print(f"  {peer}: not ready in {READY_TIMEOUT[peer]:.0f}s", flush=True)
                     continue
+                runs[peer].reported_pods.append(proc.reported_pods)
+                if proc.reported_pods is not None and proc.reported_pods != pods:
+                    print(f"  {peer}: reported {proc.reported_pods} pods, not {pods}", flush=True)
                 await asyncio.sleep(1.0)
-                if not peer.startswith("limit"):
+                if peer not in NO_DRIFT:
                     d = await drift(kube, proc, desired, args.rounds)
                     runs[peer].drift_ms += d["samples_ms"]
                     runs[peer].cpu_ms_per_revert.append(d["cpu_ms_per_revert"])
@@ -336,6 +426,10 @@ async def measure_point(
             runs["revert"].peak_rss_mib.append(proc.peak_rss_mib())
         finally:
             proc.stop()
+    for peer in ("ours", "go"):
+        times = ", ".join("-" if x is None else f"{x:.2f}" for x in runs[peer].ready_s)
+        rss = ", ".join(f"{x:.0f}" for x in runs[peer].peak_rss_mib)
+        print(f"  {peer} by round: ready [{times}] s, peak RSS [{rss}] MiB", flush=True)
     return runs
 
 
@@ -353,7 +447,12 @@ def summarise(runs: dict[str, PeerRuns]) -> Json:
         out[peer] = {
             "ready_s_median": round(statistics.median(ready), 2) if ready else None,
             "ready_s": [None if x is None else round(x, 2) for x in r.ready_s],
+            "peak_rss_mib_median": (
+                round(statistics.median(r.peak_rss_mib), 1) if r.peak_rss_mib else None
+            ),
             "peak_rss_mib_max": round(max(r.peak_rss_mib), 1) if r.peak_rss_mib else None,
+            "peak_rss_mib": [round(x, 1) for x in r.peak_rss_mib],
+            "reported_pods": r.reported_pods,
             "drift_p50_ms": pct(r.drift_ms, 0.5),
             "drift_p99_ms": pct(r.drift_ms, 0.99),
             "drift_rounds": len(r.drift_ms),
@@ -369,32 +468,42 @@ def ratio(a: float | None, b: float | None) -> str:
 
 
 def table(points: dict[int, Json]) -> str:
+    """Start and memory as ratios to the Go peer; drift against the bare reverter and kopf."""
     rows = [
+        "| pods | metric | ours | go | limit | limit-meta | kopf "
+        "| ours/go | limit/go | limit-meta/go | ours/kopf |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for pods, s in points.items():
+        go, kopf = s.get("go") or {}, s.get("kopf") or {}
+        for metric, key in (("start → synced (s)", "ready_s_median"),
+                            ("peak RSS (MiB)", "peak_rss_mib_median")):  # fmt: skip
+            values = [(s.get(p) or {}).get(key) for p in ("ours", "go", "limit", "limit-meta")]
+            values.append(kopf.get(key))
+            ours, limit, meta = values[0], values[2], values[3]
+            show = ["-" if v is None else f"{v:g}" for v in values]
+            ratios = (
+                ratio(ours, go.get(key)),
+                ratio(limit, go.get(key)),
+                ratio(meta, go.get(key)),
+                ratio(ours, kopf.get(key)),
+            )
+            rows.append(f"| {pods:,} | {metric} | {' | '.join(show)} | {' | '.join(ratios)} |")
+    rows += [
+        "",
         "| pods | metric | ours | limit | kopf | ours/limit | ours/kopf |",
         "|---|---|---|---|---|---|---|",
     ]
     for pods, s in points.items():
-        ours, limit, kopf, revert = s["ours"], s["limit"], s.get("kopf", {}), s["revert"]
-
-        def row(metric: str, a: Any, b: Any, c: Any, pods: int = pods) -> None:
+        ours, kopf, revert = s["ours"], s.get("kopf") or {}, s["revert"]
+        for metric, key in (("drift revert p50 (ms)", "drift_p50_ms"),
+                            ("drift revert p99 (ms)", "drift_p99_ms"),
+                            ("CPU per revert (ms)", "cpu_ms_per_revert")):  # fmt: skip
+            a, b, c = ours[key], revert[key], kopf.get(key)
             show = ["-" if v is None else f"{v:g}" for v in (a, b, c)]
             rows.append(
-                f"| {pods:,} | {metric} | {show[0]} | {show[1]} | {show[2]} | "
-                f"{ratio(a, b)} | {ratio(a, c)} |"
+                f"| {pods:,} | {metric} | {' | '.join(show)} | {ratio(a, b)} | {ratio(a, c)} |"
             )
-
-        row("start → synced (s)", ours["ready_s_median"], limit["ready_s_median"],
-            kopf.get("ready_s_median"))  # fmt: skip
-        row("start → synced (s), limit as metadata", ours["ready_s_median"],
-            s["limit-meta"]["ready_s_median"], kopf.get("ready_s_median"))  # fmt: skip
-        row("peak RSS (MiB)", ours["peak_rss_mib_max"], limit["peak_rss_mib_max"],
-            kopf.get("peak_rss_mib_max"))  # fmt: skip
-        row("drift revert p50 (ms)", ours["drift_p50_ms"], revert["drift_p50_ms"],
-            kopf.get("drift_p50_ms"))  # fmt: skip
-        row("drift revert p99 (ms)", ours["drift_p99_ms"], revert["drift_p99_ms"],
-            kopf.get("drift_p99_ms"))  # fmt: skip
-        row("CPU per revert (ms)", ours["cpu_ms_per_revert"], revert["cpu_ms_per_revert"],
-            kopf.get("cpu_ms_per_revert"))  # fmt: skip
     return "\n".join(rows)
 
 
@@ -440,8 +549,9 @@ async def rollout_point(deployments: int, args: argparse.Namespace) -> Json:
                     )
                 await scenario.wait_admits_pods(kube, namespaces[0], injected=True)
                 created = time.monotonic()
-                jobs = [
-                    lambda i=i: kube.request(
+                jobs: list[Callable[[], Awaitable[object]]] = [
+                    functools.partial(
+                        kube.request,
                         "POST",
                         DEPLOYMENTS.path(namespaces[i // per_ns]),
                         body=scenario.deployment(f"app-{i:04d}", opted_in=True, replicas=1),
@@ -491,7 +601,9 @@ async def measure_rollout(
             before_text = await scrape(http, metrics_port)
             before = sample_value(before_text, "rest_client_requests_total")
             applied = time.monotonic()
-            await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+            await kube.request(
+                "POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=sample("edge_19.12.3.yaml")
+            )
             first = last = None
             while True:
                 text = await scrape(http, metrics_port)
@@ -590,7 +702,7 @@ async def write_config(kube: KubeClient, kubeconfig: Path, desired_file: Path) -
     managed key as written: the value every reverter restores."""
     await scenario.install_crd(kube)
     await scenario.install_linkerd_edge_19_12_1(kube)
-    await kube.request("POST", LINKERD_CONFIGS.path(), body=sample("edge_19.12.3.yaml"))
+    await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=sample("edge_19.12.3.yaml"))
     before = (await kube.request("GET", CM_PATH))["data"][KEY]
     proc = start("ours", kubeconfig, desired_file, 0)
     try:
@@ -616,6 +728,10 @@ async def main_async(args: argparse.Namespace) -> Json:
         "args": vars(args),
         "points": {},
     }
+    if points:
+        # Built (or found in the cache) before the cluster starts: no build in a measurement.
+        results["go_peer"] = {"binary": str(await asyncio.to_thread(ensure_go_peer))}
+    results["ours_python"] = str(await asyncio.to_thread(runtime_python))
     with tempfile.TemporaryDirectory() as tmp:
         desired_file = Path(tmp) / "desired"
         async with cluster() as (cp, kube):
@@ -635,11 +751,11 @@ async def main_async(args: argparse.Namespace) -> Json:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pods", default="1000,3000", help="comma-separated scale points")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--pods", default="1000,10000,50000", help="comma-separated scale points")
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=20, help="drift rounds per run")
     parser.add_argument(
-        "--kopf-max-pods", type=int, default=10000, help="kopf is not started above this"
+        "--kopf-max-pods", type=int, default=1000, help="kopf is not started above this"
     )
     parser.add_argument(
         "--kopf-timeout", type=float, default=120.0, help="seconds kopf has to become ready"

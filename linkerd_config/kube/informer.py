@@ -46,7 +46,7 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -222,6 +222,25 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 class _StreamListRefused(Exception):
     """The server does not do streaming lists (or ended one before its end): page instead."""
+
+
+STREAM_LIST_FIRST_EVENT = 30.0
+"""A server that does streaming lists sends its first event (or, for no objects, the end
+bookmark) at once; one that ignores the request would just watch, silently: give up then."""
+
+
+async def _first_within(stream: WatchStream, seconds: float) -> AsyncIterator[WatchEvent]:
+    """The stream's events; ``_StreamListRefused`` if the first takes over ``seconds``."""
+    try:
+        async with asyncio.timeout(seconds):
+            first = await anext(stream)
+    except TimeoutError:
+        raise _StreamListRefused(f"no event within {seconds:.0f} s") from None
+    except StopAsyncIteration:
+        return
+    yield first
+    async for event in stream:
+        yield event
 
 
 class _Relist(Exception):
@@ -573,7 +592,7 @@ class Informer:
             ) as stream:
                 self._body = stream
                 count = 0
-                async for event in stream:
+                async for event in _first_within(stream, STREAM_LIST_FIRST_EVENT):
                     self._count_event(event.type)
                     if event.type == "BOOKMARK":
                         meta = event.object.get("metadata") or {}

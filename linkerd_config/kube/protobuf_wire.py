@@ -381,6 +381,8 @@ def envelope(body: bytes | memoryview) -> Envelope:
             unknown: Any = _unknown().FromString(view[4:])
         except DecodeError as exc:
             raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
+        if not unknown.typeMeta.kind:
+            raise ProtobufError("a protobuf envelope without its type")
         return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, memoryview(unknown.raw))
     type_meta: Any = None
     raw = view[0:0]
@@ -405,7 +407,7 @@ def envelope(body: bytes | memoryview) -> Envelope:
                 raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
         elif field == 2:
             raw = value
-    if type_meta is None:
+    if type_meta is None or not type_meta.kind:
         raise ProtobufError("a protobuf envelope without its type")
     return Envelope(type_meta.apiVersion, type_meta.kind, raw)
 
@@ -435,13 +437,19 @@ def decode_object(
     if is_list:
         item = converter(msg.DESCRIPTOR.fields_by_name["items"].message_type, fields)
         items: Iterator[Json] = (item(m) for m in msg.items)
-        if env.kind == "PartialObjectMetadataList":
+        if env.kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
             items = _with_type_meta(items, env.api_version)
         # The server writes an empty list as [], never Go's nil.
         out["items"] = items if lazy_items else list(items)
-    out["kind"] = env.kind
-    out["apiVersion"] = env.api_version
+    if is_list or _keeps_type_meta(node):
+        out["kind"] = env.kind
+        out["apiVersion"] = env.api_version
     return out
+
+
+def _keeps_type_meta(node: Node) -> bool:
+    """Whether a tree keeps ``kind`` and ``apiVersion`` (which JSON writes in the object)."""
+    return not isinstance(node, Mapping) or OTHERS in node or "kind" in node
 
 
 def _with_type_meta(items: Iterator[Json], api_version: str) -> Iterator[Json]:

@@ -88,13 +88,22 @@ class Body:
     def __init__(self, lines: list[bytes], then_hang: bool = False) -> None:
         self._chunks = deque(lines)
         self._hang = then_hang
+        self._failed: BaseException | None = None
+        self._woken = asyncio.Event()
 
     async def readany(self) -> bytes:
-        if self._chunks:
+        if self._failed is None and self._chunks:
             return self._chunks.popleft()
-        if self._hang:
-            await asyncio.Event().wait()
+        if self._failed is None and self._hang:
+            await self._woken.wait()
+        if self._failed is not None:
+            raise self._failed
         return b""
+
+    def set_exception(self, exc: BaseException) -> None:
+        """As aiohttp's body: the read in progress, and every later one, raises ``exc``."""
+        self._failed = exc
+        self._woken.set()
 
 
 class FakeApi(JsonListWatch):

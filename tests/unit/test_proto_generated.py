@@ -129,3 +129,63 @@ def test_scalar_types_match_linkerds() -> None:
     identity = config_pb2.IdentityContext.DESCRIPTOR.fields_by_name
     for name in ("issuance_lifetime", "clock_skew_allowance"):
         assert identity[name].message_type.full_name == "google.protobuf.Duration"
+
+
+def test_the_kubernetes_descriptor_set_matches_a_fresh_generation(tmp_path: Path) -> None:
+    fresh = load_generator().generate_k8s(tmp_path)
+    checked_in = REPO / "linkerd_config" / "kube" / "k8s_api" / fresh.name
+    assert checked_in.read_bytes() == fresh.read_bytes(), (
+        f"{checked_in.relative_to(REPO)} is stale: run `.venv/bin/python proto/generate.py`"
+    )
+
+
+def load_vendor() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("k8s_vendor", REPO / "proto" / "k8s_vendor.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("go_type", "tags", "shape"),
+    [
+        # [protobuf name, JSON name, pointer, list/map, omitempty, omitzero, inline]
+        ("*int32", 'json:"replicas,omitempty" protobuf:"varint,1,opt,name=replicas"',
+         ["replicas", "replicas", True, False, True, False, False]),
+        ("int32", 'json:"replicas" protobuf:"varint,2,opt,name=replicas"',
+         ["replicas", "replicas", False, False, False, False, False]),
+        ("Time", 'json:"created,omitempty,omitzero" protobuf:"bytes,8,opt,name=created"',
+         ["created", "created", False, False, True, True, False]),
+        ("map[string]string", 'json:"labels,omitempty" protobuf:"bytes,11,rep,name=labels"',
+         ["labels", "labels", False, True, True, False, False]),
+        ("VolumeSource", 'json:",inline" protobuf:"bytes,2,opt,name=volumeSource"',
+         ["volumeSource", "", False, False, False, False, True]),
+        ("TypeMeta", 'json:",inline"', None),  # not on the wire
+        ("string", 'json:"-" protobuf:"bytes,3,opt,name=hidden"', None),  # not in JSON
+    ],
+)  # fmt: skip
+def test_a_go_struct_tag_reads_as_its_json_shape(
+    go_type: str, tags: str, shape: list[object] | None
+) -> None:
+    vendor = load_vendor()
+    parsed = dict(vendor._TAG.findall(tags))
+    assert vendor.field_shape(go_type, parsed) == shape
+
+
+def test_the_vendored_shapes_cover_the_types_informers_decode() -> None:
+    import json  # noqa: PLC0415
+
+    shapes = json.loads((REPO / "linkerd_config/kube/k8s_api/json_shapes.json").read_text())
+    for message in (
+        "k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+        "k8s.io.apimachinery.pkg.apis.meta.v1.PartialObjectMetadataList",
+        "k8s.io.api.core.v1.ConfigMap",
+        "k8s.io.api.core.v1.Namespace",
+        "k8s.io.api.apps.v1.ReplicaSet",
+        "k8s.io.api.apps.v1.DeploymentStatus",
+        "k8s.io.api.apps.v1.StatefulSetStatus",
+        "k8s.io.api.apps.v1.DaemonSetStatus",
+        "k8s.io.api.coordination.v1.LeaseSpec",
+    ):
+        assert shapes["messages"].get(message), message

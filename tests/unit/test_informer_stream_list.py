@@ -1,0 +1,148 @@
+"""How an informer fills its cache: a streaming list where the client and server do it
+(KEP-3157: a watch that starts with every object, ended by an ``initial-events-end``
+bookmark), paged LISTs otherwise; and a paged LIST cut short leaves no request behind.
+Over the scripted fake API of ``test_informer_scripted``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from linkerd_config.kube import informer as informer_module
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.informer import INITIAL_EVENTS_END, Informer
+from linkerd_config.kube.resource import Json
+from tests.support.watch_lines import cm, line, status
+from tests.unit.test_informer_scripted import Body, FakeApi, make_informer, page, running
+
+
+def end_of_initial_events(rv: str) -> bytes:
+    return line(
+        "BOOKMARK",
+        {
+            "kind": "ConfigMap",
+            "metadata": {"resourceVersion": rv, "annotations": {INITIAL_EVENTS_END: "true"}},
+        },
+    )
+
+
+def streaming_api() -> FakeApi:
+    api = FakeApi()
+    api.watch_list = True  # type: ignore[misc]  # the class says False; this client streams
+    return api
+
+
+async def test_a_streaming_list_fills_the_cache_then_the_watch_resumes_from_its_end() -> None:
+    api = streaming_api()
+    api.watches.extend(
+        [
+            Body(
+                [
+                    line("ADDED", cm("a", "10")),
+                    line("ADDED", cm("b", "11")),
+                    # An ordinary bookmark in the middle is not the end.
+                    line("BOOKMARK", {"kind": "ConfigMap", "metadata": {"resourceVersion": "12"}}),
+                    line("MODIFIED", cm("a", "13")),
+                    end_of_initial_events("20"),
+                ]
+            ),
+            Body([line("ADDED", cm("c", "21"))]),
+        ]
+    )
+    inf, rec = make_informer(api, label_selector="app=x")
+    async with running(inf, api):
+        assert inf.has_synced
+        assert sorted(rec.view) == ["a", "b", "c"]
+        assert rec.view["a"]["metadata"]["resourceVersion"] == "13"
+    assert api.list_calls() == []
+    initial, resumed = api.watch_calls()[:2]
+    assert initial["sendInitialEvents"] is True
+    assert initial["resourceVersionMatch"] == "NotOlderThan"
+    assert initial["allowWatchBookmarks"] is True
+    assert initial["labelSelector"] == "app=x"
+    assert "resourceVersion" not in initial  # "not older than" the server's current state
+    assert resumed["resourceVersion"] == "20"
+    assert "sendInitialEvents" not in resumed
+
+
+async def test_a_server_that_refuses_streaming_lists_is_listed_in_pages_from_then_on() -> None:
+    api = streaming_api()
+    refused = ApiError(
+        422, "GET", "/x", status(422, "Invalid", "sendInitialEvents is forbidden"), None
+    )
+    api.watches.extend([refused, Body([]), Body([])])
+    api.lists.extend([page([cm("a", "5")], "5"), page([cm("a", "5")], "7")])
+    inf, rec = make_informer(api)
+    async with running(inf, api):
+        assert inf.has_synced and sorted(rec.view) == ["a"]
+        await inf.relist("asked", timeout=5)
+    assert len(api.list_calls()) == 2  # the start and the relist, both in pages
+    streamed = [w for w in api.watch_calls() if w.get("sendInitialEvents")]
+    assert len(streamed) == 1  # asked once, never again
+
+
+async def test_a_stream_that_ends_before_its_bookmark_falls_back_to_pages() -> None:
+    api = streaming_api()
+    api.watches.extend([Body([line("ADDED", cm("a", "3"))])])  # ends, no bookmark
+    api.lists.append(page([cm("a", "3"), cm("b", "4")], "4"))
+    inf, rec = make_informer(api)
+    async with running(inf, api):
+        assert sorted(rec.view) == ["a", "b"]
+    assert len(api.list_calls()) == 1
+
+
+class SlowSecondPage(FakeApi):
+    """The second page's answer never comes: the informer is cancelled meanwhile."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def request(self, method: str, path: str, **kw: Any) -> Json:
+        params: Mapping[str, Any] = kw.get("params") or {}
+        if params.get("continue"):
+            self.asked.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
+        return await super().request(method, path, **kw)
+
+
+async def test_a_list_cut_short_cancels_the_page_it_asked_for_ahead() -> None:
+    api = SlowSecondPage()
+    api.lists.append(page([cm("a", "1")], "1", cont="next"))
+    inf = Informer(api, cm_resource(), namespace="ns", page_size=1)
+    task = asyncio.create_task(inf.run())
+    async with asyncio.timeout(5):
+        await api.asked.wait()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert api.cancelled.is_set()
+    leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert not [t for t in leftover if t.get_name().startswith("list-")]
+
+
+def cm_resource() -> Any:
+    from linkerd_config.kube.resource import CONFIGMAPS  # noqa: PLC0415
+
+    return CONFIGMAPS
+
+
+async def test_a_server_silent_on_a_streaming_list_is_listed_in_pages(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that ignored sendInitialEvents would watch from now on, sending nothing."""
+    monkeypatch.setattr(informer_module, "STREAM_LIST_FIRST_EVENT", 0.05)
+    api = streaming_api()
+    api.watches.append(Body([], then_hang=True))
+    api.lists.append(page([cm("a", "3")], "3"))
+    inf, rec = make_informer(api)
+    async with running(inf, api):
+        assert sorted(rec.view) == ["a"]
+    assert len(api.list_calls()) == 1

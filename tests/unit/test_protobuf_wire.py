@@ -1,0 +1,474 @@
+"""Kubernetes' protobuf decoded into the JSON the API server would have sent.
+
+The messages are built with the vendored types and encoded as the API server frames them
+(magic, ``runtime.Unknown``; watch frames with a length). What Go's encoding/json writes for
+each case (omitempty, omitzero, pointers, nil slices, inline structs, custom marshalers) is
+stated by hand here, from the struct tags; ``tests/integration/test_protobuf_wire.py``
+compares the decoder with the real API server's JSON for the same objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkerd_config.kube import protobuf_wire as pw
+from linkerd_config.kube.field_tree import DROP, OTHERS, fields_read, project, tree_of
+from linkerd_config.kube.informer import keep_fields, strip_managed_fields
+from linkerd_config.kube.watch import (
+    FrameReader,
+    GoneError,
+    WatchProtocolError,
+    WatchStream,
+)
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.trust_anchor_guard import meshed_pod_projection
+
+Json = dict[str, Any]
+META = "k8s.io.apimachinery.pkg.apis.meta.v1"
+CORE = "k8s.io.api.core.v1"
+APPS = "k8s.io.api.apps.v1"
+
+
+def message(name: str) -> Any:
+    return pw.types().message(name)()
+
+
+def wrapped(api_version: str, kind: str, msg: Any) -> bytes:
+    """A body as the API server writes it: magic, then runtime.Unknown around the object."""
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion = api_version
+    unknown.typeMeta.kind = kind
+    unknown.raw = msg.SerializeToString()
+    return pw.MAGIC + unknown.SerializeToString()
+
+
+def framed(event_type: str, body: bytes) -> bytes:
+    event = message(f"{META}.WatchEvent")
+    event.type = event_type
+    event.object.raw = body
+    data = event.SerializeToString()
+    return len(data).to_bytes(4, "big") + data
+
+
+def deployment() -> Any:
+    """A Deployment touching every rule: pointers, omitempty zeros, maps, lists, inline
+    structs, Time, Quantity, IntOrString."""
+    d = message(f"{APPS}.Deployment")
+    meta = d.metadata
+    meta.name = "web"
+    meta.namespace = "shop"
+    meta.uid = "0b8e0c1e-0000-4000-8000-000000000001"
+    meta.resourceVersion = "42"
+    meta.generation = 3
+    meta.creationTimestamp.seconds = 1_700_000_000
+    meta.labels["app"] = "web"
+    meta.labels["config.linkerd.io/reconcile"] = "auto"
+    meta.annotations["linkerd.io/proxy-version"] = "edge-26.8.3"
+    owner = meta.ownerReferences.add()
+    owner.apiVersion, owner.kind, owner.name, owner.uid = "v1", "Thing", "t", "u-1"
+    owner.controller = True
+    d.spec.replicas = 0  # a pointer set to zero: written
+    d.spec.selector.matchLabels["app"] = "web"
+    d.spec.strategy.type = "RollingUpdate"
+    d.spec.strategy.rollingUpdate.maxSurge.type = 1
+    d.spec.strategy.rollingUpdate.maxSurge.strVal = "25%"
+    d.spec.strategy.rollingUpdate.maxUnavailable.intVal = 1
+    pod = d.spec.template
+    pod.metadata.labels["app"] = "web"
+    container = pod.spec.containers.add()
+    container.name = "app"
+    container.image = "nginx:1"
+    container.resources.limits["cpu"].string = "500m"
+    volume = pod.spec.volumes.add()
+    volume.name = "scratch"
+    volume.volumeSource.emptyDir.sizeLimit.string = "1Gi"
+    d.status.observedGeneration = 3
+    condition = d.status.conditions.add()
+    condition.type, condition.status = "Available", "True"
+    condition.lastUpdateTime.seconds = 1_700_000_060
+    return d
+
+
+DEPLOYMENT_JSON: Json = {
+    "kind": "Deployment",
+    "apiVersion": "apps/v1",
+    "metadata": {
+        "name": "web",
+        "namespace": "shop",
+        "uid": "0b8e0c1e-0000-4000-8000-000000000001",
+        "resourceVersion": "42",
+        "generation": 3,
+        "creationTimestamp": "2023-11-14T22:13:20Z",
+        "labels": {"app": "web", "config.linkerd.io/reconcile": "auto"},
+        "annotations": {"linkerd.io/proxy-version": "edge-26.8.3"},
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Thing", "name": "t", "uid": "u-1", "controller": True}
+        ],
+    },
+    "spec": {
+        "replicas": 0,
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            # A pod template's zero creationTimestamp is left out (omitzero, from 1.33).
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {
+                "containers": [
+                    {"name": "app", "image": "nginx:1", "resources": {"limits": {"cpu": "500m"}}}
+                ],
+                # An inline struct's fields are its parent's; a Quantity is its string.
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}],
+            },
+        },
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxUnavailable": 1, "maxSurge": "25%"},
+        },
+    },
+    "status": {
+        "observedGeneration": 3,
+        "conditions": [
+            {
+                "type": "Available",
+                "status": "True",
+                "lastUpdateTime": "2023-11-14T22:14:20Z",
+                # lastTransitionTime is a non-pointer Time without omitzero: null when zero.
+                "lastTransitionTime": None,
+            }
+        ],
+    },
+}
+
+
+def test_a_deployment_reads_as_the_api_servers_json() -> None:
+    assert pw.decode_object(wrapped("apps/v1", "Deployment", deployment()), None) == (
+        DEPLOYMENT_JSON
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "build", "expected"),
+    [
+        # A non-omitempty int is written when zero; a nil non-omitempty slice is null.
+        (
+            f"{APPS}.StatefulSetStatus",
+            lambda m: None,
+            {"replicas": 0, "availableReplicas": 0},
+        ),
+        # An omitempty zero is left out, a nil pointer too (selector); a struct never is.
+        (
+            f"{APPS}.DeploymentSpec",
+            lambda m: setattr(m, "paused", False),
+            {"template": {"metadata": {}, "spec": {"containers": None}}, "strategy": {}},
+        ),
+        (f"{CORE}.PodSpec", lambda m: None, {"containers": None}),
+        # bytes are base64, a pointer bool set to false is written.
+        (
+            f"{CORE}.ConfigMap",
+            lambda m: (
+                m.binaryData.__setitem__("b", b"\x00\x01\x02"),
+                setattr(m, "immutable", False),
+            ),
+            {"metadata": {}, "binaryData": {"b": "AAEC"}, "immutable": False},
+        ),
+        # MicroTime keeps microseconds.
+        (
+            "k8s.io.api.coordination.v1.LeaseSpec",
+            lambda m: (
+                setattr(m.renewTime, "seconds", 1_700_000_000),
+                setattr(m.renewTime, "nanos", 123_456_789),
+            ),
+            {"renewTime": "2023-11-14T22:13:20.123456Z"},
+        ),
+    ],
+)
+def test_go_json_rules(kind: str, build: Any, expected: Json) -> None:
+    msg = message(kind)
+    build(msg)
+    convert = pw.converter(msg.DESCRIPTOR, None)
+    assert convert(msg) == expected
+
+
+@pytest.mark.parametrize(
+    ("nanos", "text"),
+    [
+        (0, "0s"),
+        (1, "1ns"),
+        (1_500, "1.5µs"),
+        (2_000_000, "2ms"),
+        (1_500_000_000, "1.5s"),
+        (90_000_000_000, "1m30s"),
+        (3_600_000_000_000, "1h0m0s"),
+        (-5_000_000_000, "-5s"),
+    ],
+)
+def test_durations_read_as_go_prints_them(nanos: int, text: str) -> None:
+    duration = message(f"{META}.Duration")
+    duration.duration = nanos
+    assert pw.converter(duration.DESCRIPTOR, None)(duration) == text
+
+
+TREES = [
+    tree_of("metadata.labels"),
+    tree_of(("metadata", "labels", "app"), ("metadata", "annotations", "absent")),
+    tree_of("metadata.ownerReferences.kind", "spec.replicas", "status.conditions.type"),
+    tree_of("spec.template.metadata.labels", "spec.template.spec.volumes.emptyDir"),
+    {OTHERS: None, "metadata": {OTHERS: None, "ownerReferences": DROP}},
+]
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_a_tree_builds_what_cutting_the_whole_object_would(tree: Json) -> None:
+    body = wrapped("apps/v1", "Deployment", deployment())
+    assert pw.decode_object(body, tree) == project(pw.decode_object(body, None), tree)
+
+
+def test_a_list_converts_its_items_as_they_are_reached() -> None:
+    listed = message(f"{META}.PartialObjectMetadataList")
+    listed.metadata.resourceVersion = "7"
+    setattr(listed.metadata, "continue", "next-page")
+    for name in ("a", "b"):
+        item = listed.items.add()
+        item.metadata.name = name
+        item.metadata.labels["config.linkerd.io/reconcile"] = "auto"
+        item.metadata.labels["noise"] = "x"
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+    tree = rollout.running_pod_metadata.fields_read  # type: ignore[attr-defined]
+    page = pw.decode_object(body, tree, lazy_items=True)
+    assert page["metadata"] == {"resourceVersion": "7", "continue": "next-page"}
+    assert not isinstance(page["items"], list)
+    items = list(page["items"])
+    assert [i["metadata"] for i in items] == [
+        {"name": n, "labels": {"config.linkerd.io/reconcile": "auto"}} for n in ("a", "b")
+    ]
+    # A PartialObjectMetadataList's items carry their TypeMeta in JSON (kept whole here).
+    whole = pw.decode_object(body, None)["items"]
+    assert {(i["kind"], i["apiVersion"]) for i in whole} == {
+        ("PartialObjectMetadata", "meta.k8s.io/v1")
+    }
+    empty = wrapped("apps/v1", "ReplicaSetList", message(f"{APPS}.ReplicaSetList"))
+    assert pw.decode_object(empty, None)["items"] == []
+
+
+def test_large_and_small_envelopes_read_alike() -> None:
+    d = deployment()
+    d.metadata.annotations["big"] = "x" * (pw.SMALL_BODY + 10)
+    big = pw.decode_object(wrapped("apps/v1", "Deployment", d), None)
+    assert big["metadata"]["annotations"]["big"] == "x" * (pw.SMALL_BODY + 10)
+    del big["metadata"]["annotations"]["big"]
+    assert big == DEPLOYMENT_JSON
+
+
+@pytest.mark.parametrize("small", [True, False], ids=["parsed-by-upb", "parsed-by-hand"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"kind": "Status"}',
+        pw.MAGIC + b"\x0a\xff",  # a length past the end
+        pw.MAGIC + b"\x12\x00",  # raw, but no type
+        pw.MAGIC + b"\x0b",  # a wire type no envelope uses
+    ],
+)
+def test_a_broken_envelope_is_a_protobuf_error(
+    body: bytes, small: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pw, "SMALL_BODY", 1 << 20 if small else 0)
+    with pytest.raises(pw.ProtobufError, match="protobuf"):
+        pw.decode_object(body, None)
+
+
+def test_a_type_not_vendored_or_a_broken_object_is_named() -> None:
+    with pytest.raises(pw.ProtobufError, match="batch/v1"):
+        pw.decode_object(wrapped("batch/v1", "Job", message(f"{CORE}.ConfigMap")), None)
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = "v1", "ConfigMap"
+    unknown.raw = b"\x0a\xff\xff"
+    with pytest.raises(pw.ProtobufError, match="undecodable ConfigMap"):
+        pw.decode_object(pw.MAGIC + unknown.SerializeToString(), None)
+
+
+# -- watch frames --------------------------------------------------------------------------
+
+
+class Chunks:
+    """A watch body delivered in the chunks given (then the end)."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = deque(chunks)
+
+    async def readany(self) -> bytes:
+        return self.chunks.popleft() if self.chunks else b""
+
+    def set_exception(self, exc: BaseException) -> None:
+        raise exc
+
+
+def cut(data: bytes, size: int) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+@given(size=st.integers(min_value=1, max_value=200))
+@settings(max_examples=40, deadline=None)
+def test_frames_are_whole_however_the_body_is_cut(size: int) -> None:
+    frames = [b"", b"a", b"x" * 300, b"\n\n"]
+    data = b"".join(len(f).to_bytes(4, "big") + f for f in frames)
+
+    async def read() -> list[bytes]:
+        reader = FrameReader(Chunks(cut(data, size)))
+        out = []
+        while (frame := await reader.readline()) is not None:
+            out.append(frame)
+        return out
+
+    assert asyncio.run(read()) == frames
+
+
+@pytest.mark.parametrize(
+    ("data", "error"),
+    [
+        ((1000).to_bytes(4, "big") + b"x" * 10, "ends inside a frame"),
+        ((2**31).to_bytes(4, "big"), "over"),
+    ],
+)
+async def test_a_broken_frame_is_a_protocol_error(data: bytes, error: str) -> None:
+    reader = FrameReader(Chunks([data]), max_line=1024)
+    with pytest.raises(WatchProtocolError, match=error):
+        await reader.readline()
+
+
+async def test_a_protobuf_watch_reads_events_and_raises_410() -> None:
+    pod = message(f"{META}.PartialObjectMetadata")
+    pod.metadata.name = "p"
+    pod.metadata.resourceVersion = "5"
+    pod.metadata.annotations["linkerd.io/proxy-version"] = "v1"
+    pod.metadata.annotations["noise"] = "n"
+    bookmark = message(f"{META}.PartialObjectMetadata")
+    bookmark.metadata.resourceVersion = "9"
+    bookmark.metadata.annotations["k8s.io/initial-events-end"] = "true"
+    status = message(f"{META}.Status")
+    status.code, status.reason, status.message = 410, "Expired", "too old"
+    data = b"".join(
+        [
+            framed("ADDED", wrapped("meta.k8s.io/v1", "PartialObjectMetadata", pod)),
+            framed("BOOKMARK", wrapped("meta.k8s.io/v1", "PartialObjectMetadata", bookmark)),
+            framed("ERROR", wrapped("v1", "Status", status)),
+        ]
+    )
+    tree = meshed_pod_projection.fields_read  # type: ignore[attr-defined]
+    stream = WatchStream(
+        Chunks(cut(data, 7)),
+        inactivity_timeout=5,
+        framed=True,
+        decode=pw.watch_event_decoder(tree),
+    )
+    added = await anext(stream)
+    assert added.type == "ADDED"
+    assert added.object["metadata"] == {"name": "p", "resourceVersion": "5", "annotations": {}}
+    marker = await anext(stream)
+    # A bookmark is decoded whole: its annotation ends a streaming list's initial events.
+    assert marker.object["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert marker.resource_version == "9"
+    with pytest.raises(GoneError, match="too old"):
+        await anext(stream)
+
+
+async def test_an_unknown_event_type_is_a_protocol_error() -> None:
+    data = framed("SOMETHING", wrapped("v1", "ConfigMap", message(f"{CORE}.ConfigMap")))
+    stream = WatchStream(
+        Chunks([data]), inactivity_timeout=5, framed=True, decode=pw.watch_event_decoder(None)
+    )
+    with pytest.raises(WatchProtocolError, match="SOMETHING"):
+        await anext(stream)
+
+
+# -- the transforms read no more than they declare ----------------------------------------
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-", min_size=1, max_size=12)
+kinds = st.sampled_from(["ReplicaSet", "StatefulSet", "DaemonSet", "Job", "Node"])
+KNOWN_KEYS = [*rollout.POD_LABELS, *rollout.POD_ANNOTATIONS, "linkerd.io/trust-root-sha256"]
+maps = st.dictionaries(st.one_of(st.sampled_from(KNOWN_KEYS), names), names, max_size=6)
+owners = st.lists(
+    st.fixed_dictionaries(
+        {"kind": kinds, "name": names, "uid": names, "apiVersion": names},
+        optional={"controller": st.booleans(), "blockOwnerDeletion": st.booleans()},
+    ),
+    max_size=3,
+)
+containers = st.lists(
+    st.fixed_dictionaries(
+        {"name": st.sampled_from(["linkerd-proxy", "app"]), "image": names},
+        optional={"ports": st.just([{"containerPort": 80}])},
+    ),
+    max_size=3,
+)
+objects = st.fixed_dictionaries(
+    {
+        "metadata": st.fixed_dictionaries(
+            {"name": names, "namespace": names, "uid": names, "resourceVersion": names},
+            optional={
+                "labels": maps,
+                "annotations": maps,
+                "ownerReferences": owners,
+                "deletionTimestamp": st.just("2026-01-01T00:00:00Z"),
+                "generation": st.integers(0, 9),
+                "managedFields": st.just([{"manager": "kubectl"}]),
+            },
+        )
+    },
+    optional={
+        "spec": st.fixed_dictionaries(
+            {},
+            optional={
+                "containers": containers,
+                "initContainers": containers,
+                "replicas": st.integers(0, 3),
+                "paused": st.booleans(),
+                "template": st.fixed_dictionaries(
+                    {"metadata": st.fixed_dictionaries({}, optional={"annotations": maps})}
+                ),
+            },
+        ),
+        "status": st.fixed_dictionaries(
+            {},
+            optional={
+                "phase": st.sampled_from(["Running", "Pending"]),
+                "replicas": st.integers(0, 3),
+            },
+        ),
+    },
+)
+
+TRANSFORMS = {
+    "pods": rollout.running_pod_metadata,
+    "pod_projection": rollout.pod_projection,
+    "replicasets": rollout.replicaset_projection,
+    "meshed-pods": meshed_pod_projection,
+    "workloads": keep_fields(*rollout.WORKLOAD_FIELDS),
+    "default": strip_managed_fields,
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+@given(obj=objects)
+@settings(max_examples=150, deadline=None)
+def test_each_transform_gives_the_same_on_what_it_declares_it_reads(name: str, obj: Json) -> None:
+    transform = TRANSFORMS[name]
+    tree = fields_read(transform)
+    assert tree is not None, f"{name} declares nothing: a decoder would build everything"
+    import copy  # noqa: PLC0415
+
+    assert transform(project(copy.deepcopy(obj), tree)) == transform(copy.deepcopy(obj))
+
+
+def test_the_converter_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pw, "MAX_CONVERTERS", 8)
+    monkeypatch.setattr(pw, "_CONVERTERS", {})
+    body = wrapped("apps/v1", "Deployment", deployment())
+    for _ in range(40):
+        pw.decode_object(body, tree_of("metadata.labels"))  # a new tree each time
+    assert len(pw._CONVERTERS) <= 8
