@@ -581,15 +581,7 @@ class Informer:
         )
         found: dict[str, Json] = {}
         try:
-            async with self.client.watch(
-                self._path,
-                params=params,
-                metadata_only=self.metadata_only,
-                fields=self.fields,
-                total_timeout=self.watch_timeout[1] + 60.0,
-                read_timeout=self.inactivity_timeout + 15.0,
-                inactivity_timeout=self.inactivity_timeout,
-            ) as stream:
+            async with self._watch(params) as stream:
                 self._body = stream
                 count = 0
                 async for event in _first_within(stream, STREAM_LIST_FIRST_EVENT):
@@ -680,6 +672,21 @@ class Informer:
             timeout=self.request_timeout,
         )
 
+    def _watch(
+        self, params: Mapping[str, str | int | bool]
+    ) -> AbstractAsyncContextManager[WatchStream]:
+        """A watch with ``params`` (its ``timeoutSeconds`` the server's end of it, a minute
+        more ours), the informer's deadline on silence and its field tree."""
+        return self.client.watch(
+            self._path,
+            params=params,
+            metadata_only=self.metadata_only,
+            fields=self.fields,
+            total_timeout=float(params["timeoutSeconds"]) + 60.0,
+            read_timeout=self.inactivity_timeout + 15.0,
+            inactivity_timeout=self.inactivity_timeout,
+        )
+
     async def _watch_once(self) -> bool:
         """One watch connection; True when it ended cleanly after being healthy."""
         timeout = int(self._rng.uniform(*self.watch_timeout))
@@ -693,15 +700,7 @@ class Informer:
         started = time.monotonic()
         events = 0
         try:
-            async with self.client.watch(
-                self._path,
-                params=params,
-                metadata_only=self.metadata_only,
-                fields=self.fields,
-                total_timeout=timeout + 60.0,
-                read_timeout=self.inactivity_timeout + 15.0,
-                inactivity_timeout=self.inactivity_timeout,
-            ) as stream:
+            async with self._watch(params) as stream:
                 self._body = stream
                 self._failing = False
                 async for event in stream:

@@ -4,24 +4,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from types import ModuleType
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load_vendor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("k8s_vendor", REPO / "proto" / "k8s_vendor.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.scripts import REPO, load_script
 
 
 def test_the_vendored_protos_and_shapes_are_the_pinned_modules() -> None:
-    vendor = load_vendor()
+    vendor = load_script("proto/k8s_vendor.py")
     protos, shapes = vendor.vendored()
     assert set(protos) == {
         str(p.relative_to(REPO / "proto")) for p in (REPO / "proto" / "k8s.io").rglob("*.proto")

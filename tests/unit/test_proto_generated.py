@@ -3,26 +3,20 @@ and that .proto still has Linkerd's field names, numbers and order."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from linkerd_config.linkerd.formats.legacy import config_pb2
+from tests.support.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATED = REPO / "linkerd_config" / "linkerd" / "formats" / "legacy"
 
 
 def load_generator() -> ModuleType:
-    """proto/generate.py is a script, not a package module: load it by path."""
-    spec = importlib.util.spec_from_file_location("proto_generate", REPO / "proto" / "generate.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("proto/generate.py")
 
 
 def test_checked_in_code_matches_a_fresh_generation(tmp_path: Path) -> None:
@@ -140,11 +134,7 @@ def test_the_kubernetes_descriptor_set_matches_a_fresh_generation(tmp_path: Path
 
 
 def load_vendor() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("k8s_vendor", REPO / "proto" / "k8s_vendor.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("proto/k8s_vendor.py")
 
 
 @pytest.mark.parametrize(
