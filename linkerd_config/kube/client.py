@@ -1,9 +1,11 @@
-"""API access: one pooled HTTPS session, raw JSON in and out, a timeout on every call.
+"""API access: one pooled HTTPS session, plain dicts in and out, a timeout on every call.
 
 kubernetes-asyncio is used only to resolve *where* and *as whom* to connect (kubeconfig or
 in-cluster service account, token refresh included). Requests and watch streams go through
 our own aiohttp session and come back as plain dicts: generated model classes cost ~14x more
-CPU per object than a fast JSON decoder, which matters at thousands of pods.
+CPU per object than a fast JSON decoder, which matters at thousands of pods. Writes are
+JSON; informers' LISTs and watches of built-in types are Kubernetes' protobuf, decoded only
+as far as the caller's fields (``protobuf_wire``).
 
 Every mutating request passes the write gate (see ``leader.py``) unless the caller opts out
 explicitly, which only the Lease elector does: a follower's write is refused here, before any

@@ -1,8 +1,10 @@
 """Informer: a local, eventually consistent copy of one resource, with change handlers.
 
-How it works (client-go's Reflector + sharedIndexInformer, in one coroutine): a paginated,
+How it works (client-go's Reflector + sharedIndexInformer, in one coroutine): a streaming list
+(a watch that starts with every object, where the client and server do it) or a paginated,
 consistent LIST fills the cache; a WATCH from the list's resourceVersion then applies every
-change as it happens. A dropped watch resumes from the last resourceVersion seen (bookmarks
+change as it happens. How objects travel (protobuf or JSON) is the client's business; the
+informer names the fields its transform reads. A dropped watch resumes from the last resourceVersion seen (bookmarks
 included); when the server no longer has that much history (410 Gone) the informer lists
 again and delivers the difference.
 
