@@ -4,9 +4,9 @@ How it works (client-go's Reflector + sharedIndexInformer, in one coroutine): a 
 (a watch that starts with every object, where the client and server do it) or a paginated,
 consistent LIST fills the cache; a WATCH from the list's resourceVersion then applies every
 change as it happens. How objects travel (protobuf or JSON) is the client's business; the
-informer names the fields its transform reads. A dropped watch resumes from the last resourceVersion seen (bookmarks
-included); when the server no longer has that much history (410 Gone) the informer lists
-again and delivers the difference.
+informer names the fields its transform reads. A dropped watch resumes from the last
+resourceVersion seen (bookmarks included); when the server no longer has that much history
+(410 Gone) the informer lists again and delivers the difference.
 
 Contract -- what a handler can rely on:
 
