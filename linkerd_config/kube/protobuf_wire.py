@@ -54,9 +54,6 @@ def decodes(path: str, metadata_only: bool) -> bool:
     return metadata_only or path.startswith(_PATH_PREFIXES)
 
 
-MISSING: Final = object()
-
-
 class ProtobufError(ValueError):
     """A body that is not the protobuf encoding it claims to be, or of a type not vendored."""
 
