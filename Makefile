@@ -85,8 +85,11 @@ bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/R
 generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules), protobuf code and the docs' field table
 	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
 	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
+	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource --local > manifests/crd-local/linkerdconfigs.yaml.tmp
+	mv manifests/crd-local/linkerdconfigs.yaml.tmp manifests/crd-local/linkerdconfigs.yaml
 	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
 	mv manifests/webhook/webhooks.yaml.tmp manifests/webhook/webhooks.yaml
+	cp manifests/crd-local/linkerdconfigs.yaml manifests/chart/files/linkerdconfigs-local.yaml
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
@@ -117,15 +120,18 @@ CERT_MANAGER_VERSION ?= v1.21.2
 # $(call need,tool,what for): a clear message instead of an obscure failure.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2)); not found on PATH." >&2; exit 1; }
 
-install: ## install the CRD into the current cluster
+# The CRD for a local run: its conversion webhook is the controller `make run` starts (which
+# registers itself); `make deploy` and the chart install the in-cluster one over it, and
+# `make install` after `make undeploy` brings it back. Nothing stored changes either way.
+install: ## install the CRD for a local run (conversion served by `make run`) into the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)
-	$(KUBECTL) apply -k manifests/crd
+	$(KUBECTL) apply -k manifests/crd-local
 
 uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)
-	$(KUBECTL) delete -k manifests/crd
+	$(KUBECTL) delete -k manifests/crd-local
 
-run: $(STAMP) ## run the controller locally against the current kubeconfig (ENABLE_WEBHOOKS=false honoured)
+run: $(STAMP) ## run the controller locally against the current kubeconfig (ENABLE_WEBHOOKS=false: it serves only the CRD's conversion)
 	$(PY) -m linkerd_config run
 
 # The image tool (kubebuilder's name). Empty: docker when its engine answers, else podman.

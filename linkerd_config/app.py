@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import ipaddress
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
-from linkerd_config.kube.certs import self_signed_serving_pair
+from linkerd_config.kube.certs import TinyCA, self_signed_serving_pair
 from linkerd_config.kube.client import CONTENT_TYPES, KubeClient
 from linkerd_config.kube.delegated_auth import DelegatedAuth
 from linkerd_config.kube.events import EventRecorder
@@ -27,6 +28,7 @@ from linkerd_config.kube.leader import (
     NoElection,
     default_identity,
 )
+from linkerd_config.kube.local_conversion import LocalConversion, Refusal, Registration
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import (
     InMemoryCertificate,
@@ -36,8 +38,14 @@ from linkerd_config.kube.serving import (
 )
 from linkerd_config.kube.watch_health import WatchHealth
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from linkerd_config.linkerd.linkerdconfig_resource import (
+    CONVERSION_PROBE,
+    CONVERSION_REFUSAL,
+    CONVERT_PATH,
+    LINKERD_CONFIGS_V1ALPHA1,
+)
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
-from linkerd_config.linkerd.webhooks import register
+from linkerd_config.linkerd.webhooks import convert_object, register
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings
 
@@ -59,6 +67,7 @@ class App:
     recorder: EventRecorder
     admission: AdmissionServer | None = None
     watch_health: WatchHealth | None = None
+    local_conversion: LocalConversion | None = None
 
 
 def new_registry() -> CollectorRegistry:
@@ -165,6 +174,9 @@ def _assemble(
         app.admission = _admission(settings, controller, registry)
         manager.add_server("webhooks", app.admission.run)
         probes.ready_checks["webhooks"] = app.admission.started.is_set
+    elif _serves_conversion(settings, client):
+        app.local_conversion = _local_conversion(settings, client, leadership, manager, registry)
+        probes.ready_checks["conversion"] = app.local_conversion.settled.is_set
     for informer in controller.informers:
         manager.add_informer(informer)
     manager.add_controller(controller.controller, controller.config_names)
@@ -203,6 +215,68 @@ def _admission(
     )
     register(server, controller)
     return server
+
+
+def _serves_conversion(settings: Settings, client: KubeClient) -> bool:
+    if settings.serve_conversion == "auto":
+        return client.access.source != "in-cluster"
+    return settings.serve_conversion == "true"
+
+
+def _local_conversion(
+    settings: Settings,
+    client: KubeClient,
+    leadership: LeaderElector | NoElection,
+    manager: Manager,
+    registry: CollectorRegistry,
+) -> LocalConversion:
+    """With the webhooks off, outside the cluster: the CRD's conversion webhook served here,
+    with a certificate made now, and registered on the CRD once this process leads (a CRD
+    write); see ``kube/local_conversion.py``."""
+    host, port = settings.webhook_address
+    origin = settings.conversion_url
+    url_host = (origin.partition("://")[2].rpartition(":")[0] if origin else "127.0.0.1").strip(
+        "[]"
+    )
+    ca = TinyCA("linkerd-config-local-conversion")
+    ips = ["127.0.0.1", "::1"]
+    dns = ["localhost"]
+    if url_host not in ips + dns:
+        (ips if _is_ip(url_host) else dns).append(url_host)
+    pair = ca.serving(dns, ips)
+    server = AdmissionServer(
+        host, port, InMemoryCertificate(pair.cert_pem, pair.key_pem), registry=registry
+    )
+    server.add_conversion(CONVERT_PATH, convert_object)
+    local = LocalConversion(client)
+
+    async def run() -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(server.run(), name="conversion-server")
+            await server.started.wait()
+            base = origin or f"https://127.0.0.1:{server.bound_port}"
+            registration = Registration(
+                crd=str(LINKERD_CONFIGS_V1ALPHA1),  # the CRD's name: plural.group
+                url=base + CONVERT_PATH,
+                ca_pem=ca.cert_pem,
+                refusal=Refusal(LINKERD_CONFIGS_V1ALPHA1.version, CONVERSION_REFUSAL),
+                probe=CONVERSION_PROBE,
+                probe_path=LINKERD_CONFIGS_V1ALPHA1.path(),
+            )
+            group.create_task(
+                local.run(registration, leadership.wait_for_leadership), name="registration"
+            )
+
+    manager.add_server("conversion", run)
+    return local
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 @contextlib.asynccontextmanager

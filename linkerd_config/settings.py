@@ -39,6 +39,19 @@ def _whole(text: str, what: str) -> int:
         raise ValueError(f"{what} must be a whole number") from None
 
 
+def _https_origin(text: str) -> str:
+    """``https://host:port`` (or empty): where a webhook is reached, no path."""
+    if not text:
+        return ""
+    scheme, sep, rest = text.partition("://")
+    host, _, port = rest.rpartition(":")
+    if scheme != "https" or not sep or not host or "/" in rest or not port.isdigit():
+        raise ValueError("expected https://host:port, with no path")
+    if not 0 < int(port) < 65536:
+        raise ValueError("the port must be 1-65535")
+    return text
+
+
 def _address(text: str) -> tuple[str, int]:
     """``host:port`` or ``:port`` (all interfaces); ``0`` or port 0 means disabled, as in
     controller-runtime."""
@@ -150,6 +163,19 @@ class Settings:
     webhook_address: tuple[str, int] = _opt(
         "--webhook-bind-address", "WEBHOOK_BIND_ADDRESS", ":9443", _address,
         "where the HTTPS admission webhooks listen",
+    )  # fmt: skip
+    serve_conversion: str = _opt(
+        "--serve-conversion", "SERVE_CONVERSION", "auto", _choice("auto", "true", "false"),
+        "with the webhooks off, serve the CRD's conversion webhook on --webhook-bind-address "
+        "with a certificate made at start, and point the CRD (make install's) at it, so "
+        "v1alpha1 objects work in a local run; auto: when run from a kubeconfig, not in a pod. "
+        "A CRD converted by the in-cluster Service is left alone",
+    )  # fmt: skip
+    conversion_url: str = _opt(
+        "--conversion-url", "CONVERSION_URL", "", _https_origin,
+        "the https://host:port at which the API server reaches this process's conversion "
+        "webhook (a kind node: the host's address on its network); empty: "
+        "https://127.0.0.1:<the webhook port>",
     )  # fmt: skip
     webhook_cert_dir: str = _opt(
         "--webhook-cert-dir", "WEBHOOK_CERT_DIR", "/tmp/k8s-webhook-server/serving-certs", str,

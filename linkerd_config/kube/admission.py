@@ -36,7 +36,7 @@ from linkerd_config.kube.conversion_review import (
 )
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import Json
-from linkerd_config.kube.serving import serve
+from linkerd_config.kube.serving import ServingCertificate, serve
 
 log = structlog.get_logger(__name__)
 
@@ -246,7 +246,7 @@ class AdmissionServer:
         self,
         host: str,
         port: int,
-        certificate: ReloadingCertificate,
+        certificate: ServingCertificate,
         *,
         registry: CollectorRegistry | None = None,
         handler_timeout: float = 7.0,

@@ -1,0 +1,305 @@
+"""A CRD's conversion webhook served by a process outside the cluster (a local run).
+
+A multi-version CRD needs its converter for every read or write of a version other than the
+storage one. In-cluster, the converter is a Service; a process run on a laptop against a
+cluster has no Service, so it registers itself: it serves ConversionReviews on a port the API
+server can reach, with a certificate of its own, and points the CRD's
+``spec.conversion.webhook.clientConfig`` at it (``url`` and ``caBundle``).
+
+The CRD as installed for such runs carries, on the version that needs the converter, a CEL
+rule that refuses every write with a message saying what to do (the *refusal*). While no one
+serves the conversion, a write in that version fails with that one line instead of "connection
+refused"; this module removes the rule once the API server has been seen to reach the
+converter, and puts it back when the process stops (only if the CRD still points at it).
+
+Knows nothing of any particular CRD: the caller says which CRD, which version, which rule and
+which object to probe with. The patches are pure functions (``register_patch``,
+``restore_patch``), tested from tables; ``LocalConversion`` only acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from linkerd_config.kube.client import JSON_PATCH, ApiError, KubeClient
+from linkerd_config.kube.resource import CRDS, Json
+
+log = structlog.get_logger(__name__)
+
+VALIDATIONS = "x-kubernetes-validations"
+
+
+class Outcome(enum.Enum):
+    """How a registration ended."""
+
+    REGISTERED = "registered"
+    """The CRD points at this process and the API server was seen converting through it."""
+    SERVED_ELSEWHERE = "served-elsewhere"
+    """The CRD's converter is a Service (an in-cluster install): left alone."""
+    UNREACHABLE = "unreachable"
+    """The API server could not reach this process: the refusal is back in place."""
+    NO_CRD = "no-crd"
+    """The CRD is not installed."""
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The rule on ``version``'s schema root that refuses writes while no one converts."""
+
+    version: str
+    rule: Json
+    """One ``x-kubernetes-validations`` entry: ``{"rule": ..., "message": ...}``."""
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What to register on which CRD."""
+
+    crd: str
+    url: str
+    """The full URL the API server calls (path included)."""
+    ca_pem: bytes
+    refusal: Refusal
+    probe: Json
+    """An object in ``refusal.version`` to create with dryRun=All: a write in that version is
+    converted to the storage version, so it succeeds only if the API server reaches us."""
+    probe_path: str
+    """The collection path of ``refusal.version`` to POST ``probe`` to."""
+
+    @property
+    def ca_bundle(self) -> str:
+        return base64.b64encode(self.ca_pem).decode()
+
+
+def _version_index(crd: Json, version: str) -> int | None:
+    for i, v in enumerate(crd.get("spec", {}).get("versions") or []):
+        if v.get("name") == version:
+            return i
+    return None
+
+
+def _root_rules(crd: Json, index: int) -> list[Json]:
+    version = crd["spec"]["versions"][index]
+    root = (version.get("schema") or {}).get("openAPIV3Schema") or {}
+    rules = root.get(VALIDATIONS)
+    return list(rules) if isinstance(rules, list) else []
+
+
+def served_by_service(crd: Json) -> bool:
+    conversion = crd.get("spec", {}).get("conversion") or {}
+    client = (conversion.get("webhook") or {}).get("clientConfig") or {}
+    return conversion.get("strategy") == "Webhook" and "service" in client
+
+
+def register_patch(crd: Json, reg: Registration) -> list[Json] | None:
+    """A JSON patch pointing ``crd``'s converter at ``reg.url`` and taking the refusal off,
+    guarded by the resourceVersion it was computed from; None when the CRD's converter is a
+    Service (someone else serves it) or the CRD does not have the version."""
+    if served_by_service(crd):
+        return None
+    index = _version_index(crd, reg.refusal.version)
+    if index is None:
+        return None
+    version = crd["metadata"]["resourceVersion"]
+    ops: list[Json] = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {
+            "op": "add",
+            "path": "/spec/conversion",
+            "value": {
+                "strategy": "Webhook",
+                "webhook": {
+                    "clientConfig": {"url": reg.url, "caBundle": reg.ca_bundle},
+                    "conversionReviewVersions": ["v1"],
+                },
+            },
+        },
+    ]
+    rules = _root_rules(crd, index)
+    kept = [r for r in rules if r != reg.refusal.rule]
+    if kept != rules:
+        root = f"/spec/versions/{index}/schema/openAPIV3Schema/{VALIDATIONS}"
+        if kept:
+            ops.append({"op": "replace", "path": root, "value": kept})
+        else:
+            ops.append({"op": "remove", "path": root})
+    return ops
+
+
+def restore_patch(crd: Json, reg: Registration) -> list[Json] | None:
+    """A JSON patch putting the refusal back, guarded by the CRD still pointing at us (same
+    url and caBundle); None when it points elsewhere now or already refuses."""
+    client = ((crd.get("spec", {}).get("conversion") or {}).get("webhook") or {}).get(
+        "clientConfig"
+    ) or {}
+    if client.get("url") != reg.url or client.get("caBundle") != reg.ca_bundle:
+        return None
+    index = _version_index(crd, reg.refusal.version)
+    if index is None:
+        return None
+    rules = _root_rules(crd, index)
+    if reg.refusal.rule in rules:
+        return None
+    base = "/spec/conversion/webhook/clientConfig"
+    return [
+        {"op": "test", "path": f"{base}/url", "value": reg.url},
+        {"op": "test", "path": f"{base}/caBundle", "value": reg.ca_bundle},
+        {
+            "op": "add",
+            "path": f"/spec/versions/{index}/schema/openAPIV3Schema/{VALIDATIONS}",
+            "value": [*rules, reg.refusal.rule],
+        },
+    ]
+
+
+def probe_verdict(error: ApiError | None, refusal: Refusal) -> bool | None:
+    """What a dry-run create in the refused version says: True, the API server converted
+    through us; None, it still applies the schema with the refusal (not yet known); False,
+    anything else: it could not reach us (or does not yet trust our CA), or refused the probe
+    before converting, which proves nothing."""
+    if error is None:
+        return True
+    if refusal.rule.get("message", "\0") in error.message:
+        return None
+    return False
+
+
+@dataclass
+class LocalConversion:
+    """Registers a ``Registration`` on the CRD once ``ready`` (leadership) allows writes; at
+    cancellation puts the refusal back if the CRD still points here."""
+
+    client: KubeClient
+    probe_timeout: float = 30.0
+    probe_interval: float = 0.5
+    request_timeout: float = 10.0
+    clock: Callable[[], float] = time.monotonic
+    outcome: Outcome | None = None
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the attempt has an outcome (readiness waits for it in a local run)."""
+    last_probe_error: str | None = None
+    _registration: Registration | None = None
+
+    @property
+    def registration(self) -> Registration:
+        if self._registration is None:
+            raise RuntimeError("LocalConversion.run has not been given a registration")
+        return self._registration
+
+    async def run(self, registration: Registration, ready: Callable[[], Any]) -> None:
+        """Until cancelled: wait for ``ready()`` (an awaitable), register, then hold."""
+        self._registration = registration
+        try:
+            await ready()
+            self.outcome = await self.register()
+            self.settled.set()
+            await asyncio.Event().wait()
+        finally:
+            if self.outcome is Outcome.REGISTERED:
+                await asyncio.shield(self._restore_quietly())
+
+    async def register(self) -> Outcome:
+        reg = self.registration
+        for _ in range(5):  # another writer between GET and PATCH: read again
+            try:
+                crd = await self._get()
+            except ApiError as exc:
+                if exc.not_found:
+                    log.error("conversion not registered: the CRD is not installed", crd=reg.crd)
+                    return Outcome.NO_CRD
+                raise
+            patch = register_patch(crd, reg)
+            if patch is None:
+                log.info(
+                    "conversion served by the CRD's own Service (an in-cluster install): "
+                    "not registering this process's",
+                    crd=reg.crd,
+                )
+                return Outcome.SERVED_ELSEWHERE
+            try:
+                await self._patch(patch, fenced=True)
+                break
+            except ApiError as exc:
+                if exc.status in (409, 422):
+                    continue
+                raise
+        else:
+            raise RuntimeError(f"CRD {reg.crd} kept changing under the conversion registration")
+        if await self._probe():
+            log.info("conversion registered", crd=reg.crd, url=reg.url, version=reg.refusal.version)
+            return Outcome.REGISTERED
+        await self._restore_quietly()
+        log.error(
+            f"the API server cannot reach this process at {reg.url} to convert "
+            f"{reg.refusal.version} objects; {reg.refusal.version} stays refused (the other "
+            "versions work): set --conversion-url to an address the API server reaches, or "
+            "install the controller in the cluster",
+            crd=reg.crd,
+            error=self.last_probe_error,
+        )
+        return Outcome.UNREACHABLE
+
+    async def _probe(self) -> bool:
+        reg = self.registration
+        deadline = self.clock() + self.probe_timeout
+        verdict: bool | None = None
+        while self.clock() < deadline:
+            error: ApiError | None = None
+            try:
+                await self.client.request(
+                    "POST",
+                    reg.probe_path,
+                    params={"dryRun": "All"},
+                    body=reg.probe,
+                    timeout=self.request_timeout,
+                    fenced=False,  # a dry run stores nothing
+                )
+            except ApiError as exc:
+                error = exc
+            verdict = probe_verdict(error, reg.refusal)
+            if verdict:
+                return True
+            self.last_probe_error = None if error is None else error.message
+            # False may be the API server's cache of the old caBundle: try until the deadline.
+            await asyncio.sleep(self.probe_interval)
+        return bool(verdict)
+
+    async def _restore_quietly(self) -> None:
+        """The refusal back, if the CRD still points here; never raises (a stop path)."""
+        try:
+            crd = await self._get()
+            patch = restore_patch(crd, self.registration)
+            if patch is not None:
+                # Unfenced: at shutdown the Lease is already released; the test ops make the
+                # write apply only while the CRD still points at this process.
+                await self._patch(patch, fenced=False)
+                log.info("conversion unregistered: the refusal is back", crd=self.registration.crd)
+        except (ApiError, OSError, TimeoutError) as exc:
+            log.warning(
+                "could not put the conversion refusal back",
+                crd=self.registration.crd,
+                error=str(exc),
+            )
+
+    async def _get(self) -> Json:
+        return await self.client.request(
+            "GET", CRDS.path(name=self.registration.crd), timeout=self.request_timeout
+        )
+
+    async def _patch(self, patch: list[Json], *, fenced: bool) -> None:
+        await self.client.request(
+            "PATCH",
+            CRDS.path(name=self.registration.crd),
+            body=patch,
+            content_type=JSON_PATCH,
+            timeout=self.request_timeout,
+            fenced=fenced,
+        )
