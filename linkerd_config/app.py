@@ -43,6 +43,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     CONVERSION_REFUSAL,
     CONVERT_PATH,
     LINKERD_CONFIGS_V1ALPHA1,
+    LOCAL_CONVERTER,
 )
 from linkerd_config.linkerd.rollout_executor import RolloutOptions
 from linkerd_config.linkerd.webhooks import convert_object, register
@@ -262,6 +263,7 @@ def _local_conversion(
                 refusal=Refusal(LINKERD_CONFIGS_V1ALPHA1.version, CONVERSION_REFUSAL),
                 probe=CONVERSION_PROBE,
                 probe_path=LINKERD_CONFIGS_V1ALPHA1.path(),
+                marker=LOCAL_CONVERTER,
             )
             group.create_task(
                 local.run(registration, leadership.wait_for_leadership), name="registration"

@@ -73,6 +73,9 @@ class Registration:
     converted to the storage version, so it succeeds only if the API server reaches us."""
     probe_path: str
     """The collection path of ``refusal.version`` to POST ``probe`` to."""
+    marker: tuple[str, str]
+    """The annotation (key, value) that says a CRD's converter is a local process: only such
+    a CRD is pointed at us (never one whose URL is someone else's converter)."""
 
     @property
     def ca_bundle(self) -> str:
@@ -99,11 +102,17 @@ def served_by_service(crd: Json) -> bool:
     return conversion.get("strategy") == "Webhook" and "service" in client
 
 
+def marked(crd: Json, reg: Registration) -> bool:
+    key, value = reg.marker
+    return bool((crd.get("metadata", {}).get("annotations") or {}).get(key) == value)
+
+
 def register_patch(crd: Json, reg: Registration) -> list[Json] | None:
     """A JSON patch pointing ``crd``'s converter at ``reg.url`` and taking the refusal off,
-    guarded by the resourceVersion it was computed from; None when the CRD's converter is a
-    Service (someone else serves it) or the CRD does not have the version."""
-    if served_by_service(crd):
+    guarded by the resourceVersion it was computed from; None when the CRD is not marked as
+    converted by a local process, its converter is a Service (someone else serves it), or it
+    does not have the version."""
+    if not marked(crd, reg) or served_by_service(crd):
         return None
     index = _version_index(crd, reg.refusal.version)
     if index is None:
@@ -141,6 +150,8 @@ def restore_patch(crd: Json, reg: Registration) -> list[Json] | None:
         "clientConfig"
     ) or {}
     if client.get("url") != reg.url or client.get("caBundle") != reg.ca_bundle:
+        return None
+    if not marked(crd, reg):
         return None
     index = _version_index(crd, reg.refusal.version)
     if index is None:
@@ -218,8 +229,10 @@ class LocalConversion:
                 raise
             patch = register_patch(crd, reg)
             if patch is None:
+                key, value = reg.marker
                 log.info(
-                    "conversion served by the CRD's own Service (an in-cluster install): "
+                    "the CRD's converter is not a local run's (an in-cluster install's "
+                    f"Service, or no annotation {key}={value} as make install's CRD has): "
                     "not registering this process's",
                     crd=reg.crd,
                 )

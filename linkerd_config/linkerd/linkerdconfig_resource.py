@@ -54,6 +54,8 @@ CONVERT_PATH = f"/convert-{GROUP.replace('.', '-')}-{KIND.lower()}"
 # writes are refused by this rule, in one line that says what to do, instead of the API
 # server's "connection refused".
 LOCAL_CONVERSION_URL = "https://127.0.0.1:9443"
+LOCAL_CONVERTER: Final = ("config.linkerd.io/converter", "local-controller")
+"""The annotation that marks the local CRD: only it is pointed at a local controller."""
 CONVERSION_REFUSAL: Final[Json] = {
     "rule": "false",
     "message": (
@@ -382,6 +384,7 @@ def crd(conversion: Json | None = None, *, local: bool = False) -> dict[str, Any
     }
     if local:
         conversion = conversion or conversion_webhook(url=LOCAL_CONVERSION_URL)
+        metadata["annotations"] = {LOCAL_CONVERTER[0]: LOCAL_CONVERTER[1]}
     elif conversion is None:
         conversion = conversion_webhook()
         metadata["annotations"] = {CERTIFICATE_ANNOTATION: CERTIFICATE}

@@ -24,6 +24,7 @@ from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS
 from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION, convert
 from linkerd_config.linkerd.linkerdconfig_resource import (
+    CONVERSION_REFUSAL,
     LINKERD_CONFIGS,
     LINKERD_CONFIGS_V1ALPHA1,
     crd,
@@ -161,20 +162,20 @@ async def test_objects_stored_before_the_upgrade_still_read(
 async def test_with_webhooks_off_v1alpha2_works_and_v1alpha1_is_refused_not_pruned(
     private_control_plane: LocalControlPlane,
 ) -> None:
-    """The no-webhooks install (and a local `make install` + `ENABLE_WEBHOOKS=false make
-    run`): the CRD's conversion webhook is a Service nobody serves. v1alpha2, the storage
-    version, needs no conversion: stored, read, and reconciled by the controller with its
-    webhooks off. v1alpha1 needs the converter: the API server refuses it, saying so, and
-    stores nothing (never a silently pruned object). `linkerd-config convert` makes it
-    v1alpha2."""
+    """The no-webhooks install (in the cluster, where no pod registers itself as the
+    converter; a local run that could not register is the same): the CRD is
+    manifests/crd-local's. v1alpha2, the storage version, needs no conversion: stored, read,
+    and reconciled by the controller with its webhooks off. v1alpha1 needs the converter: the
+    API server refuses it in one line that says what to do, and stores nothing (never a
+    silently pruned object). `linkerd-config convert` makes it v1alpha2."""
     cp = private_control_plane
     access = await load_access(str(cp.kubeconfig))
     async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
-        await scenario.install_crd_as_manifests_have_it(kube)
+        await scenario.install_crd_as_manifests_have_it(kube, local=True)
         seed = load(SAMPLES / "edge_19.12.3.yaml")
         with pytest.raises(ApiError) as refused:
             await kube.request("POST", LINKERD_CONFIGS_V1ALPHA1.path(), body=seed, fenced=False)
-        assert "conversion webhook" in refused.value.message, refused.value
+        assert CONVERSION_REFUSAL["message"] in refused.value.message, refused.value
         assert (await kube.request("GET", LINKERD_CONFIGS.path()))["items"] == []
 
         # What the README offers for this case: the seed as v1alpha2, as convert writes it.
@@ -185,7 +186,12 @@ async def test_with_webhooks_off_v1alpha2_works_and_v1alpha1_is_refused_not_prun
         assert stored["spec"] == up["spec"]
 
         await scenario.install_linkerd_edge_19_12_1(kube)
-        app = await build(scenario.local_settings(cp.kubeconfig, "--identity", "no-webhooks"))
+        # As the no-webhooks overlay's pods run: no conversion of their own.
+        app = await build(
+            scenario.local_settings(
+                cp.kubeconfig, "--identity", "no-webhooks", "--serve-conversion=false"
+            )
+        )
         async with running(app):
 
             async def synced() -> bool:

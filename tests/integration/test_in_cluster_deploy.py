@@ -16,23 +16,27 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
 from linkerd_config.devcluster import real_node, third_party_crds
 from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.devcluster.prometheus import Prometheus, ScrapeJob
-from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS
+from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, convert
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, LINKERD_CONFIGS_V1ALPHA1
 from linkerd_config.settings import parse
 from tests.support import formats, in_cluster, scenario
 from tests.support.in_cluster import IMAGE, kubectl, make
-from tests.support.samples import SAMPLES
+from tests.support.local_run import Shell, guide_commands, interrupt, started
+from tests.support.samples import SAMPLES, load
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
+Json = dict[str, Any]
 
 SETTINGS = parse([])
 HANDOVER_LIMIT = SETTINGS.lease_duration + SETTINGS.retry_period
@@ -324,3 +328,95 @@ async def test_make_helm_deploy(cluster: LocalControlPlane, kube: KubeClient, im
     installed = await check_install(cluster, kube, deployed_at, before, modern_scenario)
     make(cluster, "helm-undeploy")
     await undeployed(cluster, installed, KEPT)
+
+
+def _lc(version: str, name: str, target: str) -> Json:
+    """A LinkerdConfig in ``version`` from the seed, managing ConfigMap ``target`` (each its
+    own, so the validating webhook, when on, admits them all)."""
+    seed = convert(load(SAMPLES / "edge_19.12.3.yaml"), version)
+    seed["metadata"] = {"name": name, "labels": {"stored-in": name}}
+    if version == "v1alpha1":
+        seed["spec"]["global"]["configMap"] = target
+    else:
+        seed["spec"]["configMap"] = target
+    return seed
+
+
+async def _read_all(kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
+    """Every object in both versions: its spec, labels and annotations (status is the
+    controller's and moves on)."""
+    seen: dict[tuple[str, str], Json] = {}
+    for name in names:
+        for resource in (LINKERD_CONFIGS_V1ALPHA1, LINKERD_CONFIGS):
+            obj = await kube.request("GET", resource.path(name=name))
+            meta = obj["metadata"]
+            seen[(name, resource.version)] = {
+                "apiVersion": obj["apiVersion"],
+                "spec": obj["spec"],
+                "labels": meta.get("labels"),
+                "annotations": meta.get("annotations"),
+            }
+    return seen
+
+
+async def _readable(kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
+    async def read() -> dict[tuple[str, str], Json] | None:
+        try:
+            return await _read_all(kube, names)
+        except ApiError as exc:
+            if "conversion webhook" in exc.message:
+                return None  # the CA not yet injected, the Service's endpoints not yet ready
+            raise
+
+    return await eventually(read, timeout=180, interval=1, what="every object read both ways")
+
+
+async def test_switching_webhooks_off_on_off_keeps_every_object(
+    cluster: LocalControlPlane, kube: KubeClient, image: str
+) -> None:
+    """`make install` + `ENABLE_WEBHOOKS=false make run` → `make deploy` (webhooks on) →
+    `make undeploy` + `make install` + `make run` again, objects of both versions stored
+    along the way: after each switch every object reads, unchanged, in both versions."""
+    from linkerd_config.devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
+
+    start_cert_manager(cluster)
+    shell = Shell(cluster)
+    install, run, *_ = guide_commands()
+    names: list[str] = []
+
+    async def store(version: str, name: str) -> None:
+        resource = LINKERD_CONFIGS_V1ALPHA1 if version == "v1alpha1" else LINKERD_CONFIGS
+        await kube.request(
+            "POST", resource.path(), body=_lc(version, name, f"cm-{name}"), fenced=False
+        )
+        names.append(name)
+
+    # Off: the local controller converts.
+    shell.run(install)
+    local = await started(shell, run)
+    try:
+        await store("v1alpha1", "off-v1")
+        await store("v1alpha2", "off-v2")
+        off = await _read_all(kube, names)
+    finally:
+        interrupt(local)
+    for name, version in (("off-v1", "v1alpha1"), ("off-v2", "v1alpha2")):
+        assert off[(name, version)]["spec"] == _lc(version, name, f"cm-{name}")["spec"]
+
+    # On: the in-cluster webhook converts; nothing stored changed.
+    make(cluster, "deploy", f"IMG={image}")
+    await running_install(cluster)
+    assert await _readable(kube, names) == off
+    await store("v1alpha1", "on-v1")
+    await store("v1alpha2", "on-v2")
+    on = await _read_all(kube, names)
+
+    # Off again: undeploy keeps the CRD and the objects; install brings the local converter.
+    make(cluster, "undeploy", f"IMG={image}")
+    shell.run(install)
+    local = await started(shell, run)
+    try:
+        assert await _readable(kube, names) == on
+    finally:
+        code, out = interrupt(local)
+    assert code in (0, 130), out[-3000:]

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import re
 import signal
-import subprocess
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CONFIGMAPS, CRDS
+from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION, convert
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONVERSION_REFUSAL,
@@ -36,26 +32,22 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1,
 )
 from tests.support import scenario
+from tests.support.local_run import (
+    REPO,
+    Shell,
+    guide_commands,
+    interrupt,
+    started,
+    v1alpha1_rules,
+)
 from tests.support.samples import SAMPLES, load
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.integration
 
-REPO = Path(__file__).resolve().parents[2]
-GUIDE = REPO / "docs" / "user-guide.md"
-BLOCK = re.compile(
-    r"<!-- local-run:begin -->\n```sh\n(?P<commands>.*?)```\n<!-- local-run:end -->", re.DOTALL
-)
 SEED = SAMPLES / "edge_19.12.3.yaml"
 SEED_V1ALPHA2 = REPO / "manifests" / "samples" / "v1alpha2" / "edge_19.12.3.yaml"
-CRD_NAME = str(LINKERD_CONFIGS)
 Json = dict[str, Any]
-
-
-def guide_commands() -> list[str]:
-    found = BLOCK.search(GUIDE.read_text())
-    assert found, "docs/user-guide.md has no local-run block"
-    return [line for line in found["commands"].splitlines() if line.strip()]
 
 
 def test_the_guide_block_is_the_2019_readme_steps() -> None:
@@ -63,71 +55,6 @@ def test_the_guide_block_is_the_2019_readme_steps() -> None:
     assert (install, run) == ("make install", "ENABLE_WEBHOOKS=false make run")
     assert apply == "kubectl apply -f manifests/samples/edge_19.12.3.yaml"
     assert get.startswith("kubectl get linkerdconfigs.v1alpha1.config.linkerd.io edge-19.12.3")
-
-
-class Shell:
-    """The user's terminal: the repository, the test's cluster, its kubectl on PATH."""
-
-    def __init__(self, cp: LocalControlPlane) -> None:
-        self.health_port = free_port()
-        self.env = dict(os.environ)
-        self.env.update(
-            {
-                "KUBECONFIG": str(cp.kubeconfig),
-                "KUBECTL": str(cp.binary("kubectl")),
-                "PATH": f"{cp.binary('kubectl').parent}{os.pathsep}{os.environ['PATH']}",
-                "HEALTH_PROBE_BIND_ADDRESS": f"127.0.0.1:{self.health_port}",
-                "METRICS_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
-                "WEBHOOK_BIND_ADDRESS": f"127.0.0.1:{free_port()}",
-                "LOG_FORMAT": "json",
-            }
-        )
-
-    def run(self, command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            ["bash", "-c", command],
-            cwd=REPO,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if check:
-            assert proc.returncode == 0, f"{command}:\n{proc.stdout}\n{proc.stderr}"
-        return proc
-
-    def start(self, command: str) -> subprocess.Popen[str]:
-        """In the background, in a session of its own (Ctrl-C reaches the whole group)."""
-        return subprocess.Popen(
-            ["bash", "-c", command],
-            cwd=REPO,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-
-    def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.health_port}/readyz", timeout=2
-            ) as answer:
-                return bool(answer.status == 200)
-        except OSError:
-            return False
-
-
-def interrupt(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    """Ctrl-C in the terminal: SIGINT to the foreground group; its exit code and output."""
-    os.killpg(proc.pid, signal.SIGINT)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate(timeout=10)
-    return proc.returncode, out
 
 
 @pytest.fixture
@@ -141,13 +68,6 @@ async def kube(cluster: LocalControlPlane) -> AsyncIterator[KubeClient]:
     access = await load_access(str(cluster.kubeconfig))
     async with KubeClient(access, user_agent="linkerd-config-tests") as client:
         yield client
-
-
-async def v1alpha1_rules(kube: KubeClient) -> list[Json]:
-    crd = await kube.request("GET", CRDS.path(name=CRD_NAME))
-    (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
-    rules: list[Json] = v1["schema"]["openAPIV3Schema"].get("x-kubernetes-validations", [])
-    return rules
 
 
 async def seed_rolled(kube: KubeClient) -> bool:
@@ -182,15 +102,8 @@ async def local_run(
         assert CONVERSION_REFUSAL["message"] in refused.stderr.replace("\n", " "), refused.stderr
         assert "\n" not in refused.stderr.strip(), refused.stderr
 
-        controller = shell.start(run)
+        controller = await started(shell, run)
         try:
-            await eventually(
-                lambda: _async(shell.ready() or _exited(controller)),
-                timeout=120,
-                interval=0.2,
-                what="make run Ready",
-            )
-            assert controller.poll() is None, controller.communicate(timeout=5)[0]
             assert await v1alpha1_rules(kube) == []  # the refusal taken off while it serves
             shell.run(f"kubectl apply -f {sample}")
             await eventually(
@@ -206,14 +119,6 @@ async def local_run(
     # Stopped: the refusal is back, so a v1alpha1 write says what to do again.
     assert await v1alpha1_rules(kube) == [CONVERSION_REFUSAL]
     return shown, shell
-
-
-async def _async(value: object) -> object:
-    return value
-
-
-def _exited(proc: subprocess.Popen[str]) -> bool:
-    return proc.poll() is not None
 
 
 async def test_the_2019_readme_steps_with_the_seed_v1alpha1_sample(

@@ -69,10 +69,12 @@ async def install_crd(kube: KubeClient) -> None:
     await eventually(serving, timeout=60, what="LinkerdConfig API served")
 
 
-async def install_crd_as_manifests_have_it(kube: KubeClient) -> None:
-    """The CRD as manifests/crd has it: its conversion webhook the in-cluster Service, which
-    nothing serves here (as with the webhooks off)."""
-    await kube.request("POST", CRDS.path(), body=crd(), fenced=False)
+async def install_crd_as_manifests_have_it(kube: KubeClient, *, local: bool = False) -> None:
+    """The CRD as manifests/crd has it (its conversion webhook the in-cluster Service, which
+    nothing serves here), or with ``local`` as manifests/crd-local has it (``make install``
+    and the no-webhooks overlay: a local controller's URL, v1alpha1 refused until one
+    registers)."""
+    await kube.request("POST", CRDS.path(), body=crd(local=local), fenced=False)
 
     async def served() -> bool:
         await kube.request("GET", STORED.path())  # v1alpha2: listing it needs no converter
@@ -270,8 +272,9 @@ async def wait_settled(
 def local_settings(kubeconfig: Path, *extra: str) -> Settings:
     """``linkerd-config run`` settings for an in-process controller on loopback.
 
-    Metrics and probes on free ports, webhooks off unless ``extra`` says otherwise (a later
-    flag wins), and no environment read, so a developer's shell cannot change a test.
+    Metrics and probes on free ports, webhooks and the local conversion off unless ``extra``
+    says otherwise (a later flag wins), and no environment read, so a developer's shell
+    cannot change a test.
     """
     return parse(
         [
@@ -282,6 +285,10 @@ def local_settings(kubeconfig: Path, *extra: str) -> Settings:
             "--health-probe-bind-address",
             "127.0.0.1:0",
             "--enable-webhooks",
+            "false",
+            # The tests' CRDs convert through this process's server (conversion_server):
+            # an in-process controller registers none of its own unless a test says so.
+            "--serve-conversion",
             "false",
             *extra,
         ],

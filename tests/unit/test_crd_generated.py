@@ -11,6 +11,7 @@ import yaml
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONVERSION_REFUSAL,
     LOCAL_CONVERSION_URL,
+    LOCAL_CONVERTER,
     crd_yaml,
 )
 
@@ -46,7 +47,7 @@ def test_the_two_crds_differ_only_in_who_converts() -> None:
     refusal a local controller takes off while it serves."""
     cluster = yaml.safe_load(CRD.read_text())
     local = yaml.safe_load(LOCAL_CRD.read_text())
-    assert "annotations" not in local["metadata"]
+    assert local["metadata"]["annotations"] == dict([LOCAL_CONVERTER])
     assert cluster["metadata"]["annotations"]
     client = local["spec"]["conversion"]["webhook"]["clientConfig"]
     assert client["url"].startswith(LOCAL_CONVERSION_URL + "/")

@@ -21,6 +21,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     CONVERSION_PROBE,
     CONVERSION_REFUSAL,
     LINKERD_CONFIGS_V1ALPHA1,
+    LOCAL_CONVERTER,
     conversion_webhook,
     crd,
 )
@@ -33,6 +34,7 @@ REG = Registration(
     refusal=Refusal("v1alpha1", CONVERSION_REFUSAL),
     probe=CONVERSION_PROBE,
     probe_path=LINKERD_CONFIGS_V1ALPHA1.path(),
+    marker=LOCAL_CONVERTER,
 )
 
 
@@ -79,6 +81,11 @@ def test_register_keeps_other_root_rules() -> None:
     ("case", "change", "expected"),
     [
         ("served by the in-cluster Service", lambda o: o.update(installed(local=False)), None),
+        (
+            "a CRD with a URL but not marked local (someone else's converter)",
+            lambda o: o["metadata"].pop("annotations"),
+            None,
+        ),
         (
             "no such version",
             lambda o: o["spec"].update(versions=o["spec"]["versions"][1:]),
