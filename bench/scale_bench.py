@@ -272,6 +272,7 @@ def ours_argv(kubeconfig: Path, *extra: str) -> list[str]:
         str(kubeconfig),
         "--leader-elect=false",
         "--enable-webhooks=false",
+        "--serve-conversion=false",  # the bench's CRD and objects are v1alpha2
         "--log-level=warning",
         *extra,
     ]

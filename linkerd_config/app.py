@@ -176,8 +176,13 @@ def _assemble(
         manager.add_server("webhooks", app.admission.run)
         probes.ready_checks["webhooks"] = app.admission.started.is_set
     elif _serves_conversion(settings, client):
-        app.local_conversion = _local_conversion(settings, client, leadership, manager, registry)
-        probes.ready_checks["conversion"] = app.local_conversion.settled.is_set
+        local = _local_conversion(settings, client, leadership, manager, registry)
+        app.local_conversion = local
+        # Ready once the leader's registration has an outcome; a follower (another process
+        # leads, and registers) does not wait for one.
+        probes.ready_checks["conversion"] = lambda: local.settled.is_set() or (
+            leadership.leader not in ("", leadership.identity)
+        )
     for informer in controller.informers:
         manager.add_informer(informer)
     manager.add_controller(controller.controller, controller.config_names)
@@ -236,6 +241,9 @@ def _local_conversion(
     write); see ``kube/local_conversion.py``."""
     host, port = settings.webhook_address
     origin = settings.conversion_url
+    # ":9443" (every interface) is for a pod; on a laptop, loopback unless a URL says where
+    # the API server reaches us from.
+    host = host or ("" if origin else "127.0.0.1")
     url_host = (origin.partition("://")[2].rpartition(":")[0] if origin else "127.0.0.1").strip(
         "[]"
     )

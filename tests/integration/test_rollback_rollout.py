@@ -88,6 +88,7 @@ def leader_process(cp: LocalControlPlane, identity: str) -> RunProcess:
         "--health-probe-bind-address", "127.0.0.1:0",
         "--metrics-bind-address", "127.0.0.1:0",
         "--enable-webhooks", "false",
+        "--serve-conversion", "false",  # the tests' CRD converts through conversion_server
         "--log-format", "json",
         "--identity", identity,
         *LEADER_FLAGS,
