@@ -126,6 +126,7 @@ need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2));
 install: ## install the CRD for a local run (conversion served by `make run`) into the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)
 	$(KUBECTL) apply -k manifests/crd-local
+	$(KUBECTL) wait --for condition=established --timeout=60s crd/linkerdconfigs.config.linkerd.io
 
 uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)

@@ -171,6 +171,8 @@ def _assemble(
     app.watch_health = health
     if isinstance(leadership, LeaderElector):
         leadership.on_unreachable = lambda: health.suspect("a Lease request got no answer")
+        # Refused (no `linkerd` namespace yet, say): no Lease to watch, but the path answers.
+        leadership.on_answered = health.heard
     if settings.enable_webhooks:
         app.admission = _admission(settings, controller, registry)
         manager.add_server("webhooks", app.admission.run)

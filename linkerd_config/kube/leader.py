@@ -237,11 +237,14 @@ class LeaderElector(_LeadershipBase):
     ) -> None:
         """``on_unreachable`` runs when a Lease request gets no answer at all (it timed out,
         or the connection failed): the first sign that the path to the API server is dead,
-        for followers (who poll) as for the leader (who renews)."""
+        for followers (who poll) as for the leader (who renews). ``on_answered`` runs when one
+        is refused with an HTTP status (a missing namespace, RBAC): the path is alive even
+        though no Lease exists to watch."""
         super().__init__(config.lease_name, registry)
         self.client = client
         self.config = config
         self.on_unreachable = on_unreachable
+        self.on_answered: Callable[[], None] | None = None
         self._clock = clock
         self._observed: _Observed | None = None
         self._leading = False
@@ -343,6 +346,8 @@ class LeaderElector(_LeadershipBase):
             return False
         except ApiError as exc:
             self._log.warning("lease request failed", status=exc.status, error=exc.message)
+            if self.on_answered is not None:
+                self.on_answered()
             return False
         except Exception as exc:
             self._log.warning("lease request failed", error=repr(exc))

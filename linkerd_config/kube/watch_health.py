@@ -109,6 +109,11 @@ class WatchHealth:
         self._last_heard = time.monotonic()
         self.on_silence()
 
+    def heard(self) -> None:
+        """The API server answered a request of another component (an HTTP status counts):
+        the path is alive."""
+        self._heard()
+
     def _heard(self, _obj: object = None) -> None:
         self._last_heard = time.monotonic()
         if self._silent:

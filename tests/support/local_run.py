@@ -4,6 +4,7 @@ typed, ``make run`` in the background until Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -108,6 +109,9 @@ async def started(shell: Shell, command: str) -> subprocess.Popen[str]:
 
     try:
         await eventually(ready_or_exited, timeout=120, interval=0.2, what=f"{command} Ready")
+    except AssertionError as exc:
+        _, out = interrupt(proc)
+        raise AssertionError(f"{exc}; its output:\n{out[-5000:]}") from None
     except BaseException:
         interrupt(proc)
         raise
@@ -122,3 +126,15 @@ async def v1alpha1_rules(kube: KubeClient) -> list[Json]:
     (v1,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
     rules: list[Json] = v1["schema"]["openAPIV3Schema"].get("x-kubernetes-validations", [])
     return rules
+
+
+def records_of(out: str) -> list[Json]:
+    """The JSON log lines of a run's output."""
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def stopped_gracefully(code: int, out: str) -> None:
+    """Ctrl-C: make passes SIGINT on and dies of it (-2) or exits 130 once the controller,
+    which stops gracefully on it, has exited; the controller says it stopped."""
+    assert code in (0, 130, -signal.SIGINT), out[-3000:]
+    assert any(r.get("msg") == "manager stopped" for r in records_of(out)), out[-3000:]
