@@ -126,7 +126,12 @@ need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2));
 install: ## install the CRD for a local run (conversion served by `make run`) into the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)
 	$(KUBECTL) apply -k manifests/crd-local
-	$(KUBECTL) wait --for condition=established --timeout=60s crd/linkerdconfigs.config.linkerd.io
+	@# Established: the API server serves it (kubectl wait fails on a CRD with no conditions yet).
+	@for i in $$(seq 60); do \
+	  [ "$$($(KUBECTL) get crd linkerdconfigs.config.linkerd.io \
+	        -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && exit 0; \
+	  sleep 1; \
+	done; echo "make install: the CRD was not established within 60 s" >&2; exit 1
 
 uninstall: ## remove the CRD (and every LinkerdConfig) from the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)

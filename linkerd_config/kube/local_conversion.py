@@ -198,6 +198,8 @@ class LocalConversion:
     """Set once the attempt has an outcome (readiness waits for it in a local run)."""
     last_probe_error: str | None = None
     _registration: Registration | None = None
+    _patched: bool = False
+    """The CRD was pointed here (and the refusal taken off) by this process."""
 
     @property
     def registration(self) -> Registration:
@@ -214,7 +216,9 @@ class LocalConversion:
             self.settled.set()
             await asyncio.Event().wait()
         finally:
-            if self.outcome is Outcome.REGISTERED:
+            # Whenever the CRD was pointed here, even if stopped before the probe answered:
+            # the guarded patch changes nothing if it no longer points here.
+            if self._patched:
                 await asyncio.shield(self._restore_quietly())
 
     async def register(self) -> Outcome:
@@ -237,6 +241,9 @@ class LocalConversion:
                     crd=reg.crd,
                 )
                 return Outcome.SERVED_ELSEWHERE
+            # Before sending: a patch whose answer is lost may still have been applied, and
+            # the restore is guarded by the CRD naming us, so trying it costs nothing.
+            self._patched = True
             try:
                 await self._patch(patch, fenced=True)
                 break

@@ -5,12 +5,15 @@ back, and what a dry-run probe's answer means. Applied as the API server applies
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.local_conversion import (
+    LocalConversion,
+    Outcome,
     Refusal,
     Registration,
     probe_verdict,
@@ -158,3 +161,144 @@ def error(message: str) -> ApiError:
 )
 def test_probe_verdicts(answer: ApiError | None, verdict: bool | None) -> None:
     assert probe_verdict(answer, REG.refusal) is verdict
+
+
+# -- LocalConversion acting on a CRD held in memory, stopped or failed at every step --------
+
+
+class CrdApi:
+    """The CRD endpoints as the API server answers them: GET, JSON PATCH (a failed test op
+    is 422; resourceVersion bumped), and the dry-run probe, answered by ``probe_answer``."""
+
+    def __init__(self, crd_obj: dict) -> None:
+        self.crd = crd_obj
+        self.crd["metadata"]["resourceVersion"] = "1"
+        self.probe_answer: ApiError | None = None
+        self.probe_gate = asyncio.Event()
+        self.probe_gate.set()
+        self.conflicts = 0
+        self.writes: list[tuple[str, bool]] = []
+
+    async def request(self, method: str, path: str, **kw: object) -> dict:
+        if method == "GET":
+            if self.crd is None:
+                raise ApiError(404, method, path, {"message": "not found"}, None)
+            return copy.deepcopy(self.crd)
+        if method == "PATCH":
+            self.writes.append((method, bool(kw.get("fenced", True))))
+            if self.conflicts:
+                self.conflicts -= 1
+                self.crd["metadata"]["resourceVersion"] = str(
+                    int(self.crd["metadata"]["resourceVersion"]) + 1
+                )
+            try:
+                self.crd = apply(self.crd, kw["body"])  # type: ignore[arg-type]
+            except PatchTestFailed as exc:
+                raise ApiError(422, method, path, {"message": str(exc)}, None) from exc
+            self.crd["metadata"]["resourceVersion"] = str(
+                int(self.crd["metadata"]["resourceVersion"]) + 1
+            )
+            return copy.deepcopy(self.crd)
+        assert method == "POST" and kw["params"] == {"dryRun": "All"}
+        await self.probe_gate.wait()
+        if self.probe_answer is not None:
+            raise self.probe_answer
+        return {}
+
+
+def local(api: CrdApi, **kw: float) -> LocalConversion:
+    return LocalConversion(api, probe_timeout=kw.get("probe_timeout", 5.0), probe_interval=0.01)  # type: ignore[arg-type]
+
+
+async def no_wait() -> None:
+    return None
+
+
+async def test_registers_then_restores_at_stop() -> None:
+    api = CrdApi(crd(local=True))
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED
+    assert rules(api.crd, "v1alpha1") == []
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+    # The registration went through the write gate; the stop's restore could not.
+    assert api.writes == [("PATCH", True), ("PATCH", False)]
+
+
+async def test_stopped_before_the_probe_answered_still_restores() -> None:
+    """The seam found by test_local_run: SIGINT while the probe is in flight left the CRD
+    pointing at a dead process with no refusal."""
+    api = CrdApi(crd(local=True))
+    api.probe_gate.clear()
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if rules(api.crd, "v1alpha1") == []:
+            break
+    assert rules(api.crd, "v1alpha1") == [] and conv.outcome is None
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+
+
+async def test_an_api_server_that_cannot_reach_us_gets_the_refusal_back() -> None:
+    api = CrdApi(crd(local=True))
+    api.probe_answer = error("conversion webhook for ...: connect: connection refused")
+    conv = local(api, probe_timeout=0.2)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.UNREACHABLE
+    assert conv.last_probe_error and "connection refused" in conv.last_probe_error
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+
+
+async def test_the_old_schema_still_in_force_is_waited_out() -> None:
+    api = CrdApi(crd(local=True))
+    api.probe_answer = error(f"invalid: {CONVERSION_REFUSAL['message']}")
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    await asyncio.sleep(0.1)
+    assert not conv.settled.is_set()
+    api.probe_answer = None  # the API server has the new schema and converts through us
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_write_between_read_and_patch_is_read_again() -> None:
+    api = CrdApi(crd(local=True))
+    api.conflicts = 2
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED
+    assert api.conflicts == 0 and len(api.writes) == 3  # two refused, then applied
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+@pytest.mark.parametrize(
+    ("crd_obj", "outcome"),
+    [(crd(local=False), Outcome.SERVED_ELSEWHERE), (None, Outcome.NO_CRD)],
+)
+async def test_nothing_to_register(crd_obj: dict | None, outcome: Outcome) -> None:
+    api = CrdApi(crd(local=True))
+    api.crd = copy.deepcopy(crd_obj) if crd_obj else None  # type: ignore[assignment]
+    if api.crd:
+        api.crd["metadata"]["resourceVersion"] = "1"
+    before = copy.deepcopy(api.crd)
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, no_wait))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is outcome
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert api.crd == before and api.writes == []
