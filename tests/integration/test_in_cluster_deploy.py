@@ -377,6 +377,7 @@ async def _readable(kube: KubeClient, names: list[str]) -> dict[tuple[str, str],
     return await eventually(read, timeout=180, interval=1, what="every object read both ways")
 
 
+@pytest.mark.timeout(900)
 async def test_switching_webhooks_off_on_off_keeps_every_object(
     cluster: LocalControlPlane, kube: KubeClient, image: str
 ) -> None:

@@ -21,6 +21,7 @@ from linkerd_config.devcluster import third_party_crds
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
+from linkerd_config.linkerd.linkerdconfig_resource import crd as linkerdconfig_crd
 from linkerd_config.linkerd.reconcile import desired_config, preserved_name
 from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL, selected_for_restarts
 from linkerd_config.settings import Settings, parse
@@ -440,6 +441,15 @@ def test_no_webhooks_overlay_turns_the_webhooks_off(rendered: dict[str, str]) ->
     assert env["ENABLE_WEBHOOKS"] == "false"
     settings = parse(container["args"][1:], env={k: v for k, v in env.items() if v is not None})
     assert settings.enable_webhooks is False
+    # Its CRD is make install's: the one whose v1alpha1 says in one line what to do while no
+    # controller converts (a pod registers no conversion of its own: SERVE_CONVERSION auto).
+    assert settings.serve_conversion == "auto"
+    crd_obj = one(objs, "CustomResourceDefinition", "linkerdconfigs.config.linkerd.io")
+    assert crd_obj == linkerdconfig_crd(local=True)
+    default_crd = one(
+        objects(rendered["default"]), "CustomResourceDefinition", "linkerdconfigs.config.linkerd.io"
+    )
+    assert default_crd == linkerdconfig_crd()
 
 
 def test_webhook_and_prometheus_point_at_the_controller(rendered: dict[str, str]) -> None:
