@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import gc
 import ipaddress
 import signal
@@ -182,8 +183,8 @@ def _assemble(
         app.local_conversion = local
         # Ready once the leader's registration has an outcome; a follower (another process
         # leads, and registers) does not wait for one.
-        probes.ready_checks["conversion"] = lambda: local.settled.is_set() or (
-            leadership.leader not in ("", leadership.identity)
+        probes.ready_checks["conversion"] = lambda: (
+            local.settled.is_set() or (leadership.leader not in ("", leadership.identity))
         )
     for informer in controller.informers:
         manager.add_informer(informer)
@@ -249,7 +250,8 @@ def _local_conversion(
     url_host = (origin.partition("://")[2].rpartition(":")[0] if origin else "127.0.0.1").strip(
         "[]"
     )
-    ca = TinyCA("linkerd-config-local-conversion")
+    # Valid as long as a local run may last (the default, a week, is the test CA's).
+    ca = TinyCA("linkerd-config-local-conversion", datetime.timedelta(days=365))
     ips = ["127.0.0.1", "::1"]
     dns = ["localhost"]
     if url_host not in ips + dns:
@@ -275,9 +277,7 @@ def _local_conversion(
                 probe_path=LINKERD_CONFIGS_V1ALPHA1.path(),
                 marker=LOCAL_CONVERTER,
             )
-            group.create_task(
-                local.run(registration, leadership.wait_for_leadership), name="registration"
-            )
+            group.create_task(local.run(registration, leadership), name="registration")
 
     manager.add_server("conversion", run)
     return local

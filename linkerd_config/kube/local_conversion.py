@@ -25,7 +25,7 @@ import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import structlog
 
@@ -183,6 +183,14 @@ def probe_verdict(error: ApiError | None, refusal: Refusal) -> bool | None:
     return False
 
 
+class Terms(Protocol):
+    """Leadership as the registration needs it (``kube.leader``'s electors are such)."""
+
+    leadership_lost: asyncio.Event
+
+    async def wait_for_leadership(self, timeout: float | None = None) -> None: ...
+
+
 @dataclass
 class LocalConversion:
     """Registers a ``Registration`` on the CRD once ``ready`` (leadership) allows writes; at
@@ -207,14 +215,16 @@ class LocalConversion:
             raise RuntimeError("LocalConversion.run has not been given a registration")
         return self._registration
 
-    async def run(self, registration: Registration, ready: Callable[[], Any]) -> None:
-        """Until cancelled: wait for ``ready()`` (an awaitable), register, then hold."""
+    async def run(self, registration: Registration, terms: Terms) -> None:
+        """Until cancelled: in each term this process leads, register (another process may
+        have registered itself while it did not lead); hold between terms."""
         self._registration = registration
         try:
-            await ready()
-            self.outcome = await self.register()
-            self.settled.set()
-            await asyncio.Event().wait()
+            while True:
+                await terms.wait_for_leadership()
+                self.outcome = await self.register()
+                self.settled.set()
+                await terms.leadership_lost.wait()
         finally:
             # Whenever the CRD was pointed here, even if stopped before the probe answered:
             # the guarded patch changes nothing if it no longer points here.

@@ -210,14 +210,30 @@ def local(api: CrdApi, **kw: float) -> LocalConversion:
     return LocalConversion(api, probe_timeout=kw.get("probe_timeout", 5.0), probe_interval=0.01)  # type: ignore[arg-type]
 
 
-async def no_wait() -> None:
-    return None
+class Leading:
+    """Leads from the start, until told otherwise (``lose``, ``win``)."""
+
+    def __init__(self) -> None:
+        self.leadership_lost = asyncio.Event()
+        self._leading = asyncio.Event()
+        self._leading.set()
+
+    async def wait_for_leadership(self, timeout: float | None = None) -> None:
+        await self._leading.wait()
+
+    def lose(self) -> None:
+        self._leading.clear()
+        self.leadership_lost.set()
+
+    def win(self) -> None:
+        self.leadership_lost.clear()
+        self._leading.set()
 
 
 async def test_registers_then_restores_at_stop() -> None:
     api = CrdApi(crd(local=True))
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED
     assert rules(api.crd, "v1alpha1") == []
@@ -234,7 +250,7 @@ async def test_stopped_before_the_probe_answered_still_restores() -> None:
     api = CrdApi(crd(local=True))
     api.probe_gate.clear()
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     for _ in range(100):
         await asyncio.sleep(0.01)
         if rules(api.crd, "v1alpha1") == []:
@@ -249,7 +265,7 @@ async def test_an_api_server_that_cannot_reach_us_gets_the_refusal_back() -> Non
     api = CrdApi(crd(local=True))
     api.probe_answer = error("conversion webhook for ...: connect: connection refused")
     conv = local(api, probe_timeout=0.2)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.UNREACHABLE
     assert conv.last_probe_error and "connection refused" in conv.last_probe_error
@@ -263,7 +279,7 @@ async def test_the_old_schema_still_in_force_is_waited_out() -> None:
     api = CrdApi(crd(local=True))
     api.probe_answer = error(f"invalid: {CONVERSION_REFUSAL['message']}")
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     await asyncio.sleep(0.1)
     assert not conv.settled.is_set()
     api.probe_answer = None  # the API server has the new schema and converts through us
@@ -277,7 +293,7 @@ async def test_a_write_between_read_and_patch_is_read_again() -> None:
     api = CrdApi(crd(local=True))
     api.conflicts = 2
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED
     assert api.conflicts == 0 and len(api.writes) == 3  # two refused, then applied
@@ -296,9 +312,33 @@ async def test_nothing_to_register(crd_obj: dict | None, outcome: Outcome) -> No
         api.crd["metadata"]["resourceVersion"] = "1"
     before = copy.deepcopy(api.crd)
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, no_wait))
+    task = asyncio.create_task(conv.run(REG, Leading()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is outcome
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert api.crd == before and api.writes == []
+
+
+async def test_each_term_registers_again() -> None:
+    """Another process registered itself while this one did not lead: leading again, this
+    one points the CRD back at itself."""
+    api = CrdApi(crd(local=True))
+    terms = Leading()
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, terms))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    terms.lose()
+    other = conversion_webhook(url="https://127.0.0.1:1", ca_pem=b"theirs")
+    api.crd["spec"]["conversion"] = other
+    await asyncio.sleep(0.05)
+    assert api.crd["spec"]["conversion"] == other  # not while following
+    terms.win()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if client_config(api.crd).get("url") == REG.url:
+            break
+    assert client_config(api.crd) == {"url": REG.url, "caBundle": REG.ca_bundle}
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
