@@ -120,11 +120,24 @@ CERT_MANAGER_VERSION ?= v1.21.2
 # $(call need,tool,what for): a clear message instead of an obscure failure.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "make $@: needs '$(1)' ($(2)); not found on PATH." >&2; exit 1; }
 
+CRD_NAME := linkerdconfigs.config.linkerd.io
+LOCAL_CONVERTER := https://127.0.0.1:9443/convert-config-linkerd-io-linkerdconfig
+SERVICE_CONVERTER := {"service":{"namespace":"linkerd","name":"linkerd-config-webhook","path":"/convert-config-linkerd-io-linkerdconfig","port":443}}
+# $(call set_converter,CLIENTCONFIG): the installed CRD's converter replaced (a JSON object).
+set_converter = $(KUBECTL) patch crd $(CRD_NAME) --type=json \
+  -p '[{"op":"replace","path":"/spec/conversion/webhook/clientConfig","value":$(1)}]'
+
 # The CRD for a local run: its conversion webhook is the controller `make run` starts (which
 # registers itself); `make deploy` and the chart install the in-cluster one over it, and
 # `make install` after `make undeploy` brings it back. Nothing stored changes either way.
 install: ## install the CRD for a local run (conversion served by `make run`) into the current cluster
 	$(call need,$(KUBECTL),to talk to your cluster)
+	@# After the chart (no last-applied for kubectl's merge) the Service would stay beside the URL.
+	@if [ -n "$$($(KUBECTL) get crd $(CRD_NAME) --ignore-not-found \
+	        -o jsonpath='{.spec.conversion.webhook.clientConfig.service.name}')" ]; then \
+	  echo "make install: the CRD's converter is the in-cluster webhook; pointing it at a local run (every LinkerdConfig kept)"; \
+	  $(call set_converter,{"url":"$(LOCAL_CONVERTER)"}); \
+	fi
 	$(KUBECTL) apply -k manifests/crd-local
 	@# Established: the API server serves it (kubectl wait fails on a CRD with no conditions yet).
 	@for i in $$(seq 60); do \
@@ -201,8 +214,35 @@ helm-deploy: $(STAMP) ## helm upgrade --install the chart with image IMG (name:t
 	@img='$(IMG)' && last="$${img##*/}" && \
 	case "$$img" in *@*) echo "make $@: IMG must be name:tag for the chart (controllerImage, controllerImageVersion)" >&2; exit 1 ;; esac && \
 	case "$$last" in *:*) repo="$${img%:*}"; tag="$${last##*:}" ;; *) repo="$$img"; tag=latest ;; esac && \
+	$(MAKE) --no-print-directory helm-takeover && \
 	$(HELM) upgrade --install linkerd-config manifests/chart --namespace linkerd --create-namespace \
 	  --set controllerImage="$$repo" --set controllerImageVersion="$$tag" $(HELM_ARGS)
+
+# A CRD installed otherwise (`make install`, `make deploy`, or kept by a `helm uninstall`):
+# handed to the release rather than refused by Helm ("invalid ownership metadata"), and its
+# converter set first to the form the chart renders (Helm's patch would keep an old url beside
+# a new service, which the API server refuses). Idempotent; nothing stored changes. Nothing
+# is done where the chart renders no CRD (installCRDs=false: the CRD is yours).
+.PHONY: helm-takeover
+helm-takeover:
+	@live="$$($(KUBECTL) get crd $(CRD_NAME) --ignore-not-found \
+	    -o jsonpath='{.metadata.name} {.spec.conversion.webhook.clientConfig.url}' 2>/dev/null)"; \
+	[ -n "$$live" ] || exit 0; \
+	rendered="$$($(HELM) template linkerd-config manifests/chart --namespace linkerd $(HELM_ARGS) \
+	    --show-only templates/crd.yaml 2>/dev/null)"; \
+	[ -n "$$rendered" ] || exit 0; \
+	$(KUBECTL) label crd $(CRD_NAME) app.kubernetes.io/managed-by=Helm --overwrite >/dev/null && \
+	$(KUBECTL) annotate crd $(CRD_NAME) meta.helm.sh/release-name=linkerd-config \
+	  meta.helm.sh/release-namespace=linkerd --overwrite >/dev/null || exit 1; \
+	if printf '%s\n' "$$rendered" | grep -q '^ *service:$$'; then \
+	  case "$$live" in *" https://"*) \
+	    echo "make helm-deploy: the CRD's converter becomes the release's webhook Service (every LinkerdConfig kept)"; \
+	    $(call set_converter,$(SERVICE_CONVERTER));; esac; \
+	else \
+	  case "$$live" in *" https://"*) ;; *) \
+	    echo "make helm-deploy: the CRD's converter becomes a local run's (every LinkerdConfig kept)"; \
+	    $(call set_converter,{"url":"$(LOCAL_CONVERTER)"});; esac; \
+	fi
 
 helm-undeploy: $(STAMP) ## helm uninstall the chart (the CRD and your LinkerdConfigs are kept)
 	$(HELM) uninstall linkerd-config --namespace linkerd

@@ -377,16 +377,27 @@ async def _readable(kube: KubeClient, names: list[str]) -> dict[tuple[str, str],
     return await eventually(read, timeout=180, interval=1, what="every object read both ways")
 
 
+SWITCHES = {
+    # how the webhooks go on, and off again (the CRD and the objects kept)
+    "kustomize": (("deploy", f"IMG={IMAGE}"), ("undeploy", f"IMG={IMAGE}")),
+    "helm": (("helm-deploy", f"IMG={IMAGE}"), ("helm-undeploy",)),
+}
+
+
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("tool", sorted(SWITCHES))
 async def test_switching_webhooks_off_on_off_keeps_every_object(
-    cluster: LocalControlPlane, kube: KubeClient, image: str
+    cluster: LocalControlPlane, kube: KubeClient, image: str, tool: str
 ) -> None:
-    """`make install` + `ENABLE_WEBHOOKS=false make run` → `make deploy` (webhooks on) →
-    `make undeploy` + `make install` + `make run` again, objects of both versions stored
-    along the way: after each switch every object reads, unchanged, in both versions."""
+    """`make install` + `ENABLE_WEBHOOKS=false make run` → `make deploy` or `make helm-deploy`
+    (webhooks on) → `make undeploy` or `make helm-undeploy`, then `make install` + `make run`
+    again, objects of both versions stored along the way: after each switch every object
+    reads, unchanged, in both versions."""
     from linkerd_config.devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
 
-    start_cert_manager(cluster)
+    on, off = SWITCHES[tool]
+    if tool == "kustomize":
+        start_cert_manager(cluster)
     shell = Shell(cluster)
     install, run, *_ = guide_commands()
     names: list[str] = []
@@ -404,26 +415,26 @@ async def test_switching_webhooks_off_on_off_keeps_every_object(
     try:
         await store("v1alpha1", "off-v1")
         await store("v1alpha2", "off-v2")
-        off = await _read_all(kube, names)
+        before_on = await _read_all(kube, names)
     finally:
         interrupt(local)
     for name, version in (("off-v1", "v1alpha1"), ("off-v2", "v1alpha2")):
-        assert off[(name, version)]["spec"] == _lc(version, name, f"cm-{name}")["spec"]
+        assert before_on[(name, version)]["spec"] == _lc(version, name, f"cm-{name}")["spec"]
 
     # On: the in-cluster webhook converts; nothing stored changed.
-    make(cluster, "deploy", f"IMG={image}")
+    make(cluster, *on)
     await running_install(cluster)
-    assert await _readable(kube, names) == off
+    assert await _readable(kube, names) == before_on
     await store("v1alpha1", "on-v1")
     await store("v1alpha2", "on-v2")
-    on = await _read_all(kube, names)
+    before_off = await _read_all(kube, names)
 
-    # Off again: undeploy keeps the CRD and the objects; install brings the local converter.
-    make(cluster, "undeploy", f"IMG={image}")
+    # Off again: the CRD and the objects kept; install brings the local converter back.
+    make(cluster, *off)
     shell.run(install)
     local = await started(shell, run)
     try:
-        assert await _readable(kube, names) == on
+        assert await _readable(kube, names) == before_off
     finally:
         code, out = interrupt(local)
     stopped_gracefully(code, out)
