@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import enum
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import aiohttp
 import structlog
 
 from linkerd_config.kube.client import JSON_PATCH, ApiError, KubeClient
@@ -191,15 +193,26 @@ class Terms(Protocol):
     async def wait_for_leadership(self, timeout: float | None = None) -> None: ...
 
 
+class KeptChanging(RuntimeError):
+    """The CRD changed between every read and write of an attempt."""
+
+
+TRANSIENT = (ApiError, aiohttp.ClientError, OSError, TimeoutError, KeptChanging)
+"""What a registration attempt may meet and try again after (an API server restarting, a
+connection reset): never a reason to stop the process."""
+
+
 @dataclass
 class LocalConversion:
-    """Registers a ``Registration`` on the CRD once ``ready`` (leadership) allows writes; at
+    """Registers a ``Registration`` on the CRD in each term this process leads; at
     cancellation puts the refusal back if the CRD still points here."""
 
     client: KubeClient
     probe_timeout: float = 30.0
     probe_interval: float = 0.5
     request_timeout: float = 10.0
+    retry_delays: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)
+    """Between attempts that failed on the way (``TRANSIENT``); the last one repeats."""
     clock: Callable[[], float] = time.monotonic
     outcome: Outcome | None = None
     settled: asyncio.Event = field(default_factory=asyncio.Event)
@@ -222,14 +235,34 @@ class LocalConversion:
         try:
             while True:
                 await terms.wait_for_leadership()
-                self.outcome = await self.register()
-                self.settled.set()
+                self.outcome = await self._register_retrying(terms)
+                if self.outcome is not None:
+                    self.settled.set()
                 await terms.leadership_lost.wait()
         finally:
             # Whenever the CRD was pointed here, even if stopped before the probe answered:
             # the guarded patch changes nothing if it no longer points here.
             if self._patched:
                 await asyncio.shield(self._restore_quietly())
+
+    async def _register_retrying(self, terms: Terms) -> Outcome | None:
+        """``register``, again after each transient failure while this term lasts; None if
+        the term ended first."""
+        for attempt in itertools.count():
+            if terms.leadership_lost.is_set():
+                return None
+            try:
+                return await self.register()
+            except TRANSIENT as exc:
+                delay = self.retry_delays[min(attempt, len(self.retry_delays) - 1)]
+                log.warning(
+                    "conversion registration failed; trying again",
+                    crd=self.registration.crd,
+                    error=f"{type(exc).__name__}: {exc}",
+                    retry_in=delay,
+                )
+                await asyncio.sleep(delay)
+        return None  # pragma: no cover - itertools.count never ends
 
     async def register(self) -> Outcome:
         reg = self.registration
@@ -262,7 +295,7 @@ class LocalConversion:
                     continue
                 raise
         else:
-            raise RuntimeError(f"CRD {reg.crd} kept changing under the conversion registration")
+            raise KeptChanging(f"CRD {reg.crd} kept changing under the conversion registration")
         if await self._probe():
             log.info("conversion registered", crd=reg.crd, url=reg.url, version=reg.refusal.version)
             return Outcome.REGISTERED
@@ -294,6 +327,11 @@ class LocalConversion:
                 )
             except ApiError as exc:
                 error = exc
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+                # No answer at all: not evidence either way; ask again until the deadline.
+                verdict, self.last_probe_error = False, f"{type(exc).__name__}: {exc}"
+                await asyncio.sleep(self.probe_interval)
+                continue
             verdict = probe_verdict(error, reg.refusal)
             if verdict:
                 return True

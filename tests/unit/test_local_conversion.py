@@ -177,9 +177,13 @@ class CrdApi:
         self.probe_gate = asyncio.Event()
         self.probe_gate.set()
         self.conflicts = 0
+        self.failures: list[BaseException] = []
+        """Raised, one a request, before anything else is answered."""
         self.writes: list[tuple[str, bool]] = []
 
     async def request(self, method: str, path: str, **kw: object) -> dict:
+        if self.failures:
+            raise self.failures.pop(0)
         if method == "GET":
             if self.crd is None:
                 raise ApiError(404, method, path, {"message": "not found"}, None)
@@ -207,7 +211,12 @@ class CrdApi:
 
 
 def local(api: CrdApi, **kw: float) -> LocalConversion:
-    return LocalConversion(api, probe_timeout=kw.get("probe_timeout", 5.0), probe_interval=0.01)  # type: ignore[arg-type]
+    return LocalConversion(
+        api,  # type: ignore[arg-type]
+        probe_timeout=kw.get("probe_timeout", 5.0),
+        probe_interval=0.01,
+        retry_delays=(0.01,),
+    )
 
 
 class Leading:
@@ -342,3 +351,37 @@ async def test_each_term_registers_again() -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        ApiError(500, "GET", "/x", {"message": "etcdserver: leader changed"}, None),
+        ConnectionResetError("reset by peer"),
+        TimeoutError(),
+    ],
+    ids=["500", "reset", "timeout"],
+)
+async def test_a_failure_on_the_way_is_tried_again_not_fatal(failure: BaseException) -> None:
+    """An API server restarting while a local run registers: the run keeps going (before,
+    the exception ended the conversion task, and with it the process)."""
+    api = CrdApi(crd(local=True))
+    api.failures = [failure, failure]
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, Leading()))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED and not task.done()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+
+
+async def test_a_crd_that_keeps_changing_is_tried_again() -> None:
+    api = CrdApi(crd(local=True))
+    api.conflicts = 7  # more than one attempt's reads
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, Leading()))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
