@@ -199,7 +199,7 @@ class Manager:
         for name in self._failed():
             task = self._tasks[name]
             exc = task.exception()
-            log.error("component exited; shutting down", component=name, error=repr(exc))
+            log.error("component exited; shutting down", component=name, error=describe(exc))
 
     async def _stop_controllers(self, drain: bool) -> None:
         names = [n for n in self._tasks if n.startswith("controller:")]
@@ -234,8 +234,19 @@ class Manager:
         for task in tasks:
             if task.done() and not task.cancelled() and task.exception() is not None:
                 log.error(
-                    "component failed", component=task.get_name(), error=repr(task.exception())
+                    "component failed", component=task.get_name(), error=describe(task.exception())
                 )
+
+
+def describe(exc: BaseException | None) -> str:
+    """A component's failure in one line: the exceptions inside task groups, not the groups
+    ("OSError: [Errno 98] cannot listen on 127.0.0.1:9443: Address already in use", not
+    "ExceptionGroup('unhandled errors in a TaskGroup', [ExceptionGroup(...)])")."""
+    if exc is None:
+        return "returned without an error"
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}"
 
 
 async def _first(*aws: Awaitable[Any]) -> None:

@@ -368,7 +368,13 @@ async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                where = f"[{address[0]}]" if family == socket.AF_INET6 else address[0]
+                raise OSError(
+                    exc.errno, f"cannot listen on {where}:{port}: {exc.strerror}"
+                ) from exc
             sock.listen(backlog)
             sock.setblocking(False)
     except BaseException:
