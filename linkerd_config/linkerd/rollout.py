@@ -13,6 +13,12 @@ Pure decisions over cached metadata; the controller executes them. The policy:
   restarting it would give it the pinned version again, forever;
 * namespaces Linkerd's injector never injects (``kube-system``, ``cert-manager`` from 2.12)
   hold no candidates;
+* neither does a pod without a proxy that the injector would not inject if it were created
+  again (``linkerd.io/inject`` disabled on it, or enabled on neither it nor its namespace, as
+  Linkerd's ``pkg/inject`` decides): a restart would bring it no proxy, so it could never be
+  up to date (before, it counted stale, was restarted on every change, and halted every
+  rollout at its deadline). An unmeshed pod the injector *would* mesh (one created while the
+  injector was down) stays stale: its restart meshes it;
 * with ``--restart-namespace-selector``, neither do namespaces it does not select (a
   platform team keeps the controller out of namespaces it never manages; RBAC then grants
   the restart only in those it does, see manifests/components/restart-namespaces);
@@ -46,6 +52,10 @@ PROXY_VERSION_ANNOTATION = "linkerd.io/proxy-version"
 RESTARTED_FOR_ANNOTATION = "config.linkerd.io/restarted-for"
 RESTARTED_AT_ANNOTATION = "config.linkerd.io/restarted-at"
 TRUST_ROOT_ANNOTATION = "linkerd.io/trust-root-sha256"
+INJECT_ANNOTATION = "linkerd.io/inject"
+"""Linkerd's opt-in to injection, on a pod (its template) or its namespace."""
+INJECT_ENABLING = frozenset({"enabled", "ingress"})
+INJECT_VALID = INJECT_ENABLING | {"disabled"}
 PROXY_CONTAINER = "linkerd-proxy"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 """The API server sets it on every namespace to the namespace's name (immutable, from
@@ -87,7 +97,7 @@ class DesiredProxy:
         the owners of ``STALE`` pods; ``plan`` and ``status`` report the rest."""
         if not _candidate(pod):
             return None
-        excluded = self.excluded_why(pod, namespace)
+        excluded = self.excluded_why(pod, namespace) or not_meshable(pod, namespace)
         if excluded is not None:
             return Verdict(EXCLUDED, excluded)
         mismatch = self.mismatch(pod, namespace)
@@ -102,6 +112,8 @@ class DesiredProxy:
         """``verdict``'s reason when it is ``STALE``, else None; the controller's hot path
         (every pod, every change), so it builds no verdict for the others."""
         if not _candidate(pod) or self.excluded_why(pod, namespace) is not None:
+            return None
+        if not_meshable(pod, namespace) is not None:
             return None
         return self.mismatch(pod, namespace)
 
@@ -149,7 +161,12 @@ class Verdict:
 
 
 POD_LABELS = (RECONCILE_LABEL,)
-POD_ANNOTATIONS = (PROXY_VERSION_ANNOTATION, TRUST_ROOT_ANNOTATION, PIN_ANNOTATION)
+POD_ANNOTATIONS = (
+    PROXY_VERSION_ANNOTATION,
+    TRUST_ROOT_ANNOTATION,
+    PIN_ANNOTATION,
+    INJECT_ANNOTATION,
+)
 """The only labels and annotations of a pod any decision here reads."""
 
 
@@ -263,6 +280,39 @@ def proxy_version(pod: Json) -> str | None:
         if container.get("name") == PROXY_CONTAINER and ":" in image.rsplit("/", 1)[-1]:
             return image.rsplit(":", 1)[1]
     return None
+
+
+def injection_refused(pod: Json, namespace: Json | None) -> str | None:
+    """Why Linkerd's injector would not inject ``pod`` if it were created now, by its
+    ``linkerd.io/inject`` annotations, or None: the webhook's rule in ``pkg/inject``
+    (``report.go``, edge-19.12.3 to edge-26.8.3; ``ingress`` enables from 2.9, an invalid
+    value disables)."""
+    on_pod = (pod["metadata"].get("annotations") or {}).get(INJECT_ANNOTATION, "")
+    ns_meta = (namespace or {}).get("metadata") or {}
+    on_ns = (ns_meta.get("annotations") or {}).get(INJECT_ANNOTATION, "")
+    for where, value in (("its namespace", on_ns), ("the pod", on_pod)):
+        if value and value not in INJECT_VALID:
+            return f"{INJECT_ANNOTATION}={value!r} on {where} is not a value Linkerd accepts"
+    if on_ns in INJECT_ENABLING:
+        if on_pod == "disabled":
+            return f"{INJECT_ANNOTATION}=disabled on the pod"
+        return None
+    if on_pod not in INJECT_ENABLING:
+        return f"{INJECT_ANNOTATION} enabled on neither the pod nor its namespace"
+    return None
+
+
+def not_meshable(pod: Json, namespace: Json | None) -> str | None:
+    """Why an opted-in pod is out of every rollout because it has no proxy and a restart
+    would bring it none, or None (it is meshed, or its restart would mesh it)."""
+    if proxy_version(pod) is not None:
+        return None
+    refused = injection_refused(pod, namespace)
+    if refused is None:
+        return None
+    return (
+        f"not meshed, and Linkerd's injector would not mesh it ({refused}): a restart adds no proxy"
+    )
 
 
 def _candidate(pod: Json) -> bool:

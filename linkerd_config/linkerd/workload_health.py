@@ -106,8 +106,8 @@ def _deadline_message(status: Json, progressing: Mapping[str, Any]) -> str:
 def _statefulset(spec: Json, status: Json, observed: bool) -> Verdict:
     strategy = spec.get("updateStrategy") or {}
     if strategy.get("type", "RollingUpdate") != "RollingUpdate":
-        # OnDelete: a restart changes nothing until someone deletes the pods; kubectl cannot
-        # tell either. Done here: the preflight already said what it would do.
+        # OnDelete: a restart changes nothing until someone deletes the pods, and kubectl
+        # cannot tell either; ``preflight`` skips such a workload, so none of ours waits here.
         return Verdict("done")
     if not observed:
         return Verdict("waiting", "the StatefulSet controller has not seen the restart yet")
@@ -140,6 +140,16 @@ def _daemonset(status: Json, observed: bool) -> Verdict:
     return Verdict("done")
 
 
+ON_DELETE_KINDS = frozenset({"StatefulSet", "DaemonSet"})
+ON_DELETE_WHY = (
+    "updateStrategy OnDelete: its controller replaces a pod only when the pod is deleted, so "
+    "a restart would change nothing; delete its pods (or switch to RollingUpdate) to roll it"
+)
+"""Skipped, never restarted (issue 37, finding 5: an OnDelete StatefulSet or DaemonSet was
+patched, nothing replaced its pods, and every rollout halted at its deadline). Restarting it
+pod by pod under the gate would be deleting pods the owner chose to replace by hand."""
+
+
 def preflight(kind: str, obj: Json, settled: str | None = None) -> str | None:
     """Why a workload must not be restarted now (None: it may be): paused, or already
     unhealthy, so a restart would not tell the new configuration's health from its own.
@@ -150,6 +160,8 @@ def preflight(kind: str, obj: Json, settled: str | None = None) -> str | None:
     configuration is what repairs it, so it is not skipped (else it would be, for ever)."""
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
+    if kind in ON_DELETE_KINDS and (spec.get("updateStrategy") or {}).get("type") == "OnDelete":
+        return ON_DELETE_WHY
     if kind == "Deployment" and spec.get("paused") is True:
         return "paused (spec.paused)"
     if not _observed(obj):

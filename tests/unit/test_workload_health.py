@@ -221,6 +221,12 @@ UNAVAILABLE = {
         ("StatefulSet", statefulset(readyReplicas=1), "still rolling out"),
         ("DaemonSet", daemonset(updatedNumberScheduled=1, numberAvailable=1,
                                 desiredNumberScheduled=1), None),
+        # OnDelete: a restart replaces nothing; skipped, healthy or not (issue 37, finding 5).
+        ("StatefulSet", statefulset(strategy="OnDelete"), "updateStrategy OnDelete"),
+        ("DaemonSet", {**daemonset(updatedNumberScheduled=1, numberAvailable=1,
+                                   desiredNumberScheduled=1),
+                       "spec": {"updateStrategy": {"type": "OnDelete"}}},
+         "updateStrategy OnDelete"),
     ],
 )  # fmt: skip
 def test_preflight(kind: str, obj: dict[str, Any], why: str | None) -> None:
