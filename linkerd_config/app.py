@@ -276,6 +276,8 @@ def _local_conversion(
                 probe=CONVERSION_PROBE,
                 probe_path=LINKERD_CONFIGS_V1ALPHA1.path(),
                 marker=LOCAL_CONVERTER,
+                unreachable_hint="set --conversion-url to an address the API server reaches, "
+                "or install the controller in the cluster",
             )
             group.create_task(local.run(registration, leadership), name="registration")
 

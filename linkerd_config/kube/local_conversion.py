@@ -78,6 +78,8 @@ class Registration:
     marker: tuple[str, str]
     """The annotation (key, value) that says a CRD's converter is a local process: only such
     a CRD is pointed at us (never one whose URL is someone else's converter)."""
+    unreachable_hint: str = "make the API server able to reach this process"
+    """What to do when the API server cannot reach us (the program's own flags and installs)."""
 
     @property
     def ca_bundle(self) -> str:
@@ -303,8 +305,7 @@ class LocalConversion:
         log.error(
             f"the API server cannot reach this process at {reg.url} to convert "
             f"{reg.refusal.version} objects; {reg.refusal.version} stays refused (the other "
-            "versions work): set --conversion-url to an address the API server reaches, or "
-            "install the controller in the cluster",
+            f"versions work): {reg.unreachable_hint}",
             crd=reg.crd,
             error=self.last_probe_error,
         )

@@ -4,6 +4,7 @@ in-cluster webhook converts (manifests/crd) and the one a local run converts
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -57,3 +58,19 @@ def test_the_two_crds_differ_only_in_who_converts() -> None:
         rules = root.pop("x-kubernetes-validations", None)
         assert rules == ([CONVERSION_REFUSAL] if lo["name"] == "v1alpha1" else None)
         assert c == lo
+
+
+def test_the_makefile_names_the_converters_the_crds_have() -> None:
+    """`make install` and `make helm-takeover` rewrite the converter with values the Makefile
+    spells out: the same as the generated CRDs'."""
+    makefile = (MANIFESTS.parent / "Makefile").read_text()
+    values = dict(line.split(" := ", 1) for line in makefile.splitlines() if " := " in line)
+    cluster = yaml.safe_load(CRD.read_text())
+    local = yaml.safe_load(LOCAL_CRD.read_text())
+    assert values["CRD_NAME"] == cluster["metadata"]["name"] == local["metadata"]["name"]
+    assert {"url": values["LOCAL_CONVERTER"]} == local["spec"]["conversion"]["webhook"][
+        "clientConfig"
+    ]
+    assert json.loads(values["SERVICE_CONVERTER"]) == {
+        "service": cluster["spec"]["conversion"]["webhook"]["clientConfig"]["service"]
+    }
