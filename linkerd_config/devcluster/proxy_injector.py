@@ -149,6 +149,7 @@ class ProxyInjector:
         self.port = 0
         self.admin_port = 0
         self._names = (f"kubelet-volumes-{tag}", f"linkerd-proxy-injector-{tag}")
+        self._argv: list[str] = []
 
     @property
     def tag(self) -> str:
@@ -210,7 +211,7 @@ class ProxyInjector:
             lambda: all((folder / "..data").exists() for folder in volumes.values()),
         )
         self.port, self.admin_port = free_port(), free_port()
-        argv = [
+        self._argv = [
             *unshare,
             "sh",
             "-c",
@@ -223,14 +224,26 @@ class ProxyInjector:
             f"-kubeconfig={kubeconfig}",
         ]
         if self.release.modern_config:
-            argv.append(f"-linkerd-namespace={self.namespace}")
-        self.plane.launch_component(self._names[1], argv)
+            self._argv.append(f"-linkerd-namespace={self.namespace}")
+        self.plane.launch_component(self._names[1], self._argv)
         self.plane.wait_for(f"Linkerd {self.tag} proxy injector ready", self._ready)
         self.plane.api_request(
             "POST", _MWC_PATH, on_loopback(self.webhook_template, self.url, self.plane.ca_pem)
         )
         self.plane.wait_for(f"the API server calling Linkerd {self.tag}'s injector", self._injects)
         return self
+
+    def down(self) -> None:
+        """The injector's process stopped, its webhook left registered: the API server's
+        calls to it fail, and under Linkerd's ``failurePolicy: Ignore`` pods are admitted
+        without a proxy (an injector crashed, or evicted, in a real cluster)."""
+        self.plane.stop_component(self._names[1])
+
+    def up(self) -> None:
+        """The injector started again after ``down``, on the same address."""
+        self.plane.launch_component(self._names[1], self._argv)
+        self.plane.wait_for(f"Linkerd {self.tag} proxy injector ready", self._ready)
+        self.plane.wait_for(f"the API server calling Linkerd {self.tag}'s injector", self._injects)
 
     def stop(self) -> None:
         with contextlib.suppress(OSError):  # already gone, or the control plane stopped first

@@ -118,6 +118,9 @@ class WriteGate(Protocol):
     def check(self, method: str, path: str) -> None: ...
 
 
+_AUTHORIZER_REFUSAL = re.compile(r'User ".*" cannot \S+ (resource|path) "')
+
+
 class ApiError(Exception):
     """A non-2xx answer, with the request it answered and the server's Status message."""
 
@@ -144,6 +147,16 @@ class ApiError(Exception):
     @property
     def gone(self) -> bool:
         return self.status == 410
+
+    @property
+    def unauthorized(self) -> bool:
+        """Refused by authentication or authorization (RBAC: the request's user may not make
+        it), not by admission: the API server's authorizer says ``User "u" cannot <verb>
+        resource "r"`` (``responsewriters.forbiddenMessage``); admission's 403 names the object
+        (``pods "x" is forbidden: ...``)."""
+        return self.status == 401 or (
+            self.status == 403 and _AUTHORIZER_REFUSAL.search(self.message) is not None
+        )
 
 
 @dataclass(frozen=True)

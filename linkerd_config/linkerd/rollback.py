@@ -33,6 +33,7 @@ from typing import Any, Final
 
 import orjson
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
@@ -56,8 +57,6 @@ MAX_LISTED: Final = ROLLBACK_MAX_LISTED
 """The most workloads a rollback record lists (the CRD's bound, which the resource states);
 beyond them, the restart records on the workloads still say which go back, but their health
 after is not waited for."""
-REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
-TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 
 
 def _int(value: Any) -> int:
@@ -206,41 +205,27 @@ def parse_workload(name: str) -> Workload | None:
     return Workload(kinds[parts[0]], parts[1], parts[2])
 
 
-def _controller_uid(obj: Json) -> str | None:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
-        if isinstance(ref, Mapping) and ref.get("controller"):
-            return str(ref.get("uid"))
-    return None
-
-
-def _revision(rs: Json) -> int:
-    value = ((rs.get("metadata") or {}).get("annotations") or {}).get(REVISION_ANNOTATION, "")
-    return int(value) if isinstance(value, str) and value.isdigit() else -1
-
-
 def previous_template(
     deployment: Json, replicasets: Iterable[Json], failed_hash: str
 ) -> Json | None:
     """The pod template of the Deployment's newest ReplicaSet not made for ``failed_hash`` (as
     ``kubectl rollout undo`` takes the previous revision's), without the ReplicaSet's own
     ``pod-template-hash`` label; None when the Deployment kept none."""
-    uid = str((deployment.get("metadata") or {}).get("uid"))
     candidates = [
         rs
-        for rs in replicasets
-        if _controller_uid(rs) == uid
-        and (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {})
+        for rs in revisions.owned(deployment, replicasets)
+        if (((rs.get("spec") or {}).get("template") or {}).get("metadata") or {})
         .get("annotations", {})
         .get(RESTARTED_FOR_ANNOTATION)
         != failed_hash
     ]
     if not candidates:
         return None
-    newest = max(candidates, key=_revision)
+    newest = max(candidates, key=revisions.revision)
     template = copy.deepcopy((newest.get("spec") or {}).get("template") or {})
     labels = (template.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
-        labels.pop(TEMPLATE_HASH_LABEL, None)
+        labels.pop(revisions.TEMPLATE_HASH_LABEL, None)
     return template
 
 

@@ -23,8 +23,10 @@ Pure decisions over cached metadata; the controller executes them. The policy:
   platform team keeps the controller out of namespaces it never manages; RBAC then grants
   the restart only in those it does, see manifests/components/restart-namespaces);
 * the owner is restarted, not the pod (Deployment via its ReplicaSet, StatefulSet,
-  DaemonSet: a pod-template annotation, as ``kubectl rollout restart``); a pod with no such
-  owner is evicted, so PodDisruptionBudgets hold;
+  DaemonSet: a pod-template annotation, as ``kubectl rollout restart``); a pod with no owner
+  at all is evicted, so PodDisruptionBudgets hold; a pod whose owner is of any other kind (an
+  Argo Rollouts ``Rollout``'s ReplicaSet, a Job) is skipped with why (``unknown_owner``):
+  evicting it would replace it outside the health gate;
 * each workload is restarted once per configuration: the template annotation carries the
   configuration's hash, so a controller restart or a new leader never restarts it again;
 * the record on the workloads is the truth about a rollout: how many were restarted for a
@@ -366,17 +368,35 @@ def _controller_of(obj: Json) -> Json | None:
 
 
 def owning_workload(pod: Json, replicaset: Callable[[str, str], Json | None]) -> Workload:
-    """Follow controller references up to a restartable workload; else the pod itself."""
+    """Follow controller references up to the pod's workload: a Deployment (through its
+    ReplicaSet), a StatefulSet or a DaemonSet, which the rollout restarts; a pod with no
+    controller at all is its own workload (``Pod``: evicted). Any other controller (a
+    ReplicaSet of no Deployment, or of an Argo Rollouts ``Rollout``; a Job; a CloneSet) is
+    named as the workload, of its kind, and never restarted (``unknown_owner``); so is a
+    ReplicaSet the cache does not hold yet, until it does (its pod is not evicted on a guess)."""
     ns = pod["metadata"]["namespace"]
     ref = _controller_of(pod)
-    if ref is not None and ref.get("kind") == "ReplicaSet":
-        rs = replicaset(ns, ref["name"])
+    if ref is None:
+        return Workload("Pod", ns, pod["metadata"]["name"])
+    kind, name = str(ref.get("kind")), str(ref.get("name"))
+    if kind == "ReplicaSet":
+        rs = replicaset(ns, name)
         parent = _controller_of(rs) if rs is not None else None
-        if parent is not None and parent.get("kind") == "Deployment":
-            return Workload("Deployment", ns, parent["name"])
-    elif ref is not None and ref.get("kind") in ("StatefulSet", "DaemonSet"):
-        return Workload(str(ref["kind"]), ns, ref["name"])
-    return Workload("Pod", ns, pod["metadata"]["name"])
+        if parent is not None:
+            return Workload(str(parent.get("kind")), ns, str(parent.get("name")))
+    return Workload(kind, ns, name)
+
+
+def unknown_owner(kind: str) -> str | None:
+    """Why the rollout never restarts the pods of a workload of ``kind``, or None when it
+    does: a kind it cannot restart and watch come back (evicting the pods would replace them
+    outside the health gate, the replacements never checked)."""
+    if kind in RESTARTABLE_KINDS or kind == "Pod":
+        return None
+    return (
+        f"owned by a {kind}, which linkerd-config does not restart: evicting its pods would "
+        "replace them outside the health gate; restart it with its own tool"
+    )
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ The decisions are ``rollout``'s (pure); this executes them through the typed wri
 only caches: which pods are stale (pods, namespaces, ReplicaSets), what each owner records of
 its last restart (workload caches: the count and the pacing), and whether the proxy injector
 already injects the desired proxy (a dry-run create), falling back to a wait when it cannot
-be asked.
+be asked. A dry-run that comes back without a proxy, or is refused in the workload's own
+namespace, is an answer, not a failure to ask: nothing restarts on it, however long.
 """
 
 from __future__ import annotations
@@ -122,6 +123,21 @@ class _Restart:
     refused: str = ""
 
 
+@dataclass(frozen=True)
+class _InjectorAnswer:
+    """What a question to the injector found: whether it injects the configuration, what
+    status says, and, when it was not asked, why (the fallback wait applies), or, when it
+    answered that restarts must wait without end, the Warning's reason for that."""
+
+    injects: bool
+    why: str
+    cause: str = ""
+    held: str = ""
+
+
+INJECTOR_NOT_INJECTING = "InjectorNotInjecting"
+NEW_PODS_REFUSED = "NewPodsRefused"
+
 RESUME_HINT = (
     "Fix the workloads, then change the LinkerdConfig's spec (a new attempt) or annotate it "
     f"{workload_health.RESUME_ANNOTATION}=<anything new> (resume, the failed ones forgiven)"
@@ -164,7 +180,9 @@ class _ConfigProgress:
     written_at: float | None = None
     """Monotonic time we first wrote (or found) it: the injector's fallback wait starts."""
     injector_confirmed: bool = False
-    """The injector was seen injecting it (or the fallback wait passed): asked no more."""
+    """The last question found the injector injecting it (or the fallback wait passed). Good
+    for that pass only: every pass that restarts asks again, since an injector that goes
+    down mid-way would bring the rest of the rollout out of the mesh (the Mesh rule)."""
     probed_at: float = float("-inf")
     """Monotonic time of the last question to the injector ..."""
     waiting_why: str = ""
@@ -172,7 +190,8 @@ class _ConfigProgress:
     pass_finished: float | None = None
     """Wall time this process's last pass finished sending its restarts."""
     probe_failure: str = ""
-    """Why the injector could not be asked last time (reported once per cause)."""
+    """Why the injector could not be asked, or why its answer holds the restarts, last time
+    (each said once in a Warning, not once per question)."""
     halt: Json | None = None
     """The halt this process decided, until its status write is read back (reconciles in
     between must neither report it again nor restart anything)."""
@@ -398,7 +417,7 @@ class RolloutExecutor:
                 status={workload_health.HALT_FIELD: halt.halted},
             )  # fmt: skip
         self.metrics.halted.labels(name).set(0)
-        restarted = self._restarted(config_hash, plan)
+        restarted = await self._of_this_revision(self._restarted(config_hash, plan))
         checked = workload_health.gate(
             (standing for standing, _ in restarted.values()),
             self.wall(),
@@ -560,16 +579,7 @@ class RolloutExecutor:
                 f"{sum(done)} of {len(pending)} workload(s) back onto it",
                 requeue_after=HEALTH_RECHECK, status=kept,
             )  # fmt: skip
-        started = rollback.started_at(halt) or self.wall()
-        standing = [
-            workload_health.Restarted(
-                str(w),
-                started,
-                workload_health.restart_verdict(w.kind, obj, plan.reasons.get(w) or {}),
-            )
-            for w in workloads
-            if (obj := self._record(w)) is not None
-        ]
+        standing = await self._brought_back(workloads, plan, rollback.started_at(halt))
         deadline = RolloutSpec.of(config).progress_deadline
         checked = workload_health.gate(standing, self.wall(), deadline)
         if checked.failed:
@@ -706,25 +716,28 @@ class RolloutExecutor:
         """Whether the injector injects the desired proxy now: what status says of it when it
         does (or when waiting longer is pointless), else the seconds to wait before asking
         again (``progress.waiting_why`` says why)."""
-        if progress.injector_confirmed:
-            return ""
         since = self.monotonic() - progress.probed_at
-        if since < PROBE_SPACING:
-            # Asked moments ago (other events woke this reconcile): not again yet.
+        if since < PROBE_SPACING and not progress.injector_confirmed:
+            # Told "not yet" moments ago (other events woke this reconcile): not again yet.
+            # A "yes" is never reused: every pass that restarts asks first.
             return PROBE_SPACING - since
         progress.probed_at = self.monotonic()
-        confirmed, why, cause = await self._injector_ready(desired, todo)
-        progress.waiting_why, progress.injector_confirmed = why, confirmed
-        if cause and cause != progress.probe_failure:
-            self.recorder.record(
-                config,
-                "Warning",
-                "InjectorUnconfirmed",
-                f"cannot ask Linkerd's proxy injector which proxy it injects now: {cause}; "
-                f"restarting after {self.options.injector_wait:.0f}s without its answer",
-            )
-        progress.probe_failure = cause
-        return why if confirmed else 2.0
+        answer = await self._injector_ready(desired, todo)
+        progress.waiting_why, progress.injector_confirmed = answer.why, answer.injects
+        said = answer.cause or (answer.held and answer.why)
+        if said and said != progress.probe_failure:
+            if answer.held:
+                reason, message = answer.held, answer.why
+            else:
+                reason, message = (
+                    "InjectorUnconfirmed",
+                    f"cannot ask Linkerd's proxy injector which proxy it injects now: "
+                    f"{answer.cause}; restarting after {self.options.injector_wait:.0f}s "
+                    "without its answer",
+                )
+            self.recorder.record(config, "Warning", reason, message)
+        progress.probe_failure = said
+        return answer.why if answer.injects else 2.0
 
     def _restarted(
         self, config_hash: str, plan: rollout.RolloutPlan
@@ -747,6 +760,40 @@ class RolloutExecutor:
                 standing = workload_health.Restarted(name, at or self.wall(), verdict)
                 found[name] = (standing, workload)
         return found
+
+    async def _brought_back(
+        self, workloads: list[rollout.Workload], plan: rollout.RolloutPlan, started: float | None
+    ) -> list[workload_health.Restarted]:
+        """How each workload a rollback brings back stands (its deadline from the rollback's
+        start)."""
+        at = started or self.wall()
+        back: dict[str, tuple[workload_health.Restarted, rollout.Workload]] = {}
+        for w in workloads:
+            obj = self._record(w)
+            if obj is not None:
+                verdict = workload_health.restart_verdict(w.kind, obj, plan.reasons.get(w) or {})
+                back[str(w)] = (workload_health.Restarted(str(w), at, verdict), w)
+        return [standing for standing, _ in (await self._of_this_revision(back)).values()]
+
+    async def _of_this_revision(
+        self, restarted: dict[str, tuple[workload_health.Restarted, rollout.Workload]]
+    ) -> dict[str, tuple[workload_health.Restarted, rollout.Workload]]:
+        """``restarted`` with each Deployment's ``ReplicaFailure`` checked against the
+        revision the restart made (``workload_health.revision_refusal``): the halt takes
+        evidence only from this attempt. The ReplicaSets are read live, a namespace at a time,
+        and only when a Deployment shows the condition (no cache keeps their status)."""
+        listed: dict[str, list[Json]] = {}
+        checked = dict(restarted)
+        for name, (standing, workload) in restarted.items():
+            if not standing.verdict.replica_failure:
+                continue
+            if workload.namespace not in listed:
+                listed[workload.namespace] = await self.writer.list(REPLICASETS, workload.namespace)
+            obj = self._record(workload) or {}
+            refusal = workload_health.revision_refusal(obj, listed[workload.namespace])
+            verdict = workload_health.of_this_revision(standing.verdict, refusal)
+            checked[name] = (replace(standing, verdict=verdict), workload)
+        return checked
 
     def _canary(
         self,
@@ -1037,11 +1084,18 @@ class RolloutExecutor:
 
     async def _injector_ready(
         self, desired: Desired, workloads: Iterable[rollout.Workload]
-    ) -> tuple[bool, str, str]:
-        """Does the injector now inject the desired proxy? (answer, what status says, why it
-        could not be asked if it could not) Ask it with a dry-run create of a
-        pod from a stale workload's template; if it cannot tell, fall back to waiting, and say
-        why it could not (the API server's reason for refusing the dry-run, say)."""
+    ) -> _InjectorAnswer:
+        """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
+        pod from a stale workload's template.
+
+        Three answers hold the restarts without end (the Mesh rule: a restart never takes a
+        workload out of the mesh, in a rollback included): the injector injects another proxy
+        (not yet), the dry-run pod came back without a proxy (the injector is down, or not
+        injecting there: the new pods would be unmeshed), or admission refused the dry-run in
+        the workload's own namespace (its new pods would be refused too). Only when the
+        injector cannot be asked at all (no template could be read, the controller may not
+        create pods there, the probe namespace refuses) does the fallback wait apply, and the
+        cause is said."""
         cause = "no stale workload's pod template could be read"
         for workload in workloads:
             pod = await self._candidate_pod(workload)
@@ -1053,32 +1107,43 @@ class RolloutExecutor:
             try:
                 created = await self.writer.dry_run_create(PODS, where, pod)
             except ApiError as exc:
-                cause = (
-                    f"the dry-run create of a pod in namespace {where} was refused: "
-                    f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
-                )
+                refusal = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
+                if where == workload.namespace and not exc.unauthorized:
+                    return _InjectorAnswer(
+                        False,
+                        f"a dry-run create of {workload}'s pod was refused ({refusal}): its "
+                        "new pods would be refused too, so nothing is restarted until one is "
+                        "admitted",
+                        held=NEW_PODS_REFUSED,
+                    )
+                cause = f"the dry-run create of a pod in namespace {where} was refused: {refusal}"
                 log.info("dry-run create refused; cannot confirm injector", error=cause)
                 break
             injected = rollout.pod_projection(created)
             if rollout.proxy_version(injected) is None:
-                # Not injected at all: the injector did not answer for this pod.
-                cause = f"a dry-run pod in namespace {where} came back without Linkerd's proxy"
-                break
+                return _InjectorAnswer(
+                    False,
+                    f"Linkerd's proxy injector did not inject a dry-run pod of {workload} "
+                    f"(in namespace {where}): it is down or not injecting there, and a restart "
+                    "now would take the workload out of the mesh, so nothing is restarted "
+                    "until it injects again",
+                    held=INJECTOR_NOT_INJECTING,
+                )
             namespace = self.namespaces.get(workload.namespace)
             mismatch = desired.proxy.mismatch(injected, namespace)
             if mismatch is None:
-                return True, "", ""
-            return False, f"the proxy injector does not inject it yet: {mismatch}", ""
+                return _InjectorAnswer(True, "")
+            return _InjectorAnswer(False, f"the proxy injector does not inject it yet: {mismatch}")
         written_at = self._of(desired.config_hash).written_at
         waited = 0.0 if written_at is None else self.monotonic() - written_at
         if waited >= self.options.injector_wait:
-            return (
+            return _InjectorAnswer(
                 True,
                 f"could not confirm the injector's version by dry-run ({cause}); restarted "
                 f"after waiting {self.options.injector_wait:.0f}s",
                 cause,
             )
-        return (
+        return _InjectorAnswer(
             False,
             f"cannot confirm the injector's version by dry-run ({cause}); waiting "
             f"{self.options.injector_wait - waited:.0f}s more before restarting",

@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION
+from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, unknown_owner
 
 State = Literal["done", "waiting", "failed"]
 W = TypeVar("W")
@@ -33,6 +34,12 @@ class Verdict:
 
     state: State
     why: str = ""
+    replica_failure: bool = False
+    """Failed on the Deployment's ``ReplicaFailure`` condition, which the Deployment
+    controller copies from any of its ReplicaSets, the new one first, then older ones: until
+    ``revision_refusal`` has said it is the new revision's, it is no evidence against the
+    restart (issue 37, finding 4: a previous attempt's ReplicaSet, scaled down a moment
+    later, halted the next attempt 56 ms into it)."""
 
     @property
     def done(self) -> bool:
@@ -80,9 +87,9 @@ def _deployment(spec: Json, status: Json, observed: bool) -> Verdict:
     progressing = _condition(status, "Progressing")
     if progressing is not None and progressing.get("reason") == TIMED_OUT:
         return Verdict("failed", _deadline_message(status, progressing))
-    refused = _condition(status, "ReplicaFailure")
-    if refused is not None and refused.get("status") == "True":
-        return Verdict("failed", f"new pods refused: {refused.get('message') or 'no reason'}")
+    refused = revisions.replica_failure({"status": status})
+    if refused is not None:
+        return Verdict("failed", f"new pods refused: {refused}", replica_failure=True)
     wanted = _int(spec.get("replicas"), 1)
     updated = _int(status.get("updatedReplicas"))
     if updated < wanted:
@@ -194,8 +201,13 @@ def preflight_split(
     ready: list[W] = []
     skipped: list[tuple[W, str]] = []
     for workload in workloads:
+        kind = kind_of(workload)
+        unknown = unknown_owner(kind)
+        if unknown is not None:
+            skipped.append((workload, unknown))
+            continue
         obj = record(workload)
-        why = None if obj is None else preflight(kind_of(workload), obj, settled)
+        why = None if obj is None else preflight(kind, obj, settled)
         if why is None:
             ready.append(workload)
         else:
@@ -219,6 +231,32 @@ def restart_verdict(kind: str, obj: Json, stale: Mapping[str, int]) -> Verdict:
         reasons = "; ".join(f"{why} ({n})" for why, n in sorted(stale.items()))
         return Verdict("waiting", f"{left} pod(s) not on the desired proxy yet: {reasons}")
     return Verdict("done")
+
+
+EARLIER_REVISION = (
+    "an earlier ReplicaSet's ReplicaFailure still shows on it (the Deployment controller "
+    "copies it until that ReplicaSet is scaled down); this revision's pods are being created"
+)
+
+
+def revision_refusal(deployment: Json, replicasets: Iterable[Json]) -> str | None:
+    """Why the newest revision of ``deployment`` (its ReplicaSets among those listed) has its
+    pods refused (its own ``ReplicaFailure``), or None: no refusal of this revision, or no
+    ReplicaSet of it listed (then nothing says this revision failed; the deadline still
+    holds)."""
+    found = revisions.newest(deployment, replicasets)
+    refused = None if found is None else revisions.replica_failure(found)
+    return None if refused is None else f"new pods refused: {refused}"
+
+
+def of_this_revision(verdict: Verdict, refusal: str | None) -> Verdict:
+    """A restart's verdict once the newest revision's own ``ReplicaFailure`` is known
+    (``revision_refusal``): a refusal only of an earlier revision is a wait, not a failure."""
+    if not verdict.replica_failure:
+        return verdict
+    if refusal is None:
+        return Verdict("waiting", EARLIER_REVISION)
+    return Verdict("failed", refusal)
 
 
 @dataclass(frozen=True)

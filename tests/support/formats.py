@@ -21,6 +21,7 @@ import yaml
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.devcluster.linkerd_install import render_install
+from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import KubeClient
 from tests.support import scenario
 from tests.support.samples import sample
@@ -68,18 +69,20 @@ IDS = [f.name for f in FORMATS]
 
 
 @contextlib.asynccontextmanager
-async def installed(cp: LocalControlPlane, kube: KubeClient, fmt: Format) -> AsyncIterator[None]:
+async def installed(
+    cp: LocalControlPlane, kube: KubeClient, fmt: Format, **injector_options: Any
+) -> AsyncIterator[ProxyInjector]:
     """The CRD and the format's Linkerd installed, its real injector serving while the block
-    runs."""
+    runs (``injector_options``: ``ProxyInjector``'s)."""
     await scenario.install_crd(kube)
     if fmt is LEGACY:
         await scenario.install_linkerd_edge_19_12_1(kube)
-        injector = scenario.linkerd_injector(cp)
+        injector = scenario.linkerd_injector(cp, **injector_options)
     else:
         install = await asyncio.to_thread(render_install, "edge-26.8.3")
         await scenario.install_linkerd(kube, install)
         injector = scenario.linkerd_injector(
-            cp, "edge-26.8.3", webhook_template=install.injector_webhook
+            cp, "edge-26.8.3", webhook_template=install.injector_webhook, **injector_options
         )
-    async with injector:
-        yield
+    async with injector as running:
+        yield running

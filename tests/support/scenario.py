@@ -309,8 +309,24 @@ def refusal(version: str) -> str:
 async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> AsyncIterator[None]:
     """A ValidatingAdmissionPolicy that refuses, in ``namespace``, every pod that Linkerd's
     injector gave proxy ``version`` (it runs after the injector's mutation)."""
-    annotation = rollout.PROXY_VERSION_ANNOTATION
-    name = f"refuse-{version.replace('.', '-')}-in-{namespace}"
+    async with annotated_pods_refused(
+        kube,
+        namespace,
+        rollout.PROXY_VERSION_ANNOTATION,
+        version,
+        refusal(version),
+        f"refuse-{version.replace('.', '-')}-in-{namespace}",
+    ):
+        yield
+
+
+@contextlib.asynccontextmanager
+async def annotated_pods_refused(
+    kube: KubeClient, namespace: str, annotation: str, value: str, message: str, name: str
+) -> AsyncIterator[None]:
+    """A ValidatingAdmissionPolicy ``name`` that refuses, in ``namespace``, every pod whose
+    ``annotation`` is ``value`` (after the mutating webhooks), with ``message``; in force
+    (a dry-run of such a pod refused) when the block starts, removed when it ends."""
     policy = {
         "metadata": {"name": name},
         "spec": {
@@ -330,8 +346,8 @@ async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> Async
                 {
                     "expression": f"!has(object.metadata.annotations) || !('{annotation}' in "
                     f"object.metadata.annotations) || object.metadata.annotations['{annotation}']"
-                    f" != '{version}'",
-                    "message": refusal(version),
+                    f" != '{value}'",
+                    "message": message,
                 }
             ],
         },
@@ -345,14 +361,14 @@ async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> Async
     try:
 
         async def enforced() -> bool:
-            annotations = {"linkerd.io/inject": "disabled", annotation: version}
+            annotations = {"linkerd.io/inject": "disabled", annotation: value}
             try:
                 await dry_run_pod(kube, namespace, annotations)
             except ApiError as exc:
-                return refusal(version) in exc.message
+                return message in exc.message
             return False
 
-        await eventually(enforced, timeout=30, what=f"the policy on {version} enforced")
+        await eventually(enforced, timeout=30, what=f"the policy {name} enforced")
         yield
     finally:
         await kube.request("DELETE", f"{VAP_BINDINGS}/{name}")

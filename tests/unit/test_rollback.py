@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 import pytest
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
@@ -136,13 +137,13 @@ def rs(name: str, revision: str | None, restarted_for: str | None, owner: str = 
         "ownerReferences": [{"kind": "Deployment", "uid": owner, "controller": True}],
     }
     if revision is not None:
-        meta["annotations"] = {rollback.REVISION_ANNOTATION: revision}
+        meta["annotations"] = {revisions.REVISION_ANNOTATION: revision}
     return {
         "metadata": meta,
         "spec": {
             "template": {
                 "metadata": {
-                    "labels": {"app": "web", rollback.TEMPLATE_HASH_LABEL: name},
+                    "labels": {"app": "web", revisions.TEMPLATE_HASH_LABEL: name},
                     "annotations": annotations,
                 },
                 "spec": {"containers": [{"name": "web", "image": "web:1"}]},
@@ -183,7 +184,7 @@ def test_the_template_gone_back_to_is_the_previous_replicasets(
     expected = next(r for r in replicasets if r["metadata"]["name"] == chosen)
     assert template["spec"] == expected["spec"]["template"]["spec"]
     # The ReplicaSet read is not changed by taking its template.
-    assert rollback.TEMPLATE_HASH_LABEL in expected["spec"]["template"]["metadata"]["labels"]
+    assert revisions.TEMPLATE_HASH_LABEL in expected["spec"]["template"]["metadata"]["labels"]
 
 
 @pytest.mark.parametrize(

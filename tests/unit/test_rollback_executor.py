@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd.linkerdconfig_resource import Target
@@ -24,6 +25,7 @@ from tests.unit.test_rollout_executor import (
     NOT_AVAILABLE,
     OLD,
     World,
+    replica_failures,
     with_status,
 )
 
@@ -83,10 +85,11 @@ class RollbackWorld(World):
         return {
             "metadata": {
                 "name": f"{meta['name']}-{revision}",
-                "annotations": {rollback.REVISION_ANNOTATION: revision},
+                "annotations": {revisions.REVISION_ANNOTATION: revision},
                 "ownerReferences": [{"kind": "Deployment", "uid": meta["uid"], "controller": True}],
             },
             "spec": {"template": deployment["spec"]["template"]},
+            "status": {"conditions": replica_failures(deployment)},
         }
 
     async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:

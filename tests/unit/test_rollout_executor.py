@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.store import Store
@@ -37,8 +38,18 @@ HEALTHY_STATUS: Json = {
 }
 
 
+def replica_failures(deployment: Json) -> list[Json]:
+    """The ReplicaFailure a Deployment's status shows, as its newest ReplicaSet would carry it."""
+    conditions = (deployment.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if c.get("type") == "ReplicaFailure"]
+
+
 class FakeWriter:
     def __init__(self, injects: str | None = NEW) -> None:
+        self.cache = Store()
+        """The Deployments as the informer holds them: ``list`` answers their ReplicaSets."""
+        self.earlier_revision_failed: set[str] = set()
+        """Deployments whose ReplicaFailure is an earlier ReplicaSet's, not the newest's."""
         self.injects = injects
         self.patched: list[str] = []
         self.patches: list[tuple[str, Json]] = []
@@ -70,6 +81,31 @@ class FakeWriter:
     async def evict(self, namespace: str, name: str) -> None:
         self.evicted.append(f"{namespace}/{name}")
 
+    async def list(self, _resource: Any, namespace: str) -> list[Json]:
+        """Each cached Deployment's ReplicaSets: its newest revision carries the ReplicaFailure
+        its status shows, unless ``earlier_revision_failed`` puts it on an older one."""
+        found = []
+        for obj in self.cache.list():
+            meta = obj["metadata"]
+            if meta["namespace"] != namespace:
+                continue
+            failures = replica_failures(obj)
+            earlier = meta["name"] in self.earlier_revision_failed
+            for revision, conditions in (("1", failures if earlier else []),
+                                         ("2", [] if earlier else failures)):  # fmt: skip
+                owner = {"kind": "Deployment", "uid": meta.get("uid"), "controller": True}
+                found.append(
+                    {
+                        "metadata": {
+                            "name": f"{meta['name']}-{revision}",
+                            "annotations": {revisions.REVISION_ANNOTATION: revision},
+                            "ownerReferences": [owner],
+                        },
+                        "status": {"conditions": conditions},
+                    }
+                )
+        return found
+
 
 class FakeRecorder:
     def __init__(self) -> None:
@@ -90,7 +126,8 @@ class World:
         self.clock = FakeClock(1_700_000_000.0)
         self.writer = FakeWriter(injects)
         self.recorder = FakeRecorder()
-        self.pods, self.replicasets, self.deployments = Store(), Store(), Store()
+        self.pods, self.replicasets = Store(), Store()
+        self.deployments = self.writer.cache
         namespaces = Store()
         namespaces.put({"metadata": {"name": "ns"}})
         for i in range(n):
@@ -114,7 +151,13 @@ class World:
     def add(self, name: str) -> None:
         template = {"metadata": {"labels": {"app": name}}, "spec": {"containers": []}}
         deployment = {
-            "metadata": {"name": name, "namespace": "ns", "resourceVersion": "1", "generation": 1},
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "uid": f"uid-{name}",
+                "resourceVersion": "1",
+                "generation": 1,
+            },
             "spec": {"replicas": 1, "template": template},
             "status": HEALTHY_STATUS,
         }
@@ -190,13 +233,35 @@ async def test_nothing_restarts_while_the_injector_still_injects_the_old_proxy()
 
 
 async def test_an_injector_that_cannot_be_asked_is_waited_for_then_trusted() -> None:
-    world = World(2, injects=None, injector_wait=60.0)
+    world = World(2, injector_wait=60.0)
+    world.writer.deployments.clear()  # no template to ask about
     world.executor.found(HASH)
     waiting = await world.roll()
     assert waiting.reason == "WaitingForInjector" and "60s more" in waiting.message
     world.clock.now += 60.0
     after = await world.roll()
     assert len(world.writer.patched) == 2 and "after waiting 60s" in after.message
+
+
+async def test_a_dry_run_without_a_proxy_holds_the_restarts_past_any_wait() -> None:
+    """The Mesh rule (issue 37, finding 3): a dry-run pod that comes back without Linkerd's
+    proxy means the new pods would too. Before, it counted as "cannot ask", and the workloads
+    were restarted out of the mesh once the fallback wait passed."""
+    world = World(2, injects=None, injector_wait=60.0)
+    world.executor.found(HASH)
+    waiting = await world.roll()
+    assert waiting.reason == "WaitingForInjector" and world.writer.patched == []
+    assert "did not inject a dry-run pod of deployment/ns/app-00" in waiting.message
+    for _ in range(5):
+        world.clock.now += 60.0
+        held = await world.roll()
+        assert held.reason == "WaitingForInjector" and world.writer.patched == []
+    said = [e for e in world.recorder.full if e[3] == "InjectorNotInjecting"]
+    assert len(said) == 1 and said[0][2] == "Warning"  # once, not once per question
+    world.writer.injects = NEW  # the injector is back
+    world.clock.now += PROBE_SPACING
+    await world.roll()
+    assert len(world.writer.patched) == 2
 
 
 async def test_an_up_to_date_data_plane_is_left_alone() -> None:
@@ -323,19 +388,29 @@ async def test_a_pass_over_unchanged_caches_reuses_the_plan(
     assert calls["plan"] == 3
 
 
-async def test_the_injector_is_asked_once_per_configuration_not_once_per_pass() -> None:
-    """Three passes of one configuration: one dry-run (and one read of a template); a new
-    configuration is asked about again."""
+async def test_the_injector_is_asked_once_per_pass_not_once_per_reconcile() -> None:
+    """Three passes: three dry-runs (one a pass, however many reconciles wake in between)."""
     world = World(25, max_restarts_per_pass=10, restart_interval=5.0)
     for _ in range(3):
         await world.roll()
-        world.clock.now += 5.0
+        world.clock.now += 1.0
+        await world.roll()  # woken early: no pass, no question
+        world.clock.now += 4.0
     assert len(world.writer.patched) == 25
-    assert len(world.writer.asked) == 1
-    world.add("app-late")
-    newer = Desired(DESIRED.target, {}, "h2", "Spec", DesiredProxy(NEW))
-    await world.executor.roll(CONFIG, newer)
-    assert len(world.writer.asked) == 2
+    assert len(world.writer.asked) == 3
+
+
+async def test_an_injector_gone_mid_rollout_holds_the_next_pass() -> None:
+    """The Mesh rule across passes: confirmed for the first pass, down before the second.
+    Before, the first answer held for the whole configuration, and the rest of the rollout
+    was restarted out of the mesh."""
+    world = World(4, max_restarts_per_pass=2, restart_interval=5.0, injector_wait=60.0)
+    await world.roll()
+    assert len(world.writer.patched) == 2
+    world.writer.injects = None  # the injector goes down
+    world.clock.now += 5.0
+    held = await world.roll()
+    assert held.reason == "WaitingForInjector" and len(world.writer.patched) == 2
 
 
 async def test_a_pass_restarts_its_batch_concurrently_ten_at_a_time() -> None:
@@ -434,19 +509,24 @@ async def test_a_refused_restart_names_the_api_servers_reason_everywhere() -> No
     assert "1 restart(s) refused" in outcome.message and "403 Forbidden" in outcome.message
 
 
-async def test_a_refused_injector_probe_says_why_in_status_and_one_event() -> None:
-    world = World(2, injector_wait=60.0)
-
+def refusing(message: str, status: int = 403) -> Any:
     async def refused(_resource: Any, namespace: str, _pod: Json) -> Json:
         raise ApiError(
-            403,
+            status,
             "POST",
             f"/api/v1/namespaces/{namespace}/pods",
-            {"reason": "Forbidden", "message": 'pods "x" is forbidden: exceeded quota: q'},
+            {"reason": "Forbidden", "message": message},
             None,
         )
 
-    world.writer.dry_run_create = refused  # type: ignore[method-assign,assignment]
+    return refused
+
+
+async def test_a_refused_probe_in_the_probe_namespace_says_why_then_waits_it_out() -> None:
+    world = World(2, injector_wait=60.0, probe_namespace="probe")
+    world.writer.dry_run_create = refusing(  # type: ignore[method-assign]
+        'pods "x" is forbidden: exceeded quota: q'
+    )
     world.executor.found(HASH)
     waiting = await world.roll()
     assert waiting.reason == "WaitingForInjector"
@@ -459,6 +539,37 @@ async def test_a_refused_injector_probe_says_why_in_status_and_one_event() -> No
     world.clock.now += 60.0
     after = await world.roll()
     assert len(world.writer.patched) == 2 and "exceeded quota: q" in after.message
+
+
+async def test_a_probe_the_controller_may_not_make_is_waited_out() -> None:
+    world = World(2, injector_wait=60.0)
+    world.writer.dry_run_create = refusing(  # type: ignore[method-assign]
+        'pods is forbidden: User "system:serviceaccount:linkerd:linkerd-config" cannot create '
+        'resource "pods" in API group "" in the namespace "ns"'
+    )
+    world.executor.found(HASH)
+    await world.roll()
+    world.clock.now += 60.0
+    after = await world.roll()
+    assert len(world.writer.patched) == 2 and "cannot create" in after.message
+
+
+async def test_a_probe_refused_in_the_workloads_namespace_holds_its_restarts() -> None:
+    """Admission that refuses the dry-run in the workload's own namespace will refuse its new
+    pods: a restart would take it down. Before, the refusal counted as "cannot ask" and the
+    restarts went ahead after the fallback wait (issue 37, finding 3)."""
+    world = World(2, injector_wait=60.0)
+    world.writer.dry_run_create = refusing(  # type: ignore[method-assign]
+        'pods "x" is forbidden: violates PodSecurity "restricted:latest"'
+    )
+    world.executor.found(HASH)
+    for _ in range(4):
+        held = await world.roll()
+        world.clock.now += 60.0
+        assert held.reason == "WaitingForInjector" and world.writer.patched == []
+    assert "violates PodSecurity" in held.message and "would be refused too" in held.message
+    said = [e for e in world.recorder.full if e[3] == "NewPodsRefused"]
+    assert len(said) == 1
 
 
 # -- the health gate: a pass waits for what the last one restarted; failure halts ------------
@@ -580,3 +691,27 @@ async def test_a_paused_or_unhealthy_workload_is_skipped_and_said_so() -> None:
     assert outcome.outdated == 3  # still on the old proxy: not up to date
     assert "Skipped, not restarted: deployment/ns/app-00: paused (spec.paused)" in outcome.message
     assert "deployment/ns/app-01: still rolling out a change of its own" in outcome.message
+
+
+async def test_a_replica_failure_of_an_earlier_revision_halts_nothing() -> None:
+    """The Halt rule (issue 37, finding 4): the Deployment controller copies an older
+    ReplicaSet's ReplicaFailure onto the Deployment until that ReplicaSet is scaled down.
+    Before, a new attempt halted on the previous attempt's refusal; now only the newest
+    revision's own refusal halts."""
+    world = World(2, max_restarts_per_pass=1, restart_interval=1.0)
+    await world.executor.roll(CONFIG, DESIRED)
+    refused = {
+        "type": "ReplicaFailure",
+        "status": "True",
+        "reason": "FailedCreate",
+        "message": 'pods "app-00-old" is forbidden: the previous attempt\'s proxy',
+    }
+    world.writer.earlier_revision_failed.add("app-00")
+    world.record_restarts({**NOT_AVAILABLE, "conditions": [refused]}, proxy=OLD)
+    world.clock.now += 1.0
+    waiting = await world.executor.roll(CONFIG, DESIRED)
+    assert waiting.reason == "RollingOut" and "rolloutHalt" not in waiting.status
+    assert "an earlier ReplicaSet's ReplicaFailure still shows" in waiting.message
+    world.writer.earlier_revision_failed.clear()  # now the newest revision's own
+    halted = await world.executor.roll(CONFIG, DESIRED)
+    assert halted.reason == "RolloutHalted" and "the previous attempt" in halted.message

@@ -1,0 +1,56 @@
+"""A Deployment's revisions, as the Deployment controller keeps them: each of its ReplicaSets
+(controller reference to the Deployment's uid) numbered by ``deployment.kubernetes.io/revision``,
+the newest being the one its current pod template made (``kubectl rollout history`` and
+``undo`` read them so). Pure functions over listed objects; nothing here knows who restarted
+what or why."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from linkerd_config.kube.resource import Json
+
+REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
+TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
+"""The Deployment controller's label on a ReplicaSet's pod template (not the Deployment's)."""
+
+
+def controller_uid(obj: Json) -> str | None:
+    """The uid of ``obj``'s controller (its ownerReference with ``controller: true``)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def revision(replicaset: Json) -> int:
+    """A ReplicaSet's revision number (-1 when it carries none readable)."""
+    annotations = (replicaset.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(REVISION_ANNOTATION, "")
+    return int(value) if isinstance(value, str) and value.isdigit() else -1
+
+
+def owned(deployment: Json, replicasets: Iterable[Json]) -> list[Json]:
+    """The ReplicaSets ``deployment`` controls (by its uid), among those listed."""
+    uid = str((deployment.get("metadata") or {}).get("uid"))
+    return [rs for rs in replicasets if controller_uid(rs) == uid]
+
+
+def newest(deployment: Json, replicasets: Iterable[Json]) -> Json | None:
+    """The ReplicaSet of ``deployment``'s newest revision, None when none is listed."""
+    found = owned(deployment, replicasets)
+    return max(found, key=revision) if found else None
+
+
+def replica_failure(obj: Json) -> str | None:
+    """The message of a ``ReplicaFailure=True`` condition in ``obj``'s status (a ReplicaSet's
+    own, or the Deployment's copy of one), None when there is none."""
+    for condition in (obj.get("status") or {}).get("conditions") or ():
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") == "ReplicaFailure"
+            and condition.get("status") == "True"
+        ):
+            return str(condition.get("message") or "no reason")
+    return None
