@@ -65,9 +65,11 @@ class ConfigMapWrites:
         depends on) up to date (rarely a write)."""
         where = Target(desired.target.namespace, name)
         ours = desired.ours_in(name)
-        rewritten = desired.preserve_keys if name == desired.target.name else frozenset()
+        rewritten = desired.preserve_keys if name == desired.target.name else frozenset(ours)
         # A key we rewrite in place is kept as it will be once written, so our own write
-        # does not make the copy stale (one preserve per change, not two).
+        # does not make the copy stale (one preserve per change, not two). A companion's keys
+        # (the trust bundle) are kept so too: what the injector handed out before a deletion
+        # or someone else's edit is what the trust-anchor guard must still see.
         kept = {k: v for k, v in ours.items() if k in rewritten}
         after = {**configmap, "data": {**(configmap.get("data") or {}), **kept}}
         part = unmanaged_part(after, set(ours) - rewritten)

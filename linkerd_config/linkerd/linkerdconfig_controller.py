@@ -33,6 +33,7 @@ from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.reconcile import Desired, desired_config, drifted, unrestorable
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
 from linkerd_config.linkerd.status_outcomes import StatusOutcomes
+from linkerd_config.linkerd.trust_anchor_guard import holding_config
 from linkerd_config.linkerd.validation import validate
 
 log = structlog.get_logger(__name__)
@@ -127,14 +128,22 @@ class LinkerdConfigController:
         asked = decided.desired
         desired = await self._to_write(config, asked, current)
 
+        # The trust-anchor guard: a removal some meshed pod still needs is not written; the
+        # bundle that keeps both anchors is written and rolled out instead, so the pods that
+        # hold the removal come onto it (or, with no such bundle, nothing is written).
+        guard = await self.outcomes.trust_anchor_guard(config, desired, current)
+        if isinstance(guard, Result):
+            return guard
+        held, rolled = None, config
+        if guard.holding is not None and desired.config_hash == asked.config_hash:
+            held, rolled = guard, holding_config(config, guard.holding)
+            asked = desired = await asyncio.to_thread(desired_config, rolled, current)
+        elif guard.held:
+            return await self.outcomes.held_without_bundle(config, guard)
         try:
             for name in (target.name, *sorted(desired.depends_on)):
                 if name in configmaps:
                     await self.writes.preserve(config, name, configmaps[name], desired)
-            # The trust-anchor guard: a removal some meshed pod still needs is not written.
-            held = await self.outcomes.trust_anchor_hold(config, desired, current)
-            if held is not None:
-                return held
             stale = drifted(configmaps, desired)
             if target.name in stale:
                 await self.writes.write(config, configmaps.get(target.name), desired)
@@ -149,9 +158,9 @@ class LinkerdConfigController:
                 config, conditions, generation, desired, lost
             )
         self.rollout.found(desired.config_hash)
-        outcome = await self.rollout.roll(config, asked, desired)
+        outcome = await self.rollout.roll(rolled, asked, desired)
         return await self.outcomes.applied(
-            config, conditions, generation, desired, outcome, self.options.restart_interval
+            config, conditions, generation, desired, outcome, self.options.restart_interval, held
         )
 
     async def _to_write(

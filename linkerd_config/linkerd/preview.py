@@ -44,7 +44,12 @@ from linkerd_config.linkerd.reconcile import (
     missing,
 )
 from linkerd_config.linkerd.rollout import Workload
-from linkerd_config.linkerd.trust_anchor_guard import BundleError, Decision, evaluate
+from linkerd_config.linkerd.trust_anchor_guard import (
+    BundleError,
+    Decision,
+    evaluate,
+    holding_config,
+)
 from linkerd_config.linkerd.validation import defaultable, validate, warnings_for
 
 NOT_CREATED_YET = "9999-12-31T23:59:59Z"
@@ -250,6 +255,14 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         if isinstance(held, Problem):
             return Plan(name, held)
         written = held or desired
+    try:
+        anchors, holding = _anchors(written, configmaps, old, view, config)
+    except BundleError as exc:
+        return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
+    rolled = desired
+    if holding is not None and written is desired:
+        # A held removal: the controller writes and rolls out the bundle with both anchors.
+        written = rolled = defaults.restricted(holding)
     target = desired.target
     current = configmaps.get(target.name)
     annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
@@ -272,11 +285,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     )
     spec = RolloutSpec.of(config)
     batch = spec.batch_size(defaults.max_restarts_per_pass)
-    restarts, kept_lines, first = _rollout(view, desired, batch, spec.canary, old)
-    try:
-        anchors = _anchors(written, configmaps, old, view)
-    except BundleError as exc:
-        return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
+    restarts, kept_lines, first = _rollout(view, rolled, batch, spec.canary, old)
     return Plan(
         name,
         warnings=tuple(warnings_for(config)),
@@ -310,15 +319,24 @@ def _as_stored(config: Json, old: Json | None) -> Json:
 
 
 def _anchors(
-    desired: Desired, configmaps: Mapping[str, Json], stored: Json | None, view: ClusterView
-) -> Decision | None:
+    desired: Desired,
+    configmaps: Mapping[str, Json],
+    stored: Json | None,
+    view: ClusterView,
+    config: Json,
+) -> tuple[Decision | None, Desired | None]:
     """The trust-anchor guard, as the reconcile asks it (the stored object's record of known
-    bundles, the meshed pods); None when the bundle does not change."""
+    bundles, the meshed pods): its decision (None when the bundle does not change), and,
+    while a removal is held, what the controller writes and rolls out instead (``config``
+    with the bundle that keeps every anchor in use), else None."""
     current = current_data(configmaps, desired.target)
     guard = evaluate(desired, current, (stored or {}).get("status"), lambda: view.meshed)
     decision = guard.decision
     changes = bool(decision.dropped) or decision.held
-    return decision if changes else None
+    holding = None
+    if guard.holding is not None:
+        holding = desired_config(holding_config(config, guard.holding), current)
+    return (decision if changes else None), holding
 
 
 def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, ...]:
@@ -577,12 +595,15 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     if isinstance(held, Problem):
         return ConfigStatus(name, held, conditions=conditions)
     try:
-        anchors = _anchors(desired, configmaps, config, view)
+        anchors, holding = _anchors(desired, configmaps, config, view, config)
     except BundleError as exc:
         return ConfigStatus(
             name, Problem("InstalledConfigUnreadable", str(exc)), conditions=conditions
         )
-    # While rolled back, the ConfigMap and the pods are measured against what was returned to.
+    # While rolled back, the ConfigMap and the pods are measured against what was returned
+    # to; while a trust-anchor removal is held, against the bundle held on to.
+    if held is None and holding is not None:
+        held = defaults.restricted(holding)
     standing = view.standing(held or desired)  # one pass over the pods: the stale ones
     candidates = [w for w, states in sorted(standing.workloads.items()) if rollout.STALE in states]
     _, skipped = workload_health.preflight_split(

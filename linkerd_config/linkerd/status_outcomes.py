@@ -24,7 +24,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
 )
 from linkerd_config.linkerd.reconcile import Desired, progress_only, set_condition, target_of
 from linkerd_config.linkerd.rollout_executor import RolloutOutcome
-from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, evaluate
+from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, Guard, evaluate
 from linkerd_config.linkerd.validation import TRUST_ANCHOR
 
 log = structlog.get_logger(__name__)
@@ -67,21 +67,22 @@ class StatusOutcomes:
         desired: Desired,
         outcome: RolloutOutcome,
         restart_interval: float,
+        held: Guard | None = None,
     ) -> Result:
         """The ConfigMaps hold ``desired``; the rollout's pass went as ``outcome`` says. A
-        change of counts alone waits for ``restart_interval`` after the last status write."""
+        change of counts alone waits for ``restart_interval`` after the last status write.
+        ``held``: a trust-anchor removal held, ``desired`` being the bundle it holds on to
+        (the spec is not written yet: ``ConfigMapSynced=False``, reason
+        ``TrustAnchorRemovalHeld``; the rollout's own progress towards it stays in
+        ``DataPlaneUpToDate``, so the hold's cause is seen going away)."""
         target = desired.target
         conditions = set_condition(
             conditions, CONFLICT, False, "NoConflict", f"manages ConfigMap {target}", generation
         )
-        conditions = set_condition(
-            conditions,
-            CONFIGMAP_SYNCED,
-            True,
-            "Synced",
-            f"ConfigMap {target} matches (hash {desired.config_hash})",
-            generation,
-        )
+        synced = (True, "Synced", f"ConfigMap {target} matches (hash {desired.config_hash})")
+        if held is not None:
+            synced = (False, HELD_REASON, held.decision.message())
+        conditions = set_condition(conditions, CONFIGMAP_SYNCED, *synced, generation)
         conditions = set_condition(
             conditions,
             DATA_PLANE_UP_TO_DATE,
@@ -90,13 +91,14 @@ class StatusOutcomes:
             outcome.message,
             generation,
         )
-        ready = outcome.up_to_date
+        ready = outcome.up_to_date and held is None
+        not_ready = (outcome.reason, outcome.message) if held is None else synced[1:]
         conditions = set_condition(
             conditions,
             READY,
             ready,
-            "Ready" if ready else outcome.reason,
-            "configuration applied and data plane up to date" if ready else outcome.message,
+            "Ready" if ready else not_ready[0],
+            "configuration applied and data plane up to date" if ready else not_ready[1],
             generation,
         )
         status_now = {
@@ -111,6 +113,7 @@ class StatusOutcomes:
             "restartedWorkloads": outcome.restarted_total,
             "evictedPods": outcome.evicted,
             **outcome.status,
+            **({} if held is None else held.status_changes(config.get("status") or {})),
         }
         name = config["metadata"]["name"]
         since = self.monotonic() - self.written.get(name, float("-inf"))
@@ -228,13 +231,16 @@ class StatusOutcomes:
         await self.update(config, {"observedGeneration": generation, "conditions": conditions})
         return Result()
 
-    async def trust_anchor_hold(
+    async def trust_anchor_guard(
         self, config: Json, desired: Desired, current: dict[str, dict[str, str]]
-    ) -> Result | None:
-        """The trust-anchor guard (``trust_anchor_guard``): None when ``desired`` may be
-        written (a removal every stamped meshed pod survives is said in an Event); else the
-        hold, said in status (``ConfigMapSynced=False TrustAnchorRemovalHeld``, the pods that
-        hold it) and nothing written. Its record of known bundles lives in status."""
+    ) -> Guard | Result:
+        """The trust-anchor guard (``trust_anchor_guard``) on writing ``desired``: its answer,
+        or the reconcile's end when nothing may be written. A removal every stamped meshed
+        pod survives is said in an Event and its record kept in status. A held removal is
+        said once in a Warning; with a bundle to hold on to (``Guard.holding``) the caller
+        writes and rolls that out and reports the hold with the rest (``applied``); without
+        one the hold is reported here and nothing is written. An unreadable bundle is an
+        error naming the ConfigMap and key."""
         name = config["metadata"]["name"]
         stored: Json = config.get("status") or {}
         conditions: list[Json] = list(stored.get("conditions") or [])
@@ -248,7 +254,6 @@ class StatusOutcomes:
                 config, conditions, generation, message, "InstalledConfigUnreadable"
             )
         decision = guard.decision
-        changes = guard.status_changes(stored)
         if not decision.held:
             self.anchor_held.discard(name)
             if decision.dropped:
@@ -258,9 +263,10 @@ class StatusOutcomes:
                 if not decision.guarded:
                     reason, kind = "TrustAnchorRemovalUnguarded", "Warning"
                 self.recorder.record(config, kind, reason, decision.message())
+            changes = guard.status_changes(stored)
             if changes:
                 await self.patch_status_quietly(config, changes)
-            return None
+            return guard
         self.anchor_held.add(name)
         message = decision.message()
         previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
@@ -271,13 +277,29 @@ class StatusOutcomes:
                 linkerdconfig=name,
                 dropped=[str(a) for a in decision.dropped],
                 holding_pods=decision.hold.count if decision.hold else 0,
+                holding_bundle=guard.holding is not None,
             )
+        if guard.holding is not None:
+            return guard
+        return await self.held_without_bundle(config, guard)
+
+    async def held_without_bundle(self, config: Json, guard: Guard) -> Result:
+        """A held removal with no bundle to hold on to written (none keeps every anchor in
+        use, or a rollback is in force): said in status, nothing written."""
+        stored: Json = config.get("status") or {}
+        conditions: list[Json] = list(stored.get("conditions") or [])
+        generation = int(config["metadata"].get("generation", 0))
+        message = guard.decision.message()
+        if guard.holding is None:
+            message += "; no bundle holding every anchor in use is known, so nothing is written"
+        else:
+            message += "; a rollback is in force, so nothing is written"
         conditions = set_condition(
             conditions, CONFIGMAP_SYNCED, False, HELD_REASON, message, generation
         )
         conditions = set_condition(conditions, READY, False, HELD_REASON, message, generation)
-        patch = {"observedGeneration": generation, "conditions": conditions, **changes}
-        written = await self.patch_status_quietly(config, patch)
+        patch = {"observedGeneration": generation, "conditions": conditions}
+        written = await self.patch_status_quietly(config, {**patch, **guard.status_changes(stored)})
         return Result(requeue=not written)
 
     async def patch_status_quietly(self, config: Json, status: Json) -> bool:

@@ -46,6 +46,7 @@ nothing. A bundle that does not parse is an error naming the ConfigMap and key (
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import heapq
 import re
@@ -62,7 +63,7 @@ from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
-from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.reconcile import Desired, preserved_name
 from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
 
 MESHED_LABEL: Final = "linkerd.io/control-plane-ns"
@@ -197,6 +198,9 @@ class BundleChange:
     guarded: bool
     """Whether pods say which bundle they run (the release stamps the annotation)."""
     linkerd_version: str
+    written: str | None = None
+    """The bundle this controller last wrote there, as its preserved copy keeps it: what the
+    injector handed out before the ConfigMap was deleted or edited by someone else."""
 
 
 def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) -> BundleChange:
@@ -210,6 +214,7 @@ def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) ->
         now = (current.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
         then = (desired.companions.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY, now)
         where = f"{namespace}/{TRUST_ROOTS_CONFIGMAP}"
+        written = (current.get(preserved_name(TRUST_ROOTS_CONFIGMAP)) or {}).get(TRUST_ROOTS_KEY)
         return BundleChange(
             now,
             then,
@@ -217,6 +222,7 @@ def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) ->
             TRUST_ROOTS_KEY,
             desired.proxy.trust_root_sha256 is not None,
             version,
+            written,
         )
     fmt = format_for(version)
     where = str(desired.target)
@@ -355,8 +361,10 @@ class Decision:
         return (
             f"{self.where} not written: the new trust bundle drops {dropped}, and "
             f"{hold.count} meshed pod(s) still run with a bundle lacking {required}, which it "
-            f"keeps{unknown}: {shown}{more}. Restart them (they get the current bundle) and "
-            f"the removal proceeds; nothing is written for this configuration meanwhile{unseen}"
+            f"keeps{unknown}: {shown}{more}. Meanwhile the bundle that keeps both the old and "
+            "the new anchors stays written (restored if deleted, put back if edited) and the "
+            "rollout restarts the opted-in ones onto it; restart the others, and the removal "
+            f"proceeds by itself{unseen}"
         )
 
     def as_json(self) -> Json:
@@ -381,8 +389,16 @@ def decide(
     linkerd_version: str = "",
 ) -> Decision:
     """May ``desired`` replace ``current`` now, given the bundles the controller knows (hash
-    -> anchors' SHA-256) and the meshed pods (their ``linkerd.io/trust-root-sha256``)?"""
+    -> anchors' SHA-256) and the meshed pods (their ``linkerd.io/trust-root-sha256``)?
+
+    What the mesh trusts now is the current bundle *and* every anchor of the known bundles
+    meshed pods run (``in_use``): however the current bundle is learned (read from the
+    ConfigMap, from the copy kept of it once it was deleted, or edited by someone else), an
+    anchor a running pod holds is never dropped unseen (issue 37, finding 1)."""
     keep = desired.fingerprints
+    bundles = {**known, current.sha256: current.fingerprints, desired.sha256: keep}
+    pods = list(pods)
+    current = in_use(current, bundles, pods)
     dropped = tuple(a for a in current.anchors if a.sha256 not in keep)
     if not dropped:
         return Decision(where=where, linkerd_version=linkerd_version)
@@ -390,7 +406,6 @@ def decide(
     if not kept:
         return Decision(dropped, where=where, linkerd_version=linkerd_version, swap=True)
     needed = frozenset(a.sha256 for a in kept)
-    bundles = {**known, current.sha256: current.fingerprints, desired.sha256: keep}
     verdicts: dict[str, tuple[bool, bool]] = {}
     # hash -> (holds, unknown): a few distinct hashes among any number of pods.
     holding: list[str] = []
@@ -416,6 +431,43 @@ def decide(
     return Decision(dropped, hold, True, unseen, where, linkerd_version)
 
 
+def in_use(current: Bundle, bundles: Mapping[str, frozenset[str]], pods: Iterable[Json]) -> Bundle:
+    """``current`` with every anchor of the known bundles ``pods`` run added (those the
+    current bundle lacks are named by fingerprint only: their subjects are not known)."""
+    have = current.fingerprints
+    extra: set[str] = set()
+    for digest in {_hash_of(pod) for pod in pods} - {None, current.sha256}:
+        extra |= bundles.get(str(digest), frozenset()) - have
+    if not extra:
+        return current
+    return Bundle(current.sha256, (*current.anchors, *(Anchor(f) for f in sorted(extra))))
+
+
+def _hash_of(pod: Json) -> str | None:
+    digest = ((pod.get("metadata") or {}).get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
+    return str(digest) if digest else None
+
+
+def holding_bundle(
+    candidates: Iterable[str | None], needed: frozenset[str], where: str
+) -> str | None:
+    """The first of ``candidates`` (the bundle in the ConfigMap, then the one this controller
+    last wrote there) that holds every anchor in ``needed`` (those the mesh trusts now): the
+    bundle a held removal keeps writing and rolling out, so the pods that hold it come onto
+    a bundle that keeps both the old and the new anchors. None when neither does (then
+    nothing is written)."""
+    for text in candidates:
+        if not text:
+            continue
+        try:
+            bundle = parse_bundle(text, where)
+        except BundleError:
+            continue
+        if needed <= bundle.fingerprints:
+            return text
+    return None
+
+
 # -- one reconcile's question ------------------------------------------------------------------
 
 
@@ -426,6 +478,10 @@ class Guard:
     decision: Decision
     record: list[Json]
     """``status.trustBundles`` as it should be."""
+    holding: str | None = None
+    """While held: the bundle written and rolled out instead of the new one (the one the
+    injector hands out now, or the one last written before a deletion), holding every
+    anchor the mesh trusts; None when there is none (nothing is written)."""
 
     @property
     def held(self) -> bool:
@@ -465,22 +521,36 @@ def evaluate(
     where = _where(change)
     if not change.guarded:
         return Guard(_unguarded(change), record)
-    if change.current is None or change.desired is None:
+    if change.desired is None:
         return Guard(Decision(where=where), record)
-    if change.current == change.desired:
+    text = change.current if change.current is not None else change.written
+    settled = change.written in (None, text) and (status or {}).get(HOLD_FIELD) is None
+    if text == change.desired and settled:
+        # What we wrote is what the injector hands out, and nothing was held: no pod can
+        # run a bundle lacking its anchors because of us. Nothing parsed, nothing listed.
         return Guard(Decision(where=where), record)
-    now = parse_bundle(change.current, where)
     then = parse_bundle(change.desired, SPEC_FIELD)
-    decision = decide(
-        now,
-        then,
-        known_bundles(status),
-        pods(),
-        where=where,
-        linkerd_version=change.linkerd_version,
-    )
-    written = () if decision.held else (then,)
-    return Guard(decision, recorded(status, now, *written))
+    known = known_bundles(status)
+    meshed = list(pods())
+    # Neither the ConfigMap nor a copy of what we wrote: the mesh's anchors are those its
+    # pods run (an empty bundle of no hash, their anchors added by ``decide``).
+    now = Bundle("", ()) if text is None else parse_bundle(text, where)
+    decision = decide(now, then, known, meshed, where=where, linkerd_version=change.linkerd_version)
+    seen = (now,) if now.anchors else ()
+    if not decision.held:
+        return Guard(decision, recorded(status, *seen, then))
+    mesh = in_use(now, {**known, then.sha256: then.fingerprints}, meshed).fingerprints
+    holding = holding_bundle((change.current, change.written), mesh, where)
+    return Guard(decision, recorded(status, *seen), holding)
+
+
+def holding_config(config: Json, bundle: str) -> Json:
+    """``config`` with its spec's trust bundle replaced by ``bundle`` (a held removal's
+    ``Guard.holding``): what the controller writes and rolls out while the removal waits."""
+    spec = copy.deepcopy(config.get("spec") or {})
+    identity = spec.setdefault("global", {}).setdefault("identityContext", {})
+    identity["trustAnchorsPEM"] = bundle
+    return {**config, "spec": spec}
 
 
 def _where(change: BundleChange) -> str:

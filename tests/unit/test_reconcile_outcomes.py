@@ -237,9 +237,10 @@ async def test_a_stated_anchor_is_written_to_the_trust_roots_too() -> None:
         "linkerd-config",
         "linkerd-identity-trust-roots",
     ]
-    # The copy of the trust roots keeps what is not ours there: the install's metadata.
+    # The copy of the trust roots keeps what is not ours there (the install's metadata), and
+    # the bundle as written: what the trust-anchor guard sees should the ConfigMap go.
     roots_copy = writer.applied[1]
-    assert roots_copy["data"] == {}
+    assert roots_copy["data"] == {"ca-bundle.crt": anchor.strip()}
     assert (
         "linkerd.io/control-plane-component"
         in roots_copy["metadata"]["annotations"]["config.linkerd.io/preserved-labels"]

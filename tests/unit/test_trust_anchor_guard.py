@@ -477,3 +477,62 @@ def test_plan_names_an_unreadable_current_bundle() -> None:
     assert result.problem is not None
     assert result.problem.reason == "InstalledConfigUnreadable"
     assert f"linkerd/{TRUST_ROOTS_CONFIGMAP}, key {TRUST_ROOTS_KEY}" in result.problem.message
+
+
+# -- the current bundle however it is learned (issue 37, findings 1 and 2) ------------------
+
+
+def _held_on(status: Json | None = None) -> tuple[str, Json, Json, Json]:
+    """[A, B] written over [A] (recorded), a bystander still on [A], web on [A, B]; the
+    status once [B] was held."""
+    both = bundle(A, B)
+    on_a, on_both = meshed("shop", "bystander-1", h(bundle(A))), meshed("shop", "web-1", h(both))
+    first = evaluate(linkerdconfig(both), installed(bundle=bundle(A)), status, [on_a])
+    status = first.status_changes(status)
+    second = evaluate(linkerdconfig(bundle(B)), installed(bundle=both), status, [on_a, on_both])
+    assert second.held and second.holding == both
+    return both, status | second.status_changes(status), on_a, on_both
+
+
+def copy_of(current: dict[str, dict[str, str]], text: str) -> dict[str, dict[str, str]]:
+    """``current`` with the preserved copy of the trust roots holding ``text`` as written."""
+    return {**current, f"{TRUST_ROOTS_CONFIGMAP}-preserved": {TRUST_ROOTS_KEY: text}}
+
+
+def test_a_deleted_trust_roots_configmap_keeps_the_removal_held() -> None:
+    """Deleted: the reconcile reads the copy kept of what was written ([A, B]). Before, the
+    copy kept no bundle, the guard saw none, and [B] was written with a pod on [A]."""
+    both, status, on_a, on_both = _held_on()
+    gone = {k: v for k, v in installed().items() if k != TRUST_ROOTS_CONFIGMAP}
+    found = evaluate(linkerdconfig(bundle(B)), copy_of(gone, both), status, [on_a, on_both])
+    assert found.held and found.holding == both
+
+
+def test_with_no_bundle_left_anywhere_the_pods_anchors_still_hold_it() -> None:
+    """Neither the ConfigMap nor a copy: the anchors the meshed pods run are the mesh's."""
+    _, status, on_a, on_both = _held_on()
+    gone = {k: v for k, v in installed().items() if k != TRUST_ROOTS_CONFIGMAP}
+    found = evaluate(linkerdconfig(bundle(B)), gone, status, [on_a, on_both])
+    assert found.held and found.holding is None  # nothing holds both: nothing is written
+    assert found.decision.hold is not None and found.decision.hold.pods == ("shop/bystander-1",)
+
+
+def test_an_edit_to_the_new_bundle_by_someone_else_keeps_the_removal_held() -> None:
+    """Edited to [B] (a helm upgrade): the ConfigMap already says what the spec asks. Before,
+    "unchanged" lifted the hold and the rollout restarted pods onto [B]."""
+    both, status, on_a, on_both = _held_on()
+    edited = copy_of(installed(bundle=bundle(B)), both)
+    found = evaluate(linkerdconfig(bundle(B)), edited, status, [on_a, on_both])
+    assert found.held and found.holding == both  # the edit is put back to [A, B]
+
+
+def test_a_held_removal_holds_on_to_the_bundle_with_both_anchors_mid_rotation() -> None:
+    """[B] applied while [A, B] is half rolled out: the guard holds [B] and names [A, B] to
+    keep rolling out (before, it named nothing: the rollout stopped, and the hold with it)."""
+    both, status, on_a, _ = _held_on()
+    found = evaluate(linkerdconfig(bundle(B)), installed(bundle=both), status, [on_a])
+    assert found.held and found.holding == both
+    spec = guard.holding_config(linkerdconfig(bundle(B)), both)["spec"]
+    assert spec["global"]["identityContext"]["trustAnchorsPEM"] == both
+    done = evaluate(linkerdconfig(bundle(B)), installed(bundle=both), status, [])
+    assert not done.held  # the holder came onto [A, B] (or left): the removal proceeds
