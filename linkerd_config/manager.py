@@ -87,8 +87,11 @@ class Manager:
             informer.retry_now()
 
     def ready(self) -> bool:
-        """Synced, every informer following (none failing its list/watch), every component
-        running."""
+        """Synced, every informer's cache proven current (``Informer.healthy``: none between
+        a lost stream and a relist or resumed watch that proves it again), every component
+        running. Unlike ``alive``, this turns False during an API server outage, and stays
+        False until each cache has caught up: a kubelet then takes the replica out of its
+        Services rather than let it answer from stale caches."""
         if self._stopping:
             return False
         return (

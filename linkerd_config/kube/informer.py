@@ -15,6 +15,11 @@ Contract -- what a handler can rely on:
 * **Eventual consistency.** Once changes stop and the API server is reachable, the cache
   converges to the server's state and stays there. At any moment it may lag the server by
   however long the connection has been down; ``has_synced`` means "filled once", not "current".
+* **``healthy`` means current.** It turns False the moment the stream is lost (a failed list
+  or watch, a watch that cannot resume) and True again only once the cache is proven to
+  follow the server: a relist completed, or the resumed watch delivered an event or a
+  bookmark. A resumed watch that says nothing for ``RESUME_PROOF_SECONDS`` is replaced by a
+  relist, the one proof to be had at once.
 * **Gaps collapse.** While disconnected, several updates to one object arrive as one
   ``on_update(old, newest)``, and an object created and deleted within the gap is never seen.
 * **A missed delete is still delivered**, on the next relist, as ``on_delete`` of the *last
@@ -231,13 +236,22 @@ STREAM_LIST_FIRST_EVENT = 30.0
 bookmark) at once; one that ignores the request would just watch, silently: give up then."""
 
 
-async def _first_within(stream: WatchStream, seconds: float) -> AsyncIterator[WatchEvent]:
-    """The stream's events; ``_StreamListRefused`` if the first takes over ``seconds``."""
+RESUME_PROOF_SECONDS = 5.0
+"""How long a watch resumed after a lost stream may say nothing before a relist proves the
+cache current instead. The server answers a resume with its backlog, or a 410, at once; but
+an open, silent stream proves neither (after a restart the 410 follows the 200), and its
+first bookmark may be a minute away."""
+
+
+async def _first_within(
+    stream: WatchStream, seconds: float, silent: Callable[[str], Exception]
+) -> AsyncIterator[WatchEvent]:
+    """The stream's events; ``silent(why)`` is raised if the first takes over ``seconds``."""
     try:
         async with asyncio.timeout(seconds):
             first = await anext(stream)
     except TimeoutError:
-        raise _StreamListRefused(f"no event within {seconds:.0f} s") from None
+        raise silent(f"no event within {seconds:g} s") from None
     except StopAsyncIteration:
         return
     yield first
@@ -251,6 +265,10 @@ class _Relist(Exception):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+def _unproven_resume(why: str) -> _Relist:
+    return _Relist(f"resumed watch proved nothing ({why})")
 
 
 class Informer:
@@ -315,8 +333,10 @@ class Informer:
         self._relist_reason: str | None = None
         # Invariant: set by ``relist`` until the loop starts that relist.
         self._relisted = asyncio.Event()
-        self._failing = False
-        # Invariant: True from a failed list/watch until a LIST or watch succeeds again.
+        self._current = False
+        # Invariant: True only while the cache is proven to follow the server: from a
+        # completed relist, or the first event of a watch resumed after a lost stream, until
+        # the stream is lost again (a failure, a watch that cannot resume, run() ending).
         self._wake = asyncio.Event()
         # Invariant: set by ``retry_now`` to cut short the backoff sleep under way, if any.
         self._backoff = backoff or JitteredBackoff(rng=rng, max_retry_after=MAX_RETRY_AFTER)
@@ -355,8 +375,10 @@ class Informer:
 
     @property
     def healthy(self) -> bool:
-        """Synced, and the last list/watch attempt did not fail: the cache is following."""
-        return self.has_synced and not self._failing
+        """Synced, and proven current since the stream was last lost: False from a failed
+        list/watch or a watch that cannot resume until a relist completes or the resumed
+        watch delivers an event or bookmark (an open connection alone proves nothing)."""
+        return self.has_synced and self._current
 
     def reconnect(self, reason: str) -> None:
         """End the current watch now and resume from the last resourceVersion on a new
@@ -420,6 +442,7 @@ class Informer:
                 await self._list_and_watch()
         finally:
             self._running = False
+            self._current = False
 
     # -- list and watch --------------------------------------------------------------------
 
@@ -450,6 +473,7 @@ class Informer:
                     continue  # server-side timeout after a healthy watch: reconnect now
                 log.info("watch ended early", resource=self.name, rv=self._resource_version)
             except _Relist as exc:
+                self._current = False
                 relist = exc.reason
                 log.info("watch cannot resume", resource=self.name, reason=exc.reason)
                 if time.monotonic() - relisted_at_once >= HEALTHY_WATCH_SECONDS:
@@ -481,7 +505,7 @@ class Informer:
                 )
             except Exception:
                 log.exception("unexpected list/watch failure", resource=self.name)
-            self._failing = True
+            self._current = False
             delay = self._backoff.next(retry_after)
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
             self._wake.clear()
@@ -515,13 +539,13 @@ class Informer:
         self.metrics.relists.labels(self.name).inc()
         started = time.monotonic()
         objects, rv = await self._list_all()
-        self._failing = False
         if self._not_served_reported:
             log.info("resource served now", resource=self.name)
             self._not_served_reported = False
         previous = self.store.snapshot()
         vanished = self.store.replace(objects)
         self._resource_version = rv
+        self._current = True
         self._set_gauge()
         for key in vanished:
             self._notify_delete(key, previous[key])
@@ -586,7 +610,9 @@ class Informer:
             async with self._watch(params) as stream:
                 self._body = stream
                 count = 0
-                async for event in _first_within(stream, STREAM_LIST_FIRST_EVENT):
+                async for event in _first_within(
+                    stream, STREAM_LIST_FIRST_EVENT, _StreamListRefused
+                ):
                     self._count_event(event.type)
                     if event.type == "BOOKMARK":
                         meta = event.object.get("metadata") or {}
@@ -704,10 +730,22 @@ class Informer:
         try:
             async with self._watch(params) as stream:
                 self._body = stream
-                self._failing = False
-                async for event in stream:
+                proven = self._current
+                async for event in (
+                    stream
+                    if proven
+                    else _first_within(stream, RESUME_PROOF_SECONDS, _unproven_resume)
+                ):
                     events += 1
                     self._apply(event)
+                    if not proven:
+                        proven = self._current = True
+                        log.info(
+                            "watch resumed: cache current again",
+                            resource=self.name,
+                            resource_version=self._resource_version,
+                            first=event.type,
+                        )
         except GoneError as exc:
             self._count_event("ERROR")
             raise _Relist(f"watch expired: {exc.message or exc.reason}") from exc

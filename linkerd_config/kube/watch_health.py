@@ -19,11 +19,13 @@ Two signs, whichever comes first:
 
 Either sign presumes the path dead: ``on_silence`` runs (the app drops every pooled
 connection, and every watch reading on one fails at once and resumes from its
-resourceVersion on a new connection: no relist, no event lost, and no request waits out its
-timeout on a dead connection), and ``healthy`` is False, so readiness says the caches may be
-stale, until the API server is heard from again. Then ``on_recovered`` runs (the app tells
-every informer to retry at once instead of sleeping out a backoff grown while the server was
-away), so the caches follow again within seconds of the API server answering.
+resourceVersion on a new connection: no event lost, a relist only where the resume stays
+silent, and no request waits out its timeout on a dead connection), and ``healthy`` is False,
+so readiness says the caches may be stale, until the API server is heard from again (each
+informer is ready again once its own cache is proven current: ``Informer.healthy``). Then
+``on_recovered`` runs (the app tells every informer to retry at once instead of sleeping out
+a backoff grown while the server was away), so the caches follow again within seconds of the
+API server answering.
 
 What this does not promise: a path that dies for one connection only while the heartbeat's
 stays healthy is caught by that watch's own inactivity deadline (above the bookmark interval)
