@@ -1,0 +1,263 @@
+"""A simulated cluster for the rollout executor's property tests: Deployments with their
+ReplicaSets (numbered revisions) and pods, the Deployment controller's part (a restart makes
+a new revision; admission may refuse its pods; an older revision's ReplicaFailure lingers on
+the Deployment for one step, as the real controller leaves it until that ReplicaSet is scaled
+down), Linkerd's injector (up and injecting some version, or down: pods admitted without a
+proxy, under Linkerd's ``failurePolicy: Ignore``), and the executor's view of it: caches
+that lag until synced, a writer with optimistic concurrency (a stale resourceVersion is a
+conflict) and API errors on demand.
+
+It also keeps the evidence the invariants are judged on: every restart we sent (and what
+the injector did at that moment), every pod created without a proxy because of one.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from linkerd_config.kube import revisions
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.store import Store
+from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.workload_health import HALT_FIELD
+from tests.support.clock import FakeClock
+
+NAMESPACE = "ns"
+OLD, NEW = "edge-1", "edge-2"
+
+
+@dataclass
+class Revision:
+    number: int
+    restarted_for: str | None
+    failed: str = ""
+    """Admission's refusal of its pods ("" when they were admitted)."""
+
+
+@dataclass
+class Workload:
+    name: str
+    replicas: int = 1
+    generation: int = 1
+    observed: int = 1
+    resource_version: int = 1
+    annotations: dict[str, str] = field(default_factory=dict)
+    """Its pod template's (our restart record)."""
+    revisions: list[Revision] = field(default_factory=lambda: [Revision(1, None)])
+    pods: list[tuple[str, str | None]] = field(default_factory=list)
+    """(pod name, the proxy version it runs, None: no proxy)."""
+    lingering: str = ""
+    """An older revision's ReplicaFailure the Deployment still shows (one step)."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One restart the API server accepted: which workload, for which configuration, and
+    what the injector was injecting at that moment."""
+
+    workload: str
+    config_hash: str
+    injects: str | None
+    """The proxy version the injector injected at that moment (None: it was down)."""
+    at: float
+
+
+class SimCluster:
+    def __init__(self, names: list[str], clock: FakeClock) -> None:
+        self.clock = clock
+        self.workloads = {n: Workload(n) for n in names}
+        self.counter = 0
+        for w in self.workloads.values():
+            w.pods = [(self._pod_name(w), OLD)]
+        self.injector_up = True
+        self.injector_version = OLD
+        self.refusing: set[str] = set()
+        """Workloads whose new pods admission refuses."""
+        self.failing_writes = 0
+        """The next this many restart patches fail with 500."""
+        self.restarts: list[Restart] = []
+        self.unmeshed_by_us: list[str] = []
+        # the executor's caches (lag until ``sync``)
+        self.pods, self.namespaces, self.replicasets = Store(), Store(), Store()
+        self.deployments = Store()
+        self.namespaces.put({"metadata": {"name": NAMESPACE}})
+        self.sync()
+
+    def _pod_name(self, w: Workload) -> str:
+        self.counter += 1
+        return f"{w.name}-{w.revisions[-1].number}-{self.counter}"
+
+    # -- Kubernetes' side ------------------------------------------------------------------
+
+    def controllers_act(self) -> None:
+        """The Deployment controller (and admission, and the injector) act on every change."""
+        for w in self.workloads.values():
+            w.lingering = ""
+            if w.generation <= w.observed:
+                continue
+            previous = w.revisions[-1]
+            record = w.annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
+            revision = Revision(previous.number + 1, record)
+            w.revisions.append(revision)
+            w.observed = w.generation
+            w.resource_version += 1
+            if previous.failed:
+                w.lingering = previous.failed
+            if w.name in self.refusing:
+                revision.failed = f'pods "{w.name}-{revision.number}" is forbidden: refused'
+                continue
+            proxy = self.injector_version if self.injector_up else None
+            if proxy is None and record is not None:
+                self.unmeshed_by_us.append(w.name)
+            w.pods = [(self._pod_name(w), proxy) for _ in range(w.replicas)]
+
+    def status_of(self, w: Workload) -> Json:
+        newest = w.revisions[-1]
+        conditions = []
+        failure = newest.failed or w.lingering
+        if failure:
+            conditions.append(
+                {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                 "message": failure}
+            )  # fmt: skip
+        updated = 0 if newest.failed else w.replicas
+        return {
+            "observedGeneration": w.observed,
+            "replicas": w.replicas,
+            "updatedReplicas": updated,
+            "availableReplicas": w.replicas,
+            "conditions": conditions,
+        }
+
+    def deployment(self, w: Workload) -> Json:
+        return {
+            "metadata": {
+                "name": w.name,
+                "namespace": NAMESPACE,
+                "uid": f"uid-{w.name}",
+                "resourceVersion": str(w.resource_version),
+                "generation": w.generation,
+                "labels": {"app": w.name},
+            },
+            "spec": {
+                "replicas": w.replicas,
+                "template": {
+                    "metadata": {"labels": {"app": w.name}, "annotations": dict(w.annotations)},
+                    "spec": {"containers": [{"name": "app", "image": "app"}]},
+                },
+            },
+            "status": self.status_of(w),
+        }
+
+    def replicaset_objects(self, w: Workload) -> list[Json]:
+        owner = {"kind": "Deployment", "name": w.name, "uid": f"uid-{w.name}", "controller": True}
+        found = []
+        for r in w.revisions:
+            failure = {"type": "ReplicaFailure", "status": "True", "message": r.failed}
+            meta = {
+                "name": f"{w.name}-{r.number}",
+                "namespace": NAMESPACE,
+                "annotations": {revisions.REVISION_ANNOTATION: str(r.number)},
+                "ownerReferences": [owner],
+            }
+            found.append(
+                {"metadata": meta, "status": {"conditions": [failure] if r.failed else []}}
+            )
+        return found
+
+    def sync(self, which: str = "all") -> None:
+        """The informers catch up (``which``: one cache, or all)."""
+        if which in ("all", "deployments"):
+            self.deployments.replace([self.deployment(w) for w in self.workloads.values()])
+        if which in ("all", "replicasets"):
+            self.replicasets.replace(
+                [
+                    rollout.replicaset_projection(rs)
+                    for w in self.workloads.values()
+                    for rs in self.replicaset_objects(w)
+                ]
+            )
+        if which in ("all", "pods"):
+            found = []
+            for w in self.workloads.values():
+                rs = f"{w.name}-{_served(w)}"
+                for name, proxy in w.pods:
+                    annotations = {} if proxy is None else {rollout.PROXY_VERSION_ANNOTATION: proxy}
+                    found.append(
+                        rollout.running_pod_metadata(
+                            {
+                                "metadata": {
+                                    "name": name,
+                                    "namespace": NAMESPACE,
+                                    "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                                    "annotations": annotations,
+                                    "ownerReferences": [
+                                        {"kind": "ReplicaSet", "name": rs, "controller": True}
+                                    ],
+                                }
+                            }
+                        )
+                    )
+            self.pods.replace(found)
+
+    # -- the executor's writer ---------------------------------------------------------------
+
+    async def get(self, _resource: Any, _namespace: str, name: str) -> Json | None:
+        w = self.workloads.get(name)
+        return None if w is None else self.deployment(w)
+
+    async def list(self, _resource: Any, _namespace: str) -> list[Json]:
+        return [rs for w in self.workloads.values() for rs in self.replicaset_objects(w)]
+
+    async def dry_run_create(self, _resource: Any, namespace: str, pod: Json) -> Json:
+        annotations = dict(pod["metadata"].get("annotations") or {})
+        if self.injector_up:
+            annotations[rollout.PROXY_VERSION_ANNOTATION] = self.injector_version
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+
+    async def merge_patch(self, _resource: Any, _namespace: str, name: str, patch: Json) -> Json:
+        w = self.workloads[name]
+        if self.failing_writes:
+            self.failing_writes -= 1
+            raise ApiError(500, "PATCH", name, {"reason": "InternalError"}, None)
+        if patch["metadata"].get("resourceVersion") != str(w.resource_version):
+            raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
+        wanted = patch["spec"]["template"]["metadata"]["annotations"]
+        w.annotations.update(wanted)
+        w.generation += 1
+        w.resource_version += 1
+        injects = self.injector_version if self.injector_up else None
+        self.restarts.append(
+            Restart(name, wanted[rollout.RESTARTED_FOR_ANNOTATION], injects, self.clock())
+        )
+        return self.deployment(w)
+
+    async def evict(self, _namespace: str, name: str) -> None:
+        raise AssertionError(f"no bare pod here: {name} evicted")
+
+
+def _served(w: Workload) -> int:
+    """The newest revision whose pods were admitted (the one still running)."""
+    return next(r.number for r in reversed(w.revisions) if not r.failed)
+
+
+class Recorder:
+    """Events, kept for nothing: the invariants read the cluster and status."""
+
+    def record(self, involved: Any, type_: str, reason: str, message: str) -> None:
+        pass
+
+
+def merged_status(status: Json, outcome_status: Json) -> Json:
+    """The LinkerdConfig's status once the controller wrote a pass's outcome (a field set to
+    None removed), as the next reconcile reads it."""
+    merged = {**status, **copy.deepcopy(outcome_status)}
+    return {k: v for k, v in merged.items() if v is not None}
+
+
+def halted(status: Json, config_hash: str) -> bool:
+    record = status.get(HALT_FIELD)
+    return isinstance(record, dict) and record.get("configHash") == config_hash

@@ -1,0 +1,257 @@
+"""The rollout's safety rules as invariants, checked by a stateful property test: hypothesis
+drives the rollout executor against a simulated cluster (``tests/support/rollout_sim.py``)
+and injects faults at any point between passes: leader changes (a new executor from status
+alone), caches that lag, conflicts and API errors, Linkerd's injector down or still on the old
+proxy, admission refusing a workload's new pods, an earlier revision's ReplicaFailure
+lingering, new generations.
+
+* **Mesh**: no restart is sent unless the injector was just seen injecting the desired proxy
+  (a restart while it is down brings the workload back without a proxy).
+* **Once**: each workload is restarted at most once per configuration, across leaders.
+* **Halt**: no restart for an attempt (configuration and generation) after its halt; a halt
+  only on this attempt's evidence: the newest revision's own refusal, or a deadline passed
+  since our restart.
+* **Progress**: once the faults are gone, the rollout completes by itself (no deadlock), or
+  a halt says what failed.
+
+The trust-anchor rule (Trust) has its own property test, on the guard's decision
+(``test_trust_anchor_guard_properties.py``).
+
+CI runs a bounded, derandomized search (``make test``); ``make property`` runs a longer one
+(``ROLLOUT_PROPERTY_EXAMPLES``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import Counter
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.store import Store
+from linkerd_config.linkerd.linkerdconfig_resource import Target
+from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.workload_health import HALT_FIELD
+from tests.support.clock import FakeClock
+from tests.support.rollout_sim import NEW, Recorder, SimCluster, halted, merged_status
+
+NAMES = ["app-0", "app-1", "app-2", "app-3"]
+
+
+def desired(k: int) -> Desired:
+    """The ``k``-th configuration applied: its own hash and proxy version (the first is
+    ``NEW``)."""
+    version = NEW if k == 0 else f"edge-{k + 2}"
+    return Desired(Target("linkerd", "linkerd-config"), {}, f"h{k}", "Spec", DesiredProxy(version))
+
+
+DEADLINE, INTERVAL = 60.0, 5.0
+ROLLOUT: Json = {"maxRestartsPerPass": 2, "restartInterval": "5s", "progressDeadline": "60s"}
+EXAMPLES = int(os.environ.get("ROLLOUT_PROPERTY_EXAMPLES", "400"))
+
+
+class RolloutMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.clock = FakeClock(1_700_000_000.0)
+        self.sim = SimCluster(NAMES, self.clock)
+        self.generation = 1
+        self.version = 1
+        self.k = 0
+        self.status: Json = {}
+        self.halted_at: dict[tuple[str, int], int] = {}
+        """(hash, generation) -> how many restarts had been sent when its halt was seen."""
+        self.executor = self._leader()
+
+    def _leader(self) -> RolloutExecutor:
+        return RolloutExecutor(
+            self.sim,  # type: ignore[arg-type]
+            Recorder(),  # type: ignore[arg-type]
+            RolloutOptions(injector_wait=30.0),
+            pods=self.sim.pods,
+            namespaces=self.sim.namespaces,
+            replicasets=self.sim.replicasets,
+            workloads={
+                "Deployment": self.sim.deployments,
+                "StatefulSet": Store(),
+                "DaemonSet": Store(),
+            },
+            wall=self.clock,
+            monotonic=self.clock,
+        )
+
+    def config(self) -> Json:
+        return {
+            "metadata": {
+                "name": "cfg",
+                "generation": self.generation,
+                "resourceVersion": str(self.version),
+            },
+            "spec": {"rollout": ROLLOUT},
+            "status": self.status,
+        }
+
+    def teardown(self) -> None:
+        self.loop.close()
+
+    # -- the controller -----------------------------------------------------------------------
+
+    @property
+    def desired(self) -> Desired:
+        return desired(self.k)
+
+    def _reconcile(self) -> Json:
+        config_hash = self.desired.config_hash
+        attempt = (config_hash, self.generation)
+        before = len(self.sim.restarts)
+        self.executor.found(config_hash)
+        outcome = self.loop.run_until_complete(self.executor.roll(self.config(), self.desired))
+        new = merged_status(self.status, outcome.status)
+        if new != self.status:
+            self.status, self.version = new, self.version + 1
+        event(f"restarts sent: {min(len(self.sim.restarts), 8)}")
+        if attempt in self.halted_at:
+            assert len(self.sim.restarts) == before, "Halt: a restart after the halt"
+        elif halted(self.status, config_hash) and self.status[HALT_FIELD]["generation"] == (
+            self.generation
+        ):
+            self.halted_at[attempt] = len(self.sim.restarts)
+            self._check_evidence(self.status[HALT_FIELD])
+        return outcome.__dict__
+
+    def _check_evidence(self, record: Json) -> None:
+        """Halt: each failed workload failed in this attempt (the newest revision's own
+        refusal), or missed its deadline after our restart."""
+        for line in record.get("failed") or ():
+            name = str(line).split(":", 1)[0].rsplit("/", 1)[-1]
+            w = self.sim.workloads[name]
+            mine = [
+                r
+                for r in self.sim.restarts
+                if r.workload == name and r.config_hash == self.desired.config_hash
+            ]
+            assert mine, f"Halt: {name} failed but was never restarted"
+            late = self.clock() - mine[-1].at >= DEADLINE
+            assert w.revisions[-1].failed or late, f"Halt on no evidence of this attempt: {line}"
+
+    @rule()
+    def reconcile(self) -> None:
+        self._reconcile()
+
+    @rule()
+    def a_pass_later(self) -> None:
+        """The common course between faults: an interval passes, Kubernetes acts on what we
+        did, the caches catch up, and the controller reconciles."""
+        self.clock.now += INTERVAL
+        self.sim.controllers_act()
+        self.sim.sync()
+        self._reconcile()
+
+    # -- the cluster ----------------------------------------------------------------------------
+
+    @rule()
+    def controllers_act(self) -> None:
+        self.sim.controllers_act()
+
+    @rule(which=st.sampled_from(["all", "deployments", "replicasets", "pods"]))
+    def caches_catch_up(self, which: str) -> None:
+        self.sim.sync(which)
+
+    @rule(seconds=st.sampled_from([0.5, 2.0, 5.0, 20.0, 61.0]))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.now += seconds
+
+    @rule()
+    def injector_down(self) -> None:
+        self.sim.injector_up = False
+
+    @rule()
+    def injector_up(self) -> None:
+        self.sim.injector_up = True
+
+    @rule()
+    def injector_reads_the_new_config(self) -> None:
+        self.sim.injector_version = self.desired.proxy.version
+
+    @rule()
+    def new_configuration(self) -> None:
+        """Another configuration applied (a new generation too): a new attempt."""
+        self.k += 1
+        self.generation += 1
+        self.version += 1
+
+    @rule(name=st.sampled_from(NAMES))
+    def admission_refuses(self, name: str) -> None:
+        self.sim.refusing.add(name)
+
+    @rule(name=st.sampled_from(NAMES))
+    def admission_admits(self, name: str) -> None:
+        self.sim.refusing.discard(name)
+
+    @rule(count=st.integers(1, 3))
+    def api_errors(self, count: int) -> None:
+        self.sim.failing_writes = count
+
+    @rule()
+    def leader_changes(self) -> None:
+        self.executor = self._leader()
+
+    @rule()
+    def new_attempt(self) -> None:
+        """A new generation (the spec changed, the configuration not): a halt ends."""
+        self.generation += 1
+        self.version += 1
+
+    # -- the invariants -------------------------------------------------------------------------
+
+    @invariant()
+    def mesh(self) -> None:
+        for restart in self.sim.restarts:
+            wanted = desired(int(restart.config_hash[1:])).proxy.version
+            assert restart.injects == wanted, f"Mesh: {restart}, the injector on {restart.injects}"
+
+    @invariant()
+    def once(self) -> None:
+        counts = Counter((r.workload, r.config_hash) for r in self.sim.restarts)
+        twice = [k for k, n in counts.items() if n > 1]
+        assert not twice, f"Once: restarted twice for one configuration: {twice}"
+
+    @precondition(lambda self: not halted(self.status, self.desired.config_hash))
+    @rule()
+    def faults_end_and_the_rollout_completes(self) -> None:
+        """Progress: everything healed, the rollout finishes by itself, or halts saying why
+        (a deadline an earlier fault made pass)."""
+        self.sim.injector_up, self.sim.injector_version = True, self.desired.proxy.version
+        self.sim.refusing.clear()
+        self.sim.failing_writes = 0
+        outcome: Json = {}
+        for _ in range(60):
+            self.sim.controllers_act()
+            self.sim.sync()
+            outcome = self._reconcile()
+            if outcome["reason"] == "UpToDate" or halted(self.status, self.desired.config_hash):
+                break
+            self.clock.now += INTERVAL
+        if halted(self.status, self.desired.config_hash):
+            event("progress: halted, naming what failed")
+            assert self.status[HALT_FIELD]["failed"], "Progress: a halt naming nothing"
+            return
+        event("progress: completed")
+        assert outcome["reason"] == "UpToDate", f"Progress: stuck: {outcome}"
+
+
+RolloutMachine.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=40,
+    derandomize="ROLLOUT_PROPERTY_EXAMPLES" not in os.environ,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestRollout = RolloutMachine.TestCase
