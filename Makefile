@@ -13,7 +13,7 @@ LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
 .PHONY: docker-build docker-build-local docker-push render deploy undeploy helm-deploy helm-undeploy
-.PHONY: help venv lock binaries test test-unit test-integration lint format demo bench generate \
+.PHONY: help venv lock binaries test test-unit test-integration property lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run bench-scale \
         controller kind-cluster cert-manager emojivoto
 
@@ -48,6 +48,11 @@ test-unit: $(STAMP) ## unit tests only (no control plane)
 
 test-integration: binaries ## integration tests only
 	$(PY) -m pytest -ra tests/integration
+
+PROPERTY_EXAMPLES ?= 20000
+property: $(STAMP) ## the rollout's and the trust-anchor guard's safety invariants, a long randomized search (PROPERTY_EXAMPLES; make test runs a short derandomized one)
+	ROLLOUT_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(PY) -m pytest -ra -p no:cacheprovider \
+		tests/unit/test_rollout_invariants.py tests/unit/test_trust_anchor_guard_properties.py
 
 lint: $(STAMP) ## ruff check + format check, mypy --strict, import-linter's layer contracts
 	$(VENV)/bin/ruff check .

@@ -11,6 +11,7 @@ finding 1):
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hypothesis import given, settings
@@ -41,7 +42,11 @@ def pod(name: str, value: str) -> Json:
     return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations}}
 
 
-@settings(max_examples=300, deadline=None, derandomize=True)
+@settings(
+    max_examples=int(os.environ.get("ROLLOUT_PROPERTY_EXAMPLES", "300")),
+    deadline=None,
+    derandomize="ROLLOUT_PROPERTY_EXAMPLES" not in os.environ,
+)
 @given(
     live=st.none() | SUBSETS,
     written=st.none() | SUBSETS,
