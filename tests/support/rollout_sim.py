@@ -66,14 +66,14 @@ class Restart:
 
 
 class SimCluster:
-    def __init__(self, names: list[str], clock: FakeClock) -> None:
+    def __init__(self, names: list[str], clock: FakeClock, old: str = OLD) -> None:
         self.clock = clock
         self.workloads = {n: Workload(n) for n in names}
         self.counter = 0
         for w in self.workloads.values():
-            w.pods = [(self._pod_name(w), OLD)]
+            w.pods = [(self._pod_name(w), old)]
         self.injector_up = True
-        self.injector_version = OLD
+        self.injector_version = old
         self.refusing: set[str] = set()
         """Workloads whose new pods admission refuses."""
         self.failing_writes = 0

@@ -1,0 +1,112 @@
+"""``plan`` and the controller make the same passes from the same cluster and record: the
+passes ``plan`` lists (its batches, the canary's first) are the restarts the rollout executor
+sends, pass by pass, when nothing else changes meanwhile. The cluster is the simulated one of
+the property tests (``tests/support/rollout_sim.py``); ``plan`` reads it as the CLI's caches
+would."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.kube.store import Store
+from linkerd_config.linkerd.api_conversion import to_hub
+from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.preview import RolloutDefaults, plan
+from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from tests.support.clock import FakeClock
+from tests.support.rollout_sim import Recorder, SimCluster, merged_status
+from tests.support.samples import install_configmap, sample
+
+OLD, NEW = "edge-19.12.1", "edge-19.12.3"
+NAMES = [f"app-{i}" for i in range(7)]
+CANARY = {"count": 2, "selector": "app in (app-3,app-5)", "stableFor": "10s"}
+DEFAULTS = RolloutDefaults(max_restarts_per_pass=10, restart_interval=5.0)
+
+
+def linkerdconfig(rollout: Json) -> Json:
+    config = sample("edge_19.12.3.yaml")
+    config["spec"]["rollout"] = rollout
+    return config
+
+
+def planned_passes(config: Json, sim: SimCluster) -> list[set[str]]:
+    cm = install_configmap()
+    view = ClusterView(
+        configs=[],
+        configmaps={f"linkerd/{cm['metadata']['name']}": cm},
+        pods=sim.pods.list(),
+        namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
+        replicasets=sim.replicasets.snapshot(),
+        workloads={"Deployment": sim.deployments.snapshot()},
+        config_namespace="linkerd",
+    )
+    found = plan(config, view, DEFAULTS)
+    assert found.problem is None, found.problem
+    passes: dict[int, set[str]] = {}
+    for line in found.restarts:
+        passes.setdefault(line.batch, set()).add(line.workload.name)
+    return [passes[n] for n in sorted(passes)]
+
+
+def controller_passes(config: Json, sim: SimCluster, clock: FakeClock) -> list[set[str]]:
+    hub = to_hub(config)
+    cm = install_configmap()
+    desired = desired_config(hub, current_data({cm["metadata"]["name"]: cm}, target_of(hub)))
+    executor = RolloutExecutor(
+        sim,  # type: ignore[arg-type]
+        Recorder(),  # type: ignore[arg-type]
+        RolloutOptions(max_restarts_per_pass=DEFAULTS.max_restarts_per_pass),
+        pods=sim.pods,
+        namespaces=sim.namespaces,
+        replicasets=sim.replicasets,
+        workloads={"Deployment": sim.deployments, "StatefulSet": Store(), "DaemonSet": Store()},
+        wall=clock,
+        monotonic=clock,
+    )
+    status: Json = {}
+    passes: list[set[str]] = []
+    loop = asyncio.new_event_loop()
+    try:
+        for version in range(1, 200):
+            before = len(sim.restarts)
+            meta = {**hub["metadata"], "generation": 1, "resourceVersion": str(version)}
+            stored = {**hub, "metadata": meta, "status": status}
+            executor.found(desired.config_hash)
+            outcome: Any = loop.run_until_complete(executor.roll(stored, desired))
+            status = merged_status(status, outcome.status)
+            sent = {r.workload for r in sim.restarts[before:]}
+            if sent:
+                passes.append(sent)
+            if outcome.reason == "UpToDate":
+                return passes
+            clock.now += 1.0
+            sim.controllers_act()
+            sim.sync()
+    finally:
+        loop.close()
+    raise AssertionError(f"the rollout did not complete: {passes}")
+
+
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        {"maxRestartsPerPass": 2, "restartInterval": "5s"},
+        {"maxRestartsPerPass": 3, "restartInterval": "1m"},
+        {"maxRestartsPerPass": 2, "canary": CANARY},
+        {"maxRestartsPerPass": 10},
+    ],
+    ids=["two-a-pass", "three-a-pass", "canary-first", "one-pass"],
+)
+def test_plan_lists_the_passes_the_controller_makes(rollout: Json) -> None:
+    clock = FakeClock(1_700_000_000.0)
+    sim = SimCluster(NAMES, clock, old=OLD)
+    sim.injector_version = NEW
+    config = linkerdconfig(rollout)
+    planned = planned_passes(config, sim)
+    assert sum(map(len, planned)) == len(NAMES)
+    assert controller_passes(config, sim, clock) == planned
