@@ -136,10 +136,27 @@ class LinkerdConfigController:
             return guard
         held, rolled = None, config
         if guard.holding is not None and desired.config_hash == asked.config_hash:
-            held, rolled = guard, holding_config(config, guard.holding)
-            asked = desired = await asyncio.to_thread(desired_config, rolled, current)
+            try:
+                holding = await asyncio.to_thread(
+                    desired_config, holding_config(config, guard.holding), current
+                )
+            except (FormatError, VersionError) as exc:
+                log.warning(
+                    "the bundle held on to does not render; nothing written while held",
+                    linkerdconfig=config["metadata"]["name"],
+                    problem=str(exc),
+                )
+                why = f"the bundle held on to does not render ({exc})"
+                return await self.outcomes.held_without_bundle(config, guard, why)
+            held, rolled, asked, desired = (
+                guard,
+                holding_config(config, guard.holding),
+                holding,
+                holding,
+            )
         elif guard.held:
-            return await self.outcomes.held_without_bundle(config, guard)
+            why = "" if guard.holding is None else "a rollback is in force"
+            return await self.outcomes.held_without_bundle(config, guard, why)
         try:
             for name in (target.name, *sorted(desired.depends_on)):
                 if name in configmaps:

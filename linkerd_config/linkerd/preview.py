@@ -335,7 +335,10 @@ def _anchors(
     changes = bool(decision.dropped) or decision.held
     holding = None
     if guard.holding is not None:
-        holding = desired_config(holding_config(config, guard.holding), current)
+        try:
+            holding = desired_config(holding_config(config, guard.holding), current)
+        except (FormatError, VersionError):
+            holding = None  # as the controller: nothing written while held
     return (decision if changes else None), holding
 
 

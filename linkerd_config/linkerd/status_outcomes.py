@@ -283,17 +283,14 @@ class StatusOutcomes:
             return guard
         return await self.held_without_bundle(config, guard)
 
-    async def held_without_bundle(self, config: Json, guard: Guard) -> Result:
-        """A held removal with no bundle to hold on to written (none keeps every anchor in
-        use, or a rollback is in force): said in status, nothing written."""
+    async def held_without_bundle(self, config: Json, guard: Guard, why: str = "") -> Result:
+        """A held removal with no bundle to hold on to written (``why``; by default: none
+        keeps every anchor in use): said in status, nothing written."""
         stored: Json = config.get("status") or {}
         conditions: list[Json] = list(stored.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
-        message = guard.decision.message()
-        if guard.holding is None:
-            message += "; no bundle holding every anchor in use is known, so nothing is written"
-        else:
-            message += "; a rollback is in force, so nothing is written"
+        why = why or "no bundle holding every anchor in use is known"
+        message = f"{guard.decision.message()}; {why}, so nothing is written"
         conditions = set_condition(
             conditions, CONFIGMAP_SYNCED, False, HELD_REASON, message, generation
         )
