@@ -79,10 +79,6 @@ def linkerdconfig(fmt: Format) -> Json:
     }
 
 
-def states(lines: list[Json]) -> dict[str, tuple[str, list[str]]]:
-    return {w["name"]: (w["state"], [r["reason"] for r in w["reasons"]]) for w in lines}
-
-
 @pytest.mark.parametrize("fmt", formats.FORMATS, ids=formats.IDS)
 async def test_pods_of_unknown_owners_are_skipped_not_evicted(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format, tmp_path: Path
@@ -115,7 +111,7 @@ async def test_pods_of_unknown_owners_are_skipped_not_evicted(
         code, plan = await commands.plan_json(cp.kubeconfig, path)
         assert code == 2
         assert [w["name"] for w in plan["rollout"]["restarts"]] == ["healthy"], plan["rollout"]
-        listed = states(plan["rollout"]["notRestarted"])
+        listed = commands.states(plan["rollout"]["notRestarted"])
         assert listed["canary-app"][0] == "skipped", listed
         assert any("owned by a Rollout" in r for r in listed["canary-app"][1]), listed
         assert any("owned by a ReplicaSet" in r for r in listed["loner"][1]), listed
@@ -137,7 +133,7 @@ async def test_pods_of_unknown_owners_are_skipped_not_evicted(
             assert f"replicaset/{NS}/loner: owned by a ReplicaSet" in cond["message"]
             code, reports = await commands.status_json(cp.kubeconfig)
             (mine,) = [r for r in reports if r["linkerdConfig"] == NAME]
-            shown = states(mine["stale"])
+            shown = commands.states(mine["stale"])
             assert shown["canary-app"][0] == shown["loner"][0] == "skipped", shown
 
         evictions = successful_writes(cp, "create", "pods/eviction", NS, "linkerd")

@@ -64,11 +64,6 @@ def restart_record(obj: Json) -> str | None:
     return None if found is None else str(found)
 
 
-def states(lines: list[Json]) -> dict[str, tuple[str, list[str]]]:
-    """plan's or status's workload lines: name -> (state, reasons)."""
-    return {w["name"]: (w["state"], [r["reason"] for r in w["reasons"]]) for w in lines}
-
-
 @pytest.mark.parametrize("fmt", formats.FORMATS, ids=formats.IDS)
 async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format, tmp_path: Path
@@ -89,7 +84,7 @@ async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
         code, plan = await commands.plan_json(cp.kubeconfig, path)
         assert code == 2
         assert [w["name"] for w in plan["rollout"]["restarts"]] == ["healthy"], plan["rollout"]
-        listed = states(plan["rollout"]["notRestarted"])
+        listed = commands.states(plan["rollout"]["notRestarted"])
         assert listed["ondelete"][0] == "skipped", listed
         assert any("updateStrategy OnDelete" in r for r in listed["ondelete"][1]), listed
 
@@ -121,7 +116,7 @@ async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
             assert "rolloutHalt" not in (obj.get("status") or {}), obj["status"]
             code, reports = await commands.status_json(cp.kubeconfig)
             (mine,) = [r for r in reports if r["linkerdConfig"] == NAME]
-            shown = states(mine["stale"])
+            shown = commands.states(mine["stale"])
             assert "uninjected" not in shown, shown  # not stale: it has no proxy to update
             assert shown["ondelete"][0] == "skipped", shown
 

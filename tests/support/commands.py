@@ -43,3 +43,8 @@ async def status_json(kubeconfig: Path) -> tuple[int, list[Json]]:
     assert code in (0, 2), (code, out, err)
     found: list[Json] = json.loads(out)
     return code, found
+
+
+def states(lines: list[Json]) -> dict[str, tuple[str, list[str]]]:
+    """``plan``'s or ``status``'s workload lines (``-o json``): name -> (state, reasons)."""
+    return {w["name"]: (w["state"], [r["reason"] for r in w["reasons"]]) for w in lines}

@@ -38,6 +38,16 @@ HEALTHY_STATUS: Json = {
 }
 
 
+def replica_failure(message: str) -> Json:
+    """A ReplicaFailure condition as the Deployment controller sets it (pods refused)."""
+    return {
+        "type": "ReplicaFailure",
+        "status": "True",
+        "reason": "FailedCreate",
+        "message": message,
+    }
+
+
 def replica_failures(deployment: Json) -> list[Json]:
     """The ReplicaFailure a Deployment's status shows, as its newest ReplicaSet would carry it."""
     conditions = (deployment.get("status") or {}).get("conditions") or []
@@ -666,12 +676,7 @@ async def test_a_resume_forgives_the_failed_and_a_new_generation_is_a_new_attemp
 async def test_refused_new_pods_halt_at_once() -> None:
     world = World(2, max_restarts_per_pass=1, restart_interval=1.0)
     await world.executor.roll(CONFIG, DESIRED)
-    refused = {
-        "type": "ReplicaFailure",
-        "status": "True",
-        "reason": "FailedCreate",
-        "message": 'pods "app-00-x" is forbidden: ValidatingAdmissionPolicy says no',
-    }
+    refused = replica_failure('pods "app-00-x" is forbidden: ValidatingAdmissionPolicy says no')
     world.record_restarts({**NOT_AVAILABLE, "conditions": [refused]}, proxy=OLD)
     world.clock.now += 1.0
     halted = await world.executor.roll(CONFIG, DESIRED)
@@ -700,12 +705,7 @@ async def test_a_replica_failure_of_an_earlier_revision_halts_nothing() -> None:
     revision's own refusal halts."""
     world = World(2, max_restarts_per_pass=1, restart_interval=1.0)
     await world.executor.roll(CONFIG, DESIRED)
-    refused = {
-        "type": "ReplicaFailure",
-        "status": "True",
-        "reason": "FailedCreate",
-        "message": 'pods "app-00-old" is forbidden: the previous attempt\'s proxy',
-    }
+    refused = replica_failure('pods "app-00-old" is forbidden: the previous attempt\'s proxy')
     world.writer.earlier_revision_failed.add("app-00")
     world.record_restarts({**NOT_AVAILABLE, "conditions": [refused]}, proxy=OLD)
     world.clock.now += 1.0
