@@ -20,7 +20,12 @@ import pytest
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
-from linkerd_config.kube.resource import EVENTS, MUTATING_WEBHOOK_CONFIGURATIONS, Json
+from linkerd_config.kube.resource import (
+    EVENTS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    NAMESPACES,
+    Json,
+)
 from linkerd_config.linkerd import rollout
 from tests.support import formats, scenario
 from tests.support.audit import received_at, successful_writes
@@ -34,6 +39,7 @@ FALLBACK = 3.0
 """The fallback wait: a rollout that restarts once it has passed would do so here."""
 OUT_WAITED = 4 * FALLBACK
 AGENT = "linkerd-config/"
+PROBE = "probe"
 
 
 async def reason_is(kube: KubeClient, reason: str, text: str = "") -> Json | None:
@@ -119,7 +125,13 @@ async def test_a_rollback_waits_for_the_injector_rather_than_unmesh(
     async with formats.installed(cp, kube, fmt, projection_delay=5.0) as injector:
         await scenario.meshed_namespace(kube, "alpha", ["alpha"], replicas=1)
         await scenario.meshed_namespace(kube, "zulu", ["zulu"], replicas=1)
-        async with scenario.controller(cp, NAME, injector_wait=FALLBACK):
+        # The injector is asked in a namespace of its own: asked in zulu, the refusal would
+        # hold zulu's restart (its new pods would be refused too), and nothing would fail.
+        probe = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
+        await scenario.create(kube, NAMESPACES.path(), probe)
+        await scenario.wait_admits_pods(kube, PROBE, injected=True)
+        options = {"injector_wait": FALLBACK, "probe_namespace": PROBE}
+        async with scenario.controller(cp, NAME, **options):
             await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.good, policy))
             await eventually(
                 lambda: reason_is(kube, "UpToDate"), timeout=240, what=f"{fmt.good} rolled out"
