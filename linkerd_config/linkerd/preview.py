@@ -261,8 +261,9 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
     rolled = desired
     if holding is not None and written is desired:
-        # A held removal: the controller writes and rolls out the bundle with both anchors.
-        written = rolled = defaults.restricted(holding)
+        # A held removal: the keys say what the spec asks (held), the restarts what the
+        # controller does meanwhile: roll out the bundle with both anchors.
+        rolled = defaults.restricted(holding)
     target = desired.target
     current = configmaps.get(target.name)
     annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
