@@ -4,6 +4,7 @@ records what it is asked (or refuses), an event recorder that lists. No API serv
 from __future__ import annotations
 
 import copy
+import hashlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,6 +13,7 @@ import yaml
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from tests.support.samples import (
     SAMPLES,
@@ -444,3 +446,44 @@ async def test_a_values_revert_is_counted_for_its_linkerdconfig() -> None:
     await ctl.reconcile("modern")
     assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
     assert reverts(ctl, "modern") == 1
+
+
+async def test_a_held_removal_restores_deleted_trust_roots_with_both_anchors() -> None:
+    """Issue 37, finding 1, at the reconcile: [X, B] written and recorded, a meshed pod still
+    on [X], the spec at [B], the trust roots deleted. The copy kept of what was written
+    ([X, B]) restores them, the removal stays held (ConfigMapSynced=False), and the configuration
+    written and rolled out is the one with both anchors. Before, they came back holding [B]."""
+    x = modern_install()[1]["data"]["ca-bundle.crt"]
+    both = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
+    first = small()
+    first["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
+    ctl, writer, _, config_cm = await reconciled_modern(first)
+    _, roots_copy, ours, _ = writer.applied
+    assert roots_copy["data"] == {"ca-bundle.crt": both}  # the copy keeps the bundle written
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configmaps.store.delete(ROOTS_KEY)
+    on_x = hashlib.sha256(x.encode()).hexdigest()
+    ctl.meshed_pods.store.put(
+        {
+            "metadata": {
+                "name": "bystander-1",
+                "namespace": "shop",
+                "annotations": {rollout.TRUST_ROOT_ANNOTATION: on_x},
+            }
+        }
+    )
+    status = writer.statuses[-1]
+    only_b = {**first, "metadata": {**first["metadata"], "generation": 2}}
+    only_b["spec"] = {
+        **first["spec"],
+        "global": {"identityContext": {"trustAnchorsPEM": SECOND_TRUST_ANCHOR}},
+    }
+    ctl.configs.store.put({**only_b, "status": status})
+    await ctl.reconcile("modern")
+    (created,) = writer.created
+    assert created["data"]["ca-bundle.crt"] == both
+    written = writer.statuses[-1]
+    assert conditions(written)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
+    assert written["trustAnchorHold"]["pods"] == ["shop/bystander-1"]
+    assert written["configHash"] == status["configHash"]  # the [X, B] configuration
