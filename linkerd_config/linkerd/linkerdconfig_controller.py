@@ -136,10 +136,9 @@ class LinkerdConfigController:
             return guard
         held, rolled = None, config
         if guard.holding is not None and desired.config_hash == asked.config_hash:
+            rolled = holding_config(config, guard.holding)
             try:
-                holding = await asyncio.to_thread(
-                    desired_config, holding_config(config, guard.holding), current
-                )
+                holding = await asyncio.to_thread(desired_config, rolled, current)
             except (FormatError, VersionError) as exc:
                 log.warning(
                     "the bundle held on to does not render; nothing written while held",
@@ -148,12 +147,7 @@ class LinkerdConfigController:
                 )
                 why = f"the bundle held on to does not render ({exc})"
                 return await self.outcomes.held_without_bundle(config, guard, why)
-            held, rolled, asked, desired = (
-                guard,
-                holding_config(config, guard.holding),
-                holding,
-                holding,
-            )
+            held, asked, desired = guard, holding, holding
         elif guard.held:
             why = "" if guard.holding is None else "a rollback is in force"
             return await self.outcomes.held_without_bundle(config, guard, why)

@@ -18,7 +18,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
@@ -46,11 +45,9 @@ async def reason_is(kube: KubeClient, reason: str) -> Json | None:
 
 async def config_hash(cp: LocalControlPlane, fmt: Format, version: str, tmp: Path) -> str:
     """The configuration ``plan`` says applying ``version`` would write."""
-    path = tmp / f"{version}.yaml"
     body = {"apiVersion": "config.linkerd.io/v1alpha1", "kind": "LinkerdConfig",
             "metadata": {"name": NAME}, "spec": spec(fmt, version)}  # fmt: skip
-    path.write_text(yaml.safe_dump(body))
-    _, planned = await commands.plan_json(cp.kubeconfig, path)
+    _, planned = await commands.plan_object(cp.kubeconfig, body, tmp)
     return str(planned["configHash"]["planned"])
 
 

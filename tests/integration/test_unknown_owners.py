@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
@@ -106,9 +105,7 @@ async def test_pods_of_unknown_owners_are_skipped_not_evicted(
         assert all(rollout.proxy_version(p) is not None for p in before)  # all meshed
         uids = {p["metadata"]["uid"] for p in before if not p["metadata"]["name"].startswith("h")}
 
-        path = tmp_path / "lc.yaml"
-        path.write_text(yaml.safe_dump(linkerdconfig(fmt)))
-        code, plan = await commands.plan_json(cp.kubeconfig, path)
+        code, plan = await commands.plan_object(cp.kubeconfig, linkerdconfig(fmt), tmp_path)
         assert code == 2
         assert [w["name"] for w in plan["rollout"]["restarts"]] == ["healthy"], plan["rollout"]
         listed = commands.states(plan["rollout"]["notRestarted"])

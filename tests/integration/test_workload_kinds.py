@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
@@ -79,9 +78,7 @@ async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
         (uninjected,) = [p for n, p in pods.items() if n.startswith("uninjected-")]
         assert rollout.proxy_version(uninjected) is None  # the injector left it alone
 
-        path = tmp_path / "lc.yaml"
-        path.write_text(yaml.safe_dump(linkerdconfig(fmt)))
-        code, plan = await commands.plan_json(cp.kubeconfig, path)
+        code, plan = await commands.plan_object(cp.kubeconfig, linkerdconfig(fmt), tmp_path)
         assert code == 2
         assert [w["name"] for w in plan["rollout"]["restarts"]] == ["healthy"], plan["rollout"]
         listed = commands.states(plan["rollout"]["notRestarted"])

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 Json = dict[str, Any]
 
 
@@ -35,6 +37,13 @@ async def plan_json(kubeconfig: Path, path: Path) -> tuple[int, Json]:
     assert code in (0, 2), (code, out, err)
     found: Json = json.loads(out)
     return code, found
+
+
+async def plan_object(kubeconfig: Path, obj: Json, folder: Path) -> tuple[int, Json]:
+    """``plan_json`` of ``obj``, written as YAML to a file in ``folder`` (as users hand it)."""
+    path = folder / f"{obj['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(obj))
+    return await plan_json(kubeconfig, path)
 
 
 async def status_json(kubeconfig: Path) -> tuple[int, list[Json]]:
