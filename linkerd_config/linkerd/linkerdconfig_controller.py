@@ -30,7 +30,15 @@ from linkerd_config.linkerd.configmap_writes import (
 )
 from linkerd_config.linkerd.formats import FormatError, VersionError
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
-from linkerd_config.linkerd.reconcile import Desired, desired_config, drifted, unrestorable
+from linkerd_config.linkerd.reconcile import (
+    Desired,
+    adopted_snapshot,
+    desired_config,
+    drifted,
+    now_rfc3339,
+    restored_config,
+    unrestorable,
+)
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
 from linkerd_config.linkerd.status_outcomes import StatusOutcomes
 from linkerd_config.linkerd.trust_anchor_guard import holding_config
@@ -151,6 +159,8 @@ class LinkerdConfigController:
         elif guard.held:
             why = "" if guard.holding is None else "a rollback is in force"
             return await self.outcomes.held_without_bundle(config, guard, why)
+        if not await self._adopt(config, configmaps, current, desired):
+            return Result(requeue=True)
         try:
             for name in (target.name, *sorted(desired.depends_on)):
                 if name in configmaps:
@@ -174,6 +184,50 @@ class LinkerdConfigController:
             config, conditions, generation, desired, outcome, self.options.restart_interval, held
         )
 
+    async def _adopt(
+        self,
+        config: Json,
+        configmaps: dict[str, Json],
+        current: dict[str, dict[str, str]],
+        desired: Desired,
+    ) -> bool:
+        """Before its first write replaces an installation, a LinkerdConfig records it as its
+        last completed configuration when every opted-in pod runs it (``rollback.adoption``):
+        ``onFailure: Rollback`` can then return to it (issue 37, finding 6). Recorded first,
+        so a leader lost between the two writes never leaves the installation unrecorded.
+        False when the record could not be written (nothing is written then; retried)."""
+        target = desired.target.name
+        if not rollback.adopting(config) or target not in drifted(configmaps, desired):
+            return True
+        if target not in configmaps:
+            return True  # nothing installed to adopt (a preserved copy is not what pods run)
+        name = config["metadata"]["name"]
+        try:
+            snapshot = await asyncio.to_thread(adopted_snapshot, config, current)
+            installed = await asyncio.to_thread(restored_config, config, snapshot, current)
+        except (FormatError, VersionError) as exc:
+            log.info("installed configuration not recorded", linkerdconfig=name, why=str(exc))
+            return True
+        record, why = rollback.adoption(
+            config, installed.config_hash, snapshot, self.rollout.stale(installed), now_rfc3339()
+        )
+        if record is None:
+            if why:
+                log.info("installed configuration not recorded", linkerdconfig=name, why=why)
+            return True
+        if not await self.outcomes.patch_status_quietly(
+            config, {rollback.LAST_COMPLETED_FIELD: record}
+        ):
+            return False
+        message = (
+            f"recorded the installed configuration {installed.config_hash} (proxy "
+            f"{installed.proxy.version}), which every opted-in pod runs, as the last completed: "
+            "onFailure: Rollback returns to it"
+        )
+        log.info("installed configuration recorded", linkerdconfig=name, hash=installed.config_hash)
+        self.recorder.record(config, "Normal", "Adopted", message)
+        return True
+
     async def _to_write(
         self, config: Json, asked: Desired, current: dict[str, dict[str, str]]
     ) -> Desired:
@@ -181,11 +235,8 @@ class LinkerdConfigController:
         failed rollout is rolled back: then the last completed configuration (the spec stays
         as the user wrote it; a new generation or a resume is a new attempt)."""
         halt = self.rollout.halt_state(config, asked.config_hash)
-        going_back = rollback.config_to_render(config, halt.halted)
-        if going_back is None:
-            return asked
         try:
-            return await asyncio.to_thread(desired_config, going_back, current)
+            going_back = await asyncio.to_thread(rollback.going_back, config, halt.halted, current)
         except (FormatError, VersionError) as exc:
             # What is installed now cannot take it (Linkerd upgraded to the values format
             # since, say). The spec is not invalid for that: the rollout halts instead.
@@ -196,3 +247,4 @@ class LinkerdConfigController:
                 problem=str(exc),
             )
             return asked
+        return asked if going_back is None else going_back

@@ -285,7 +285,36 @@ def status_schema() -> dict[str, Any]:
                         "The spec's global and proxy sections it was rendered from (JSON).",
                         maxLength=1 << 20,
                     ),
-                    "at": _str("When its rollout completed.", format="date-time"),
+                    "installed": _obj(
+                        "Instead of spec, the installation this LinkerdConfig adopted (every "
+                        "opted-in pod ran it): the keys it writes, as they were installed, "
+                        "written back by a rollback.",
+                        {
+                            "data": {
+                                "type": "object",
+                                "description": "linkerd-config's keys.",
+                                "maxProperties": 16,
+                                "additionalProperties": {"type": "string", "maxLength": 1 << 19},
+                            },
+                            "companions": {
+                                "type": "object",
+                                "description": "Other ConfigMaps' keys, by ConfigMap name.",
+                                "maxProperties": 16,
+                                "additionalProperties": {
+                                    "type": "object",
+                                    "maxProperties": 16,
+                                    "additionalProperties": {
+                                        "type": "string",
+                                        "maxLength": 1 << 19,
+                                    },
+                                },
+                            },
+                        },
+                    ),
+                    "at": _str(
+                        "When its rollout completed (or the installation was adopted).",
+                        format="date-time",
+                    ),
                 },
             ),
             "rolloutForgiven": _obj(

@@ -247,7 +247,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     desired = defaults.restricted(desired)
     # The stored object's rollout of this very spec rolled back: applying it again (no new
     # generation) keeps the ConfigMaps on the configuration returned to, as the controller
-    # does (``rollback.config_to_render``).
+    # does (``rollback.going_back``).
     written = desired
     if old is not None and old.get("spec") == config.get("spec"):
         halt = workload_health.halt_state(old, desired.config_hash).halted
@@ -564,13 +564,10 @@ def _rolled_back_to(
     config: Json, halt: Json | None, configmaps: dict[str, Json], desired: Desired
 ) -> Desired | Problem | None:
     """What the ConfigMap holds while a failed rollout is rolled back (the controller's own
-    choice: ``rollback.config_to_render``); None when no rollback is in force, or when what
+    choice: ``rollback.going_back``); None when no rollback is in force, or when what
     is installed now cannot take it (then the controller writes the spec and halts)."""
-    going_back = rollback.config_to_render(config, halt)
-    if going_back is None:
-        return None
     try:
-        return desired_config(going_back, current_data(configmaps, desired.target))
+        return rollback.going_back(config, halt, current_data(configmaps, desired.target))
     except InstalledDataError as exc:
         return Problem("InstalledConfigUnreadable", str(exc))
     except (FormatError, VersionError):

@@ -32,7 +32,7 @@ import orjson
 
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import COMMON_DEFAULTS, defaulted
-from linkerd_config.linkerd.formats import Installed, format_of
+from linkerd_config.linkerd.formats import Installed, Snapshot, format_of
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -91,11 +91,39 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
     target's namespace by name (the target's own may come from its preserved copy); raises
     FormatError naming fields, InstalledDataError naming the ConfigMap and key whose data
     cannot be used (read within ``formats.bounded``'s limits)."""
+    return _desired(config, current, None)
+
+
+def restored_config(
+    config: Json, snapshot: Snapshot, current: Mapping[str, Mapping[str, str]]
+) -> Desired:
+    """What the cluster should hold to go back to ``snapshot`` (the installation ``config``
+    adopted): ``desired_config``'s, with every field the spec sets as it was installed then
+    (``ConfigFormat.restoring``). The same snapshot gives the same hash whatever else is
+    installed since."""
+    return _desired(config, current, snapshot)
+
+
+def adopted_snapshot(config: Json, current: Mapping[str, Mapping[str, str]]) -> Snapshot:
+    """What is installed now of the keys ``config``'s format writes (``ConfigFormat.snapshot``)."""
+    target = target_of(config)
+    installed = Installed(str(target), current.get(target.name) or {}, current)
+    return format_of(config.get("spec") or {}, installed).snapshot(installed)
+
+
+def _desired(
+    config: Json, current: Mapping[str, Mapping[str, str]], snapshot: Snapshot | None
+) -> Desired:
     target = target_of(config)
     raw = config.get("spec") or {}
     installed = Installed(str(target), current.get(target.name) or {}, current)
     fmt = format_of(raw, installed)
-    rendering = fmt.rendering(defaulted(raw, fmt), installed)
+    spec = defaulted(raw, fmt)
+    rendering = (
+        fmt.rendering(spec, installed)
+        if snapshot is None
+        else fmt.restoring(snapshot, spec, installed)
+    )
     identity = {"managed": rendering.managed, "companions": rendering.companions}
     if not rendering.companions:
         identity = dict(rendering.managed)  # the legacy format's hash, unchanged since v1

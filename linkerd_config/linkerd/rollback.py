@@ -5,7 +5,11 @@ stopped:
 
 * ``lastCompleted`` names the last configuration whose rollout completed (its hash,
   generation and the spec's ``global``/``proxy`` as JSON, rendered again onto the installed
-  data when going back: what we do not manage is never taken from an old copy).
+  data when going back: what we do not manage is never taken from an old copy). Until a
+  configuration of the LinkerdConfig itself completes, it names the installation the
+  LinkerdConfig adopted, when every opted-in pod ran it (``adoption``): the keys the format
+  writes, as they were installed (``installed``, a ``formats.Snapshot``), written back when
+  going back (``reconcile.restored_config``), so the first upgrade can roll back too.
 * A rollback is a halt (``workload_health.halt_record``) with a ``rollback`` section: the
   configuration it returns to, its phase (``RollingBack`` until every workload the failed
   rollout restarted is back and healthy, then ``RolledBack``), and those workloads, listed
@@ -29,14 +33,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypeGuard
 
 import orjson
 
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS
+from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS, Snapshot
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
+from linkerd_config.linkerd.reconcile import Desired, desired_config, restored_config
 from linkerd_config.linkerd.rollout import (
     RESTARTED_AT_ANNOTATION,
     RESTARTED_FOR_ANNOTATION,
@@ -45,6 +50,8 @@ from linkerd_config.linkerd.rollout import (
 from linkerd_config.linkerd.validation import render_errors, validate
 
 LAST_COMPLETED_FIELD: Final = "lastCompleted"
+INSTALLED: Final = "installed"
+"""``lastCompleted``'s field holding an adopted installation's snapshot."""
 ROLLING_BACK: Final = "RollingBack"
 ROLLED_BACK: Final = "RolledBack"
 HALT: Final = "Halt"
@@ -53,6 +60,10 @@ ROLLBACK: Final = "Rollback"
 MAX_SPEC_CHARS: Final = 1 << 20
 """A recorded spec longer than this is not read back (status is ours, but anyone allowed to
 patch status could write it)."""
+MAX_SNAPSHOT_CHARS: Final = 1 << 19
+"""The largest adopted installation status records (its keys' text): a LinkerdConfig is one
+etcd object (1.5 MiB at most) with the rest of its status; beyond it, nothing is recorded,
+and the first upgrade halts instead of rolling back, as before."""
 MAX_LISTED: Final = ROLLBACK_MAX_LISTED
 """The most workloads a rollback record lists (the CRD's bound, which the resource states);
 beyond them, the restart records on the workloads still say which go back, but their health
@@ -78,18 +89,85 @@ def completed_record(config: Json, config_hash: str, at: str) -> Json | None:
         "configHash": config_hash,
         "generation": _int((config.get("metadata") or {}).get("generation")),
         "spec": orjson.dumps(recorded_spec(config), option=orjson.OPT_SORT_KEYS).decode(),
+        INSTALLED: None,  # a merge patch: an adoption's snapshot goes
         "at": at,
     }
 
 
+def adopting(config: Json) -> bool:
+    """Whether ``config`` has written nothing yet, nor recorded a completed configuration:
+    what is installed is not its own, and its first write replaces it."""
+    status = config.get("status") or {}
+    return status.get(LAST_COMPLETED_FIELD) is None and status.get("configHash") is None
+
+
+def adoption(
+    config: Json, installed_hash: str, snapshot: Snapshot, stale: int, at: str
+) -> tuple[Json | None, str]:
+    """``status.lastCompleted`` naming the installation ``config`` adopts (``snapshot``, whose
+    configuration hashes to ``installed_hash``), to record before its first write replaces it;
+    or None, and why not (empty: nothing to say: a LinkerdConfig that wrote before, or one
+    whose status already records a completed configuration). Only a configuration every
+    opted-in pod runs (``stale``: the workloads that do not) is a completed one."""
+    if not adopting(config):
+        return None, ""
+    if stale:
+        return None, (
+            f"{stale} opted-in workload(s) do not run the installed configuration, so it is no "
+            "completed configuration to roll back to"
+        )
+    size = sum(len(k) + len(v) for k, v in snapshot.data.items()) + sum(
+        len(k) + len(v) for keys in snapshot.companions.values() for k, v in keys.items()
+    )
+    if size > MAX_SNAPSHOT_CHARS:
+        return None, f"the installed configuration is {size} characters, over {MAX_SNAPSHOT_CHARS}"
+    record = {
+        "configHash": installed_hash,
+        "generation": 0,
+        "spec": None,  # a merge patch: nothing of an earlier record stays
+        INSTALLED: {
+            "data": dict(snapshot.data),
+            "companions": {name: dict(keys) for name, keys in snapshot.companions.items()},
+        },
+        "at": at,
+    }
+    return record, ""
+
+
 def last_completed(config: Json) -> Json | None:
-    """The recorded last completed configuration, if status holds a readable one."""
+    """The recorded last completed configuration, if status holds a readable one: a spec
+    (rendered again), or an adopted installation's snapshot (written back)."""
     record = (config.get("status") or {}).get(LAST_COMPLETED_FIELD)
     if not isinstance(record, Mapping) or not isinstance(record.get("configHash"), str):
         return None
+    if isinstance(record.get(INSTALLED), Mapping):
+        return dict(record) if snapshot_of(record) is not None else None
     if not isinstance(record.get("spec"), str) or len(record["spec"]) > MAX_SPEC_CHARS:
         return None
     return dict(record)
+
+
+def snapshot_of(record: Mapping[str, Any]) -> Snapshot | None:
+    """An adoption record's snapshot, if it holds a readable one within bounds."""
+    found = record.get(INSTALLED)
+    if not isinstance(found, Mapping):
+        return None
+    data, companions = found.get("data"), found.get("companions") or {}
+    if not _strings(data) or not isinstance(companions, Mapping):
+        return None
+    if not all(isinstance(k, str) and _strings(v) for k, v in companions.items()):
+        return None
+    snapshot = Snapshot(dict(data), {k: dict(v) for k, v in companions.items()})
+    size = sum(len(v) for v in snapshot.data.values()) + sum(
+        len(v) for keys in snapshot.companions.values() for v in keys.values()
+    )
+    return snapshot if size <= MAX_SNAPSHOT_CHARS else None
+
+
+def _strings(value: Any) -> TypeGuard[Mapping[str, str]]:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
 
 
 def settled(config: Json) -> str | None:
@@ -147,25 +225,52 @@ def finished(halt: Json) -> Json:
     return {**halt, "rollback": {**(section(halt) or {}), "phase": ROLLED_BACK}}
 
 
+def going_back(
+    config: Json, halt: Json | None, current: Mapping[str, Mapping[str, str]]
+) -> Desired | None:
+    """What the ConfigMaps hold while ``halt``'s rollback is in force: its target, the last
+    completed configuration, as status records it (a spec rendered again onto what is
+    installed now, the spec's ``rollout`` kept as it is now; or an adopted installation
+    written back); None when ``halt`` is no rollback, or its target is not what status
+    records or no longer validates (then it cannot go back). Raises what
+    ``reconcile.desired_config`` raises when what is installed now cannot take it."""
+    target = _target_in_force(config, halt)
+    snapshot = None if target is None else snapshot_of(target)
+    if snapshot is not None:
+        return restored_config(config, snapshot, current)
+    back = config_to_render(config, halt)
+    return None if back is None else desired_config(back, current)
+
+
 def config_to_render(config: Json, halt: Json | None) -> Json | None:
     """The LinkerdConfig as it stood when ``halt``'s rollback target completed (its spec's
     ``rollout`` kept as it is now), to render instead of the spec; None when ``halt`` is no
-    rollback, or its target is not what status records or no longer validates (then it
-    cannot go back)."""
+    rollback, its target is not what status records or no longer validates, or is an adopted
+    installation (no spec: ``going_back`` writes its snapshot back)."""
+    target = _target_in_force(config, halt)
+    if target is None or snapshot_of(target) is not None:
+        return None
+    return _going_back(config, target)[0]
+
+
+def _target_in_force(config: Json, halt: Json | None) -> Json | None:
+    """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
     rollback = section(halt)
     if rollback is None:
         return None
     target = last_completed(config)
     if target is None or target["configHash"] != rollback.get("toHash"):
         return None
-    return _going_back(config, target)[0]
+    return target
 
 
 def _going_back(config: Json, record: Mapping[str, Any]) -> tuple[Json | None, str]:
     """``config`` with ``record``'s spec (its ``rollout`` as it is now), or None and why not.
     The recorded spec is checked as the webhook and the reconcile check a spec: it passed
     when it was recorded, but a later release may refuse it, and anyone allowed to patch
-    status may have written it."""
+    status may have written it. An adoption record has no spec: ``config`` as it is."""
+    if isinstance(record.get(INSTALLED), Mapping):
+        return config, ""
     try:
         spec = orjson.loads(record["spec"])
     except orjson.JSONDecodeError:

@@ -337,6 +337,10 @@ class RolloutExecutor:
             self._plans = (plan_key, plan)
         return self._plans[1]
 
+    def stale(self, desired: Desired) -> int:
+        """How many opted-in workloads do not run ``desired``, as the caches show them."""
+        return len(self._plan(desired).workloads)
+
     def _recorded(self, config_hash: str) -> list[float]:
         """When each owner restarted for ``config_hash`` was, read again only on a change."""
         records_key = (*(s.revision for s in self.workloads.values()), config_hash)

@@ -20,6 +20,7 @@ from linkerd_config.linkerd.formats.base import (
     Installed,
     InstalledDataError,
     Rendering,
+    Snapshot,
 )
 from linkerd_config.linkerd.formats.helm_values import HelmValuesFormat
 from linkerd_config.linkerd.formats.legacy import LegacyFormat
@@ -49,6 +50,7 @@ __all__ = [
     "LegacyFormat",
     "LinkerdVersion",
     "Rendering",
+    "Snapshot",
     "StatedVersion",
     "TargetRelease",
     "VersionError",

@@ -19,12 +19,14 @@ from linkerd_config.linkerd.rollout import DesiredProxy
 
 __all__ = [
     "CONFIGURATION_SECTIONS",
+    "SNAPSHOT_FIELD",
     "ConfigFormat",
     "FieldError",
     "FormatError",
     "Installed",
     "InstalledDataError",
     "Rendering",
+    "Snapshot",
     "configuration",
 ]
 
@@ -114,6 +116,22 @@ class Rendering:
     and restored whole when deleted."""
 
 
+SNAPSHOT_FIELD = "status.lastCompleted.installed"
+"""Where a LinkerdConfig keeps the snapshot of the installation it adopted (for messages)."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A configuration as it was installed, kept to be written back (a LinkerdConfig adopting
+    an installation records it: the first upgrade can roll back to it). Exactly the keys a
+    format writes, as they were: ``linkerd-config``'s and the other ConfigMaps'."""
+
+    data: Mapping[str, str]
+    """``linkerd-config``'s keys of the format's ``managed_keys``."""
+    companions: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Other ConfigMaps in Linkerd's namespace, by name: the keys a rendering may write."""
+
+
 class ConfigFormat(Protocol):
     """One way of writing a LinkerdConfig into Linkerd's ConfigMaps, for one Linkerd release.
 
@@ -161,4 +179,17 @@ class ConfigFormat(Protocol):
     def trust_anchors(self, installed: Installed) -> str | None:
         """The trust anchor PEM the installed ConfigMap holds, or None if it holds none;
         InstalledDataError if its data cannot be read."""
+        ...
+
+    def snapshot(self, installed: Installed) -> Snapshot:
+        """What is installed of the keys this format writes, to be written back later."""
+        ...
+
+    def restoring(
+        self, snapshot: Snapshot, spec: Mapping[str, Any], installed: Installed
+    ) -> Rendering:
+        """``snapshot`` written back onto what is installed now: every field a rendering of
+        ``spec`` sets goes back to what the snapshot holds (removed where it held none),
+        everything else stays as installed. Raises FormatError when the snapshot cannot be
+        written (a key missing, or unreadable), naming ``status.lastCompleted.installed``."""
         ...

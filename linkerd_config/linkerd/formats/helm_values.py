@@ -39,11 +39,13 @@ import yaml
 
 from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.formats.base import (
+    SNAPSHOT_FIELD,
     FieldError,
     FormatError,
     Installed,
     InstalledDataError,
     Rendering,
+    Snapshot,
     configuration,
 )
 from linkerd_config.linkerd.formats.field_table import (
@@ -170,6 +172,53 @@ class HelmValuesFormat:
         errors = self.check(spec)
         if errors:
             raise FormatError(errors)
+        text, values = self._installed(installed)
+        updated = copy.deepcopy(values)
+        managed: dict[str, Any] = {}
+        for where, value in self._stated(spec):
+            _set(updated, where, value)
+            managed[".".join(where)] = value
+        anchors = _get(spec, ("global", "identityContext", "trustAnchorsPEM"))
+        stated = anchors.strip() if isinstance(anchors, str) and anchors.strip() else None
+        # as Helm's `trim` writes it
+        return self._rendered(text, values, updated, managed, installed, stated)
+
+    def snapshot(self, installed: Installed) -> Snapshot:
+        """``values`` and the trust roots as installed."""
+        data = {VALUES_KEY: installed.data[VALUES_KEY]} if VALUES_KEY in installed.data else {}
+        bundle = (installed.others.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
+        if not self.trust_roots_configmap or bundle is None:
+            return Snapshot(data)
+        return Snapshot(data, {TRUST_ROOTS_CONFIGMAP: {TRUST_ROOTS_KEY: bundle}})
+
+    def restoring(
+        self, snapshot: Snapshot, spec: Mapping[str, Any], installed: Installed
+    ) -> Rendering:
+        """Each value a rendering of ``spec`` sets, back as the snapshot's ``values`` held it
+        (removed where it held none), and the trust roots the spec states back as the
+        snapshot's; every other Helm value stays as installed now (a ``helm upgrade`` since
+        is kept)."""
+        recorded_text = snapshot.data.get(VALUES_KEY)
+        if recorded_text is None:
+            raise FormatError([(SNAPSHOT_FIELD, f"has no key {VALUES_KEY}")])
+        recorded = parse_values(recorded_text, f"{SNAPSHOT_FIELD}.{VALUES_KEY}")
+        text, values = self._installed(installed)
+        updated = copy.deepcopy(values)
+        managed: dict[str, Any] = {}
+        for where, _ in self._stated(spec):
+            found, was = _find(recorded, where)
+            if found:
+                _set(updated, where, copy.deepcopy(was))
+            else:
+                _remove(updated, where)
+            managed[".".join(where)] = was
+        anchors = _get(spec, ("global", "identityContext", "trustAnchorsPEM"))
+        bundle = (snapshot.companions.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
+        stated = anchors if isinstance(anchors, str) and anchors.strip() else None
+        kept = bundle if stated is not None and bundle is not None else None
+        return self._rendered(text, values, updated, managed, installed, kept)
+
+    def _installed(self, installed: Installed) -> tuple[str, dict[str, Any]]:
         text = installed.data.get(VALUES_KEY)
         if text is None:
             raise FormatError(
@@ -182,24 +231,35 @@ class HelmValuesFormat:
                     )
                 ]
             )
-        values = _installed_values(text, installed.where)
-        updated = copy.deepcopy(values)
-        managed: dict[str, Any] = {}
+        return text, _installed_values(text, installed.where)
+
+    def _stated(self, spec: Mapping[str, Any]) -> list[tuple[tuple[str, ...], Any]]:
+        """Where in the values each field ``spec`` states goes, and its value there."""
+        found = []
         for stated in spec_leaves(configuration(spec)):
             field = stated.row.values if stated.row is not None else None
             if field is None:
                 continue
-            converted = field.convert(stated.value)
             where = ((_NESTED,) if field.nested and self.nested else ()) + field.path
-            _set(updated, where, converted)
-            managed[".".join(where)] = converted
-        out = {VALUES_KEY: text if updated == values else dump_values(updated)}
+            found.append((where, field.convert(stated.value)))
+        return found
 
+    def _rendered(
+        self,
+        text: str,
+        values: Mapping[str, Any],
+        updated: dict[str, Any],
+        managed: dict[str, Any],
+        installed: Installed,
+        bundle_written: str | None,
+    ) -> Rendering:
+        """The rendering of ``updated`` values (``text`` kept when nothing changed) and, when
+        ``bundle_written``, the trust roots written with it."""
+        out = {VALUES_KEY: text if updated == values else dump_values(updated)}
         companions: dict[str, dict[str, str]] = {}
-        anchors = _get(spec, ("global", "identityContext", "trustAnchorsPEM"))
         bundle = (installed.others.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
-        if self.trust_roots_configmap and isinstance(anchors, str) and anchors.strip():
-            bundle = anchors.strip()  # as Helm's `trim` writes it
+        if self.trust_roots_configmap and bundle_written is not None:
+            bundle = bundle_written
             companions[TRUST_ROOTS_CONFIGMAP] = {TRUST_ROOTS_KEY: bundle}
             managed[f"{TRUST_ROOTS_CONFIGMAP}/{TRUST_ROOTS_KEY}"] = bundle
         return Rendering(
@@ -207,9 +267,7 @@ class HelmValuesFormat:
             managed=managed,
             companions=companions,
             proxy=self._desired_proxy(updated, bundle),
-            trust_anchor_source="Spec"
-            if isinstance(anchors, str) and anchors.strip()
-            else "Cluster",
+            trust_anchor_source="Spec" if bundle_written is not None else "Cluster",
             depends_on=frozenset({TRUST_ROOTS_CONFIGMAP})
             if self.trust_roots_configmap
             else frozenset(),
@@ -311,6 +369,27 @@ def _get(root: Any, path: Sequence[str]) -> Any:
             return None
         root = root.get(key)
     return root
+
+
+def _find(root: Any, path: Sequence[str]) -> tuple[bool, Any]:
+    """Whether ``path`` is in ``root`` (a null value counts), and its value."""
+    for key in path:
+        if not isinstance(root, Mapping) or key not in root:
+            return False, None
+        root = root[key]
+    return True, root
+
+
+def _remove(root: dict[str, Any], path: Sequence[str]) -> None:
+    """``path`` out of ``root``, and each mapping it leaves empty on the way (the way
+    ``_set`` made them)."""
+    parent = root.get(path[0]) if len(path) > 1 else None
+    if len(path) > 1 and isinstance(parent, dict):
+        _remove(parent, path[1:])
+        if not parent:
+            del root[path[0]]
+    elif len(path) == 1:
+        root.pop(path[0], None)
 
 
 def _set(root: dict[str, Any], path: Sequence[str], value: Any) -> None:

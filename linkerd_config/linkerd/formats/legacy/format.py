@@ -59,11 +59,13 @@ from google.protobuf.message import Message
 
 from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.formats.base import (
+    SNAPSHOT_FIELD,
     FieldError,
     FormatError,
     Installed,
     InstalledDataError,
     Rendering,
+    Snapshot,
     configuration,
 )
 from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
@@ -385,6 +387,41 @@ class LegacyFormat:
                 installed.where, "global", "identityContext.trustAnchorsPem must be a string"
             )
         return pem
+
+    def snapshot(self, installed: Installed) -> Snapshot:
+        """``global`` and ``proxy`` as installed (wholly ours once written: kept whole)."""
+        return Snapshot(
+            {k: installed.data[k] for k in sorted(self.managed_keys & installed.data.keys())}
+        )
+
+    def restoring(
+        self, snapshot: Snapshot, spec: Mapping[str, Any], installed: Installed
+    ) -> Rendering:
+        """``global`` and ``proxy`` exactly as the snapshot holds them: both keys are wholly
+        the format's, so nothing installed since is lost by writing them back."""
+        missing = sorted(self.managed_keys - snapshot.data.keys())
+        if missing:
+            raise FormatError(
+                [
+                    (
+                        SNAPSHOT_FIELD,
+                        f"has no key {', '.join(missing)} of ConfigMap {installed.where}",
+                    )
+                ]
+            )
+        data = {key: snapshot.data[key] for key in sorted(self.managed_keys)}
+        try:
+            proxy = bounded.json_value(data["proxy"])
+        except bounded.Unreadable as error:
+            raise FormatError([(f"{SNAPSHOT_FIELD}.proxy", str(error))]) from error
+        version = (
+            _either(proxy, "proxyVersion", "proxy_version") if isinstance(proxy, dict) else None
+        )
+        if not isinstance(version, str) or not version:
+            raise FormatError([(f"{SNAPSHOT_FIELD}.proxy", "has no proxyVersion")])
+        return Rendering(
+            data=data, managed=data, proxy=DesiredProxy(version), trust_anchor_source="Cluster"
+        )
 
     @staticmethod
     def installed_version(installed: Installed) -> str | None:
