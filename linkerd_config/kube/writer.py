@@ -70,13 +70,23 @@ class Writer:
         )
 
     async def patch_status(
-        self, resource: ApiResource, namespace: str | None, name: str, status: Json
+        self,
+        resource: ApiResource,
+        namespace: str | None,
+        name: str,
+        status: Json,
+        *,
+        resource_version: str | None = None,
     ) -> Json:
-        """Merge ``status`` into the status subresource."""
+        """Merge ``status`` into the status subresource; with ``resource_version``, only if
+        the object has not changed since (a conflict otherwise)."""
+        body: Json = {"status": status}
+        if resource_version is not None:
+            body["metadata"] = {"resourceVersion": resource_version}
         return await self.client.request(
             "PATCH",
             resource.path(namespace, name, "status"),
-            body={"status": status},
+            body=body,
             content_type=MERGE_PATCH,
         )
 

@@ -30,6 +30,7 @@ from linkerd_config.linkerd.configmap_writes import (
 )
 from linkerd_config.linkerd.formats import FormatError, VersionError
 from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
 from linkerd_config.linkerd.reconcile import (
     Desired,
     adopted_snapshot,
@@ -215,9 +216,19 @@ class LinkerdConfigController:
             if why:
                 log.info("installed configuration not recorded", linkerdconfig=name, why=why)
             return True
-        if not await self.outcomes.patch_status_quietly(
-            config, {rollback.LAST_COMPLETED_FIELD: record}
-        ):
+        try:
+            # On the status this was decided from: a later one (our own first write read
+            # back late) must not be adopted over.
+            await self.writer.patch_status(
+                LINKERD_CONFIGS,
+                None,
+                name,
+                {rollback.LAST_COMPLETED_FIELD: record},
+                resource_version=config["metadata"].get("resourceVersion"),
+            )
+        except ApiError as exc:
+            log.info("installed configuration not recorded yet", linkerdconfig=name,
+                     status=exc.status, problem=exc.message)  # fmt: skip
             return False
         message = (
             f"recorded the installed configuration {installed.config_hash} (proxy "

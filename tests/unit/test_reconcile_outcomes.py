@@ -35,11 +35,16 @@ class FakeWriter:
         self.patched: list[tuple[str, Json]] = []
         self.refuse: ApiError | None = None
         self.refuse_create: ApiError | None = None
+        self.refuse_status: ApiError | None = None
+        self.preconditions: list[str | None] = []
+        self.calls: list[str] = []
+        """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
 
     async def apply(self, _resource: Any, obj: Json) -> Json:
         if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
             raise self.refuse
         self.applied.append(obj)
+        self.calls.append(f"apply:{obj['metadata']['name']}")
         return obj
 
     async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
@@ -52,8 +57,14 @@ class FakeWriter:
         self.patched.append((name, patch))
         return patch
 
-    async def patch_status(self, _resource: Any, _ns: Any, _name: str, status: Json) -> Json:
+    async def patch_status(
+        self, _resource: Any, _ns: Any, _name: str, status: Json, **precondition: Any
+    ) -> Json:
+        if self.refuse_status is not None:
+            raise self.refuse_status
         self.statuses.append(status)
+        self.preconditions.append(precondition.get("resource_version"))
+        self.calls.append("status")
         return status
 
 
@@ -487,3 +498,76 @@ async def test_a_held_removal_restores_deleted_trust_roots_with_both_anchors() -
     assert conditions(written)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
     assert written["trustAnchorHold"]["pods"] == ["shop/bystander-1"]
     assert written["configHash"] == status["configHash"]  # the [X, B] configuration
+
+
+# -- adopting an installation (issue 37, finding 6) -----------------------------------------
+
+
+def opted_in_pod(version: str) -> Json:
+    meta = {
+        "name": "web-0",
+        "namespace": "apps",
+        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+        "annotations": {rollout.PROXY_VERSION_ANNOTATION: version},
+    }
+    return {"metadata": meta, "status": {"phase": "Running"}}
+
+
+def at_version(obj: Json, resource_version: str = "41") -> Json:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": resource_version}}
+
+
+def paused(obj: Json) -> Json:
+    """Its rollout paused: the pods are counted, nothing is restarted (no injector to ask)."""
+    return {**obj, "spec": {**obj["spec"], "rollout": {"paused": True}}}
+
+
+async def test_the_installation_adopted_is_recorded_before_the_first_write() -> None:
+    installed = install_configmap()
+    ctl, writer, recorder = controller(paused(at_version(config())), configmap=installed)
+    ctl.pods.store.put(opted_in_pod("edge-19.12.1"))  # runs what is installed
+    await ctl.reconcile("edge-19.12.3")
+    assert writer.calls[:3] == ["status", "apply:linkerd-config-preserved", "apply:linkerd-config"]
+    record = writer.statuses[0]["lastCompleted"]
+    assert record["installed"] == {
+        "data": {k: installed["data"][k] for k in ("global", "proxy")},
+        "companions": {},
+    }
+    assert (record["generation"], record["spec"]) == (0, None)
+    assert writer.preconditions[0] == "41"  # on the status it was decided from
+    assert ("Normal", "Adopted") in recorder.events
+    assert record["configHash"] != writer.statuses[-1]["configHash"]
+
+
+async def test_a_values_installation_is_recorded_with_its_trust_roots() -> None:
+    _, writer, _, installed = await reconciled_modern(at_version(small()))
+    record = writer.statuses[0]["lastCompleted"]
+    roots = {d["metadata"]["name"]: d["data"] for d in modern_install()}
+    assert record["installed"] == {
+        "data": {"values": installed["data"]["values"]},
+        "companions": {"linkerd-identity-trust-roots": roots["linkerd-identity-trust-roots"]},
+    }
+    assert writer.calls.index("status") < writer.calls.index("apply:linkerd-config")
+
+
+async def test_an_adoption_not_recorded_writes_nothing_and_retries() -> None:
+    ctl, writer, _ = controller(at_version(config()), configmap=install_configmap())
+    writer.refuse_status = ApiError(409, "PATCH", "/x", {"reason": "Conflict"}, None)
+    assert await ctl.reconcile("edge-19.12.3") == Result(requeue=True)
+    assert writer.applied == []
+
+
+async def test_no_adoption_of_an_installation_pods_do_not_run_or_after_a_first_write() -> None:
+    ctl, writer, recorder = controller(paused(config()), configmap=install_configmap())
+    ctl.pods.store.put(opted_in_pod("edge-19.12.0"))  # not on what is installed
+    await ctl.reconcile("edge-19.12.3")
+    assert all("lastCompleted" not in s for s in writer.statuses)
+    assert "apply:linkerd-config" in writer.calls  # written all the same
+    assert ("Normal", "Adopted") not in recorder.events
+    written = {**config(), "status": {"configHash": "0123456789abcdef"}}
+    ctl, writer, recorder = controller(written, configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    assert writer.calls[0] == "apply:linkerd-config-preserved"
+    assert ("Normal", "Adopted") not in recorder.events
+    # With no pods its own configuration completes at once: a spec, no installation.
+    assert writer.statuses[-1]["lastCompleted"]["installed"] is None
