@@ -46,7 +46,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1,
     LOCAL_CONVERTER,
 )
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.webhooks import convert_object, register
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings

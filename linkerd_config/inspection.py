@@ -34,11 +34,11 @@ from linkerd_config.linkerd.linkerdconfig_resource import KIND, LINKERD_CONFIGS
 from linkerd_config.linkerd.preview import (
     ConfigStatus,
     Plan,
-    RolloutDefaults,
     WorkloadLine,
     plan,
     status,
 )
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.trust_anchor_guard import Decision
 from linkerd_config.linkerd.workload_health import go_duration
 from linkerd_config.settings import Settings
@@ -127,9 +127,13 @@ async def read_cluster(settings: Settings) -> ClusterView:
     return caches.view()
 
 
-def defaults_of(settings: Settings) -> RolloutDefaults:
-    return RolloutDefaults(
-        settings.max_restarts_per_pass, settings.restart_interval, settings.restart_namespaces
+def defaults_of(settings: Settings) -> RolloutOptions:
+    return RolloutOptions(
+        max_restarts_per_pass=settings.max_restarts_per_pass,
+        restart_interval=settings.restart_interval,
+        injector_wait=settings.injector_wait,
+        probe_namespace=settings.probe_namespace,
+        restart_namespaces=settings.restart_namespaces,
     )
 
 

@@ -55,10 +55,6 @@ MAX_RECORDED: Final = 1000
 under way: every workload restarted so far is one)."""
 
 OFF, CANARY, PASSED, UNMATCHED = "off", "canary", "passed", "unmatched"
-HOLDING: Final = "Canary"
-"""The ``DataPlaneUpToDate`` reason while the rest wait for the canary."""
-UNMATCHED_REASON: Final = "CanaryUnmatched"
-"""... and while no workload to restart matches the canary's selectors."""
 
 Labels = tuple[Mapping[str, str], Mapping[str, str]]
 """A workload's own labels, and its namespace's."""

@@ -40,7 +40,8 @@ from linkerd_config.linkerd.reconcile import (
     restored_config,
     unrestorable,
 )
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.status_outcomes import StatusOutcomes
 from linkerd_config.linkerd.trust_anchor_guard import holding_config
 from linkerd_config.linkerd.validation import validate

@@ -591,14 +591,6 @@ class RolloutSpec:
             canary=CanarySpec.of(section.get("canary")),
         )
 
-    def batch_size(self, default: int) -> int:
-        """Workloads restarted per pass: the spec's, else the controller's setting."""
-        return self.max_restarts_per_pass or default
-
-    def interval(self, default: float) -> float:
-        """Seconds between passes: the spec's (0 is a value), else the controller's setting."""
-        return default if self.restart_interval is None else self.restart_interval
-
 
 if __name__ == "__main__":
     sys.stdout.write(crd_yaml(local="--local" in sys.argv[1:]))

@@ -15,9 +15,8 @@ workloads in sorted order. A plan's batches hold while nothing else changes mean
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339, stored_json
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
@@ -34,7 +33,6 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     OWNER_ANNOTATION,
     READY,
-    RolloutSpec,
 )
 from linkerd_config.linkerd.reconcile import (
     Desired,
@@ -44,6 +42,7 @@ from linkerd_config.linkerd.reconcile import (
     missing,
 )
 from linkerd_config.linkerd.rollout import Workload
+from linkerd_config.linkerd.rollout_policy import RolloutOptions, RolloutPolicy
 from linkerd_config.linkerd.trust_anchor_guard import (
     BundleError,
     Decision,
@@ -58,20 +57,6 @@ RESTARTING = "restarting"
 """A stale workload already restarted for this configuration: its pods are rolling."""
 SKIPPED = "skipped"
 """Stale, but not restarted: paused or already unhealthy (the pre-flight), with why."""
-
-
-@dataclass(frozen=True)
-class RolloutDefaults:
-    """The controller's rollout settings: the first two a spec may override
-    (``spec.rollout``); where it may restart, it may not."""
-
-    max_restarts_per_pass: int = 10
-    restart_interval: float = 5.0
-    restart_namespaces: LabelSelector = EVERYTHING
-
-    def restricted(self, desired: Desired) -> Desired:
-        """``desired`` as the controller rolls it out: only where it may restart."""
-        return replace(desired, proxy=desired.proxy.restarting_in(self.restart_namespaces))
 
 
 @dataclass(frozen=True)
@@ -217,7 +202,7 @@ class Plan:
         return found
 
 
-def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
+def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     """What applying ``config`` (as read from a file) would do now; nothing is written."""
     metadata = config.get("metadata")
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
@@ -284,9 +269,8 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
     metadata_changes = diff(
         {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
     )
-    spec = RolloutSpec.of(config)
-    batch = spec.batch_size(defaults.max_restarts_per_pass)
-    restarts, kept_lines, first = _rollout(view, rolled, batch, spec.canary, old)
+    policy = RolloutPolicy.of(config, defaults)
+    restarts, kept_lines, first = _rollout(view, rolled, policy.batch, policy.canary, old)
     return Plan(
         name,
         warnings=tuple(warnings_for(config)),
@@ -300,9 +284,9 @@ def plan(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Plan:
         metadata=tuple(metadata_changes),
         restarts=restarts,
         kept=kept_lines,
-        batch_size=batch,
-        interval=spec.interval(defaults.restart_interval),
-        paused=spec.paused,
+        batch_size=policy.batch,
+        interval=policy.interval,
+        paused=policy.paused,
         halted=_halted(old, config, desired.config_hash),
         anchors=anchors,
         canary=first,
@@ -552,7 +536,7 @@ class ConfigStatus:
         return found
 
 
-def status(view: ClusterView, defaults: RolloutDefaults) -> list[ConfigStatus]:
+def status(view: ClusterView, defaults: RolloutOptions) -> list[ConfigStatus]:
     """Every LinkerdConfig in the cluster against what the cluster holds now."""
     return [
         _status_of(config, view, defaults)
@@ -582,7 +566,7 @@ def _rolled_back_line(halt: Json | None, held: Desired | None) -> str:
     return f"{phase} to configuration {held.config_hash} (proxy {held.proxy.version})"
 
 
-def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> ConfigStatus:
+def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> ConfigStatus:
     name = str(config["metadata"]["name"])
     stored = config.get("status") or {}
     conditions = tuple(stored.get("conditions") or ())
@@ -620,7 +604,7 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
     )
     records = [obj for objects in view.workloads.values() for obj in objects.values()]
     times = rollout.restart_times(records, desired.config_hash)
-    spec = RolloutSpec.of(config)
+    policy = RolloutPolicy.of(config, defaults)
     last = rfc3339(max(times)) if times else None
     return ConfigStatus(
         name,
@@ -637,15 +621,15 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutDefaults) -> Co
         stale=stale,
         conditions=conditions,
         rollout={
-            "paused": spec.paused,
-            "maxRestartsPerPass": spec.batch_size(defaults.max_restarts_per_pass),
-            "restartIntervalSeconds": spec.interval(defaults.restart_interval),
+            "paused": policy.paused,
+            "maxRestartsPerPass": policy.batch,
+            "restartIntervalSeconds": policy.interval,
             "workloadsRestartedForThisConfiguration": len(times),
             "lastRestart": last,
             "restartedWorkloads": stored.get("restartedWorkloads"),
             "evictedPods": stored.get("evictedPods"),
             "statusConfigHash": stored.get("configHash"),
-            "canary": canary.summary(spec.canary, canary.stored(config, desired.config_hash)),
+            "canary": canary.summary(policy.canary, canary.stored(config, desired.config_hash)),
         },
         anchors=anchors,
     )

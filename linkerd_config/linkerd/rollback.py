@@ -47,13 +47,15 @@ from linkerd_config.linkerd.rollout import (
     RESTARTED_FOR_ANNOTATION,
     Workload,
 )
+from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.validation import render_errors, validate
 
 LAST_COMPLETED_FIELD: Final = "lastCompleted"
 INSTALLED: Final = "installed"
 """``lastCompleted``'s field holding an adopted installation's snapshot."""
-ROLLING_BACK: Final = "RollingBack"
-ROLLED_BACK: Final = "RolledBack"
+ROLLING_BACK: Final[str] = Phase.ROLLING_BACK
+ROLLED_BACK: Final[str] = Phase.ROLLED_BACK
+"""The rollback record's phases (``rolloutHalt.rollback.phase``): the rollout's own."""
 HALT: Final = "Halt"
 ROLLBACK: Final = "Rollback"
 

@@ -20,7 +20,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
-from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import (
     DAEMONSETS,
@@ -30,13 +29,15 @@ from linkerd_config.kube.resource import (
     STATEFULSETS,
     ApiResource,
     Json,
-    rfc3339,
 )
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import canary, rollback, rollout, workload_health
-from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
+from linkerd_config.linkerd import rollout_machine as machine
 from linkerd_config.linkerd.reconcile import Desired
+from linkerd_config.linkerd.rollout_machine import RolloutOutcome
+from linkerd_config.linkerd.rollout_phase import Phase
+from linkerd_config.linkerd.rollout_policy import RolloutOptions, RolloutPolicy
 
 log = structlog.get_logger(__name__)
 
@@ -100,77 +101,13 @@ PROBE_SPACING = 2.0
 injects the old proxy (every pod event wakes a reconcile; the answer changes only when the
 injector has re-read its files)."""
 
-UP_TO_DATE = "UpToDate"
-HALTED = "RolloutHalted"
-ROLLING_BACK = rollback.ROLLING_BACK
-ROLLED_BACK = rollback.ROLLED_BACK
-ROLLBACK_STUCK = "RollbackNotHealthy"
-"""The reason while a rollback's workloads are past their deadline on the old configuration."""
-HEALTH_RECHECK = 5.0
-"""While restarted workloads come back, look again at least this often (their informers
-wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
-
 RESTART_CONCURRENCY = 10
 """Restarts of one pass in flight at once: a batch of 50 takes about five request times, not
 fifty, so a pass lasts what ``restart_interval`` says and little more."""
 
 
-@dataclass(frozen=True)
-class _Restart:
-    """One workload's restart in a pass: done, or refused (with the API server's reason)."""
-
-    done: bool = False
-    refused: str = ""
-
-
-@dataclass(frozen=True)
-class _InjectorAnswer:
-    """What a question to the injector found: whether it injects the configuration, what
-    status says, and, when it was not asked, why (the fallback wait applies), or, when it
-    answered that restarts must wait without end, the Warning's reason for that."""
-
-    injects: bool
-    why: str
-    cause: str = ""
-    held: str = ""
-
-
 INJECTOR_NOT_INJECTING = "InjectorNotInjecting"
 NEW_PODS_REFUSED = "NewPodsRefused"
-
-RESUME_HINT = (
-    "Fix the workloads, then change the LinkerdConfig's spec (a new attempt) or annotate it "
-    f"{workload_health.RESUME_ANNOTATION}=<anything new> (resume, the failed ones forgiven)"
-)
-
-
-def _waiting_message(waiting: tuple[tuple[str, str], ...], version: str) -> str:
-    shown = [f"{w}: {why}" for w, why in waiting]
-    return (
-        f"{len(waiting)} restarted workload(s) not healthy on proxy {version} yet, the next "
-        f"pass waits for them: {_listed(shown, 5)}"
-    )
-
-
-def _skipped_message(skipped: list[tuple[str, str]]) -> str:
-    if not skipped:
-        return ""
-    shown = [f"{w}: {why}" for w, why in skipped]
-    return f"Skipped, not restarted: {_listed(shown, 5)}."
-
-
-def _failures(failed: Iterable[object]) -> str:
-    """Failed workloads and why, as messages list them: a few, each cut short, the rest
-    counted (a condition's message is at most 32768 characters, and a pass may fail
-    thousands of workloads at once, each with the API server's reason)."""
-    items = [workload_health.cut(str(f), 1024) for f in failed]
-    shown = "; ".join(items[:5])
-    return shown if len(items) <= 5 else f"{shown}; and {len(items) - 5} more"
-
-
-def _listed(items: list[str], limit: int = 10) -> str:
-    shown = ", ".join(items[:limit])
-    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
 
 
 @dataclass
@@ -213,43 +150,9 @@ class _ConfigProgress:
     """The Warning that the rollback's own workloads missed their deadline was recorded."""
     restores_tried: dict[str, float] = field(default_factory=dict)
     """Monotonic time this process last tried to bring each workload back from this failed
-    configuration (a rollback): tried again no sooner than ``HEALTH_RECHECK`` later, however
+    configuration (a rollback): tried again no sooner than ``machine.HEALTH_RECHECK`` later, however
     many events wake the reconcile meanwhile (a refusal is not sent, said and counted on
     each of them)."""
-
-
-@dataclass(frozen=True)
-class RolloutOptions:
-    max_restarts_per_pass: int = 10
-    """At most this many workloads restarted per pass, so a cluster is not restarted at once."""
-    restart_interval: float = 5.0
-    """Seconds between passes while workloads are outdated."""
-    injector_wait: float = 60.0
-    """When the injector's version cannot be confirmed by dry-run, wait this long after
-    writing the config before restarting (the original project's fixed sleep, as a fallback)."""
-    probe_namespace: str = ""
-    """Where the dry-run pods that ask the injector are created (a namespace annotated for
-    injection, where the controller may create pods); empty: each workload's own."""
-    restart_namespaces: LabelSelector = EVERYTHING
-    """Restart only in the namespaces this selects (``--restart-namespace-selector``)."""
-
-
-@dataclass(frozen=True)
-class RolloutOutcome:
-    """What one pass found and did, for the status conditions and the requeue."""
-
-    outdated: int
-    restarted_total: int
-    evicted: int
-    reason: str
-    message: str
-    requeue_after: float | None = None
-    status: Json = field(default_factory=dict)
-    """Status fields of the rollout's own state (its halt), to write with the rest."""
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.reason == UP_TO_DATE
 
 
 def evictions_reported(status: Json, config_hash: str) -> int:
@@ -324,7 +227,7 @@ class RolloutExecutor:
         def replicaset(ns: str, name: str) -> Json | None:
             return self.replicasets.get(f"{ns}/{name}")
 
-        proxy = desired.proxy.restarting_in(self.options.restart_namespaces)
+        proxy = self.options.restricted(desired).proxy
         plan_key = (
             self.pods.revision,
             self.namespaces.revision,
@@ -392,6 +295,7 @@ class RolloutExecutor:
         the ConfigMap holds instead of ``desired`` while a rollback is in force."""
         halt = self.halt_state(config, desired.config_hash)
         outcome = await self._roll(config, desired, halt, effective or desired)
+        self._gauges(str(config["metadata"]["name"]), outcome.reason)
         return replace(outcome, status={**halt.status, **outcome.status})
 
     async def _roll(
@@ -407,111 +311,88 @@ class RolloutExecutor:
         plan = self._plan(desired)
         recorded = self._recorded(config_hash)
         evicted, evicted_at = self._evictions(config, config_hash)
-        spec = RolloutSpec.of(config)
-        batch = spec.batch_size(self.options.max_restarts_per_pass)
-        interval = spec.interval(self.options.restart_interval)
-        counts = (len(plan.workloads), len(recorded) + evicted, evicted)
-        name = str(config["metadata"]["name"])
-        self.metrics.rolled_back.labels(name).set(0)
-        if halt.halted is not None:
-            self.metrics.halted.labels(name).set(1)
-            failed = _failures(halt.halted.get("failed") or ())
-            return RolloutOutcome(
-                *counts, HALTED, f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
-                status={workload_health.HALT_FIELD: halt.halted},
-            )  # fmt: skip
-        self.metrics.halted.labels(name).set(0)
-        restarted = await self._of_this_revision(self._restarted(config_hash, plan))
-        checked = workload_health.gate(
-            (standing for standing, _ in restarted.values()),
-            self.wall(),
-            spec.progress_deadline,
-            halt.forgiven,
-        )
-        if checked.failed:
-            owners = [(restarted[w][1], why) for w, why in checked.failed]
-            back_to, why_not = rollback.target(config, config_hash) if spec.rollback else (None, "")
-            going_back = (back_to, [w for _, w in restarted.values()], why_not)
-            return self._halt(
-                config, config_hash, version, checked.failed, owners, counts,
-                going_back=going_back if spec.rollback else None,
-            )  # fmt: skip
-        if not plan.workloads and checked.open:
-            completed = rollback.completed_record(config, config_hash, rfc3339(self.wall()))
-            return RolloutOutcome(
-                *counts, UP_TO_DATE, f"every opted-in pod runs proxy {version}",
-                status={} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed},
-            )  # fmt: skip
-        if checked.waiting:  # a canary not healthy: its clock starts again
-            return self._with_canary(
-                self._canary(config, config_hash, spec, restarted, halt.forgiven, None)[1],
-                RolloutOutcome(
-                    *counts, "RollingOut", _waiting_message(checked.waiting, version),
-                    requeue_after=min(HEALTH_RECHECK, interval or HEALTH_RECHECK),
-                ),
-            )  # fmt: skip
-        if spec.paused:
-            return RolloutOutcome(
-                len(plan.workloads), len(recorded) + evicted, evicted, "Paused",
-                f"rollout paused: {len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) "
-                f"would be restarted for proxy {version}; set spec.rollout.paused to false "
-                "to resume",
-            )  # fmt: skip
-        ready, skipped = self._preflight(
-            rollout.pending(plan.workloads, self._record, config_hash), rollback.settled(config)
-        )
-        # spec.rollout.canary: until it passes, only the canary is restarted (canary.decide).
-        todo, first = self._canary(config, config_hash, spec, restarted, halt.forgiven, ready)
+        policy = RolloutPolicy.of(config, self.options)
         progress = self._of(config_hash)
-        finished = progress.pass_finished
-        pace = rollout.pace(
-            max(
-                [
-                    *recorded,
-                    *([evicted_at] if evicted_at else []),
-                    *([finished] if finished else []),
-                ],
-                default=None,
-            ),
-            self.wall(),
-            batch,
-            interval,
-        )
-        if not todo or not pace.allowed:
-            return self._with_canary(first, self._rolling(
-                plan, len(recorded) + evicted, evicted, version, pace.wait or interval,
-                _skipped_message(skipped),
-                status=self._completed_but_skipped(config, config_hash, ready, skipped),
-            ))  # fmt: skip
-        asked = await self._ask_injector(config, desired, todo, progress)
-        if isinstance(asked, float):
-            why = progress.waiting_why
-            return RolloutOutcome(*counts, "WaitingForInjector", why, requeue_after=asked)
-        why = asked
-        gate = asyncio.Semaphore(RESTART_CONCURRENCY)
-        batch_now = todo[: pace.allowed]
+        restarted = {}
+        if halt.halted is None:
+            restarted = await self._of_this_revision(self._restarted(config_hash, plan))
 
-        async def restart(workload: rollout.Workload) -> _Restart:
-            async with gate:
-                return await self._restart_reported(config, workload, config_hash, version)
+        def preflight() -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
+            pending = rollout.pending(plan.workloads, self._record, config_hash)
+            return self._preflight(pending, rollback.settled(config))
 
-        done = await asyncio.gather(*(restart(w) for w in batch_now))
-        # A record's time is stamped before its PATCH is sent; the batch's last PATCH lands
-        # a little later. The interval runs from when the pass finished.
-        progress.pass_finished = self.wall()
-        self._report_pass(config, version, batch_now, done)
-        owners_restarted = sum(
-            1 for r, w in zip(done, batch_now, strict=True) if r.done and w.kind != "Pod"
-        )
-        refused = [f"{w}: {r.refused}" for r, w in zip(done, batch_now, strict=True) if r.refused]
-        if refused:
-            why = (
-                f"{len(refused)} restart(s) refused, retried next pass: {'; '.join(refused)}. {why}"
-            )
-        evicted, _ = self._evictions(config, config_hash)
-        total = len(recorded) + owners_restarted + evicted
-        why = f"{why} {_skipped_message(skipped)}".strip()
-        return self._with_canary(first, self._rolling(plan, total, evicted, version, interval, why))
+        observed = machine.Observed(
+            config, config_hash, version, self.wall(), plan, restarted, tuple(recorded),
+            evicted, evicted_at, progress.pass_finished, preflight, self._labels,
+            self._canary_record(config, config_hash),
+        )  # fmt: skip
+        decided = machine.step(observed, halt, policy)
+        if (ask := decided.ask) is not None:
+            answer = await self._ask_injector(config, desired, list(ask.workloads), progress)
+            observed = replace(observed, injector=answer)
+            decided = machine.step(observed, halt, policy)
+        self._act(config, config_hash, version, decided.actions)
+        if (restart := decided.restart) is not None:
+            gate = asyncio.Semaphore(RESTART_CONCURRENCY)
+
+            async def one(workload: rollout.Workload) -> machine.RestartResult:
+                async with gate:
+                    return await self._restart_reported(config, workload, config_hash, version)
+
+            done = await asyncio.gather(*(one(w) for w in restart.workloads))
+            # A record's time is stamped before its PATCH is sent; the batch's last PATCH
+            # lands a little later. The interval runs from when the pass finished.
+            progress.pass_finished = self.wall()
+            self._report_pass(config, version, done)
+            evicted, _ = self._evictions(config, config_hash)
+            decided = machine.after_restarts(observed, policy, decided, done, evicted)
+        return decided.outcome
+
+    def _act(
+        self,
+        config: Json,
+        config_hash: str,
+        version: str,
+        actions: Iterable[machine.Action],
+    ) -> None:
+        """What a pass decided, done: Events, a halt (or the start of a rollback) counted,
+        logged and remembered until status holds it, the canary's record remembered.
+        Restarts and questions to the injector are the pass's own (``_roll``)."""
+        name = str(config["metadata"]["name"])
+        for action in actions:
+            match action:
+                case machine.Emit(type_, reason, message, involved):
+                    target = config if involved is None else self._involved(involved)
+                    if target is not None:
+                        self.recorder.record(target, type_, reason, message)
+                case machine.Halted(record, failed, back_to):
+                    self.metrics.halts.inc()
+                    if back_to is not None:
+                        self.metrics.rollbacks.inc()
+                        # The injector must be seen injecting the old proxy again.
+                        self._progress.pop(back_to, None)
+                    outcome = "halted" if back_to is None else "failed"
+                    then = "" if back_to is None else f"; rolling back to configuration {back_to}"
+                    log.warning(f"rollout {outcome}", linkerdconfig=name, failed=failed,
+                                then=then)  # fmt: skip
+                    self._decided(config, config_hash, record)
+                case machine.CanaryKept(record, passed_now):
+                    progress = self._of(config_hash)
+                    stored = canary.stored(config, config_hash)
+                    if record != stored:
+                        progress.canary_written = record
+                        progress.canary_written_read = config["metadata"].get("resourceVersion")
+                    if passed_now and progress.canary_passed is None:
+                        progress.canary_passed = record
+                        log.info("canary passed", linkerdconfig=name, hash=config_hash)
+                case _:
+                    pass
+
+    def _gauges(self, name: str, phase: Phase) -> None:
+        """The halted and rolled-back gauges, as this pass left the rollout."""
+        self.metrics.halted.labels(name).set(1 if phase == Phase.HALTED else 0)
+        rolled_back = phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.ROLLBACK_STUCK)
+        self.metrics.rolled_back.labels(name).set(1 if rolled_back else 0)
 
     async def _roll_back(
         self, config: Json, failed: Desired, effective: Desired, halt: Json
@@ -522,29 +403,25 @@ class RolloutExecutor:
         for them to be healthy, health-gated and with the same deadline as a rollout."""
         name = str(config["metadata"]["name"])
         section = rollback.section(halt) or {}
-        self.metrics.halted.labels(name).set(0)
-        self.metrics.rolled_back.labels(name).set(1)
-        failed_list = _failures(halt.get("failed") or ())
+        failed_list = machine.failures(halt.get("failed") or ())
         head = f"rollout of proxy {failed.proxy.version} failed ({failed_list})"
         plan = self._plan(effective)
         counts = (len(plan.workloads), 0, 0)
         kept = {workload_health.HALT_FIELD: halt}
         if effective.config_hash == failed.config_hash:
-            self.metrics.rolled_back.labels(name).set(0)
-            self.metrics.halted.labels(name).set(1)
             return RolloutOutcome(
-                *counts, HALTED, f"{head}; cannot roll back to configuration "
+                *counts, Phase.HALTED, f"{head}; cannot roll back to configuration "
                 f"{section.get('toHash')}: status no longer records it as the last completed "
                 "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
                 f"installed now (the controller's log says which), so the rollout is halted "
-                f"instead. {RESUME_HINT}",
+                f"instead. {machine.RESUME_HINT}",
                 status=kept,
             )  # fmt: skip
         back_to = f"configuration {effective.config_hash} (proxy {effective.proxy.version})"
-        if section.get("phase") == ROLLED_BACK:
+        if section.get("phase") == Phase.ROLLED_BACK:
             return RolloutOutcome(
-                *counts, ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
-                status=kept,
+                *counts, Phase.ROLLED_BACK,
+                f"{head}; rolled back to {back_to}. {machine.RESUME_HINT}", status=kept,
             )  # fmt: skip
         listed = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
         # Every owner still recording the failed configuration goes back, listed or not (the
@@ -553,19 +430,20 @@ class RolloutExecutor:
         workloads = sorted({*listed, *pending})
         if pending:
             progress = self._of(effective.config_hash)
-            asked = await self._ask_injector(config, effective, pending, progress)
-            if isinstance(asked, float):
+            answer = await self._ask_injector(config, effective, pending, progress)
+            if not answer.injects:
                 return RolloutOutcome(
-                    *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
-                    f"{progress.waiting_why}", requeue_after=asked, status=kept,
+                    *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                    f"{answer.why}", requeue_after=answer.retry_after, status=kept,
                 )  # fmt: skip
             tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
-            due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= HEALTH_RECHECK]
+            recheck = machine.HEALTH_RECHECK
+            due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= recheck]
             if not due:
                 return RolloutOutcome(
-                    *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                    *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
                     f"{len(pending)} workload(s) not back onto it yet, tried again shortly",
-                    requeue_after=min(tried[str(w)] for w in pending) + HEALTH_RECHECK - now,
+                    requeue_after=min(tried[str(w)] for w in pending) + recheck - now,
                     status=kept,
                 )  # fmt: skip
             tried.update((str(w), now) for w in due)
@@ -579,12 +457,12 @@ class RolloutExecutor:
 
             done = await asyncio.gather(*(restore(w) for w in due))
             return RolloutOutcome(
-                *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: brought "
+                *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: brought "
                 f"{sum(done)} of {len(pending)} workload(s) back onto it",
-                requeue_after=HEALTH_RECHECK, status=kept,
+                requeue_after=machine.HEALTH_RECHECK, status=kept,
             )  # fmt: skip
         standing = await self._brought_back(workloads, plan, rollback.started_at(halt))
-        deadline = RolloutSpec.of(config).progress_deadline
+        deadline = RolloutPolicy.of(config, self.options).progress_deadline
         checked = workload_health.gate(standing, self.wall(), deadline)
         if checked.failed:
             # Past the deadline on the old configuration too: the rollback stays in force
@@ -594,20 +472,20 @@ class RolloutExecutor:
             if not progress.rollback_stuck_said:
                 progress.rollback_stuck_said = True
                 self.recorder.record(
-                    config, "Warning", ROLLBACK_STUCK,
-                    f"rolling back to {back_to} is not healthy either: {_listed(stuck, 5)}",
+                    config, "Warning", Phase.ROLLBACK_STUCK,
+                    f"rolling back to {back_to} is not healthy either: {machine.listed(stuck, 5)}",
                 )  # fmt: skip
             return RolloutOutcome(
-                *counts, ROLLBACK_STUCK, f"{head}; rolling back to {back_to}, which is not "
-                f"healthy either: {_listed(stuck, 5)}",
-                requeue_after=HEALTH_RECHECK, status=kept,
+                *counts, Phase.ROLLBACK_STUCK, f"{head}; rolling back to {back_to}, which is not "
+                f"healthy either: {machine.listed(stuck, 5)}",
+                requeue_after=machine.HEALTH_RECHECK, status=kept,
             )  # fmt: skip
         if checked.waiting:
             behind = [f"{w}: {why}" for w, why in checked.waiting]
             return RolloutOutcome(
-                *counts, ROLLING_BACK, f"{head}; rolling back to {back_to}: "
-                f"{len(behind)} workload(s) not healthy on it yet: {_listed(behind, 5)}",
-                requeue_after=HEALTH_RECHECK, status=kept,
+                *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
+                f"{len(behind)} workload(s) not healthy on it yet: {machine.listed(behind, 5)}",
+                requeue_after=machine.HEALTH_RECHECK, status=kept,
             )  # fmt: skip
         record = rollback.finished(halt)
         self._decided(config, failed.config_hash, record)
@@ -615,12 +493,12 @@ class RolloutExecutor:
         self.recorder.record(
             config,
             "Warning",
-            ROLLED_BACK,
+            Phase.ROLLED_BACK,
             f"{head}; rolled back to {back_to}: {len(workloads)} workload(s) back on it and "
             "healthy",
         )
         return RolloutOutcome(
-            *counts, ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
+            *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {machine.RESUME_HINT}",
             status={workload_health.HALT_FIELD: record},
         )  # fmt: skip
 
@@ -716,15 +594,16 @@ class RolloutExecutor:
         desired: Desired,
         todo: list[rollout.Workload],
         progress: _ConfigProgress,
-    ) -> str | float:
-        """Whether the injector injects the desired proxy now: what status says of it when it
-        does (or when waiting longer is pointless), else the seconds to wait before asking
-        again (``progress.waiting_why`` says why)."""
+    ) -> machine.InjectorAnswer:
+        """Whether the injector injects the desired proxy now, and what status says of it
+        (when it does not: how soon to ask again). Told "not yet" moments ago (other events
+        woke this reconcile), it is not asked again yet; a "yes" is never reused: every pass
+        that restarts asks first."""
         since = self.monotonic() - progress.probed_at
         if since < PROBE_SPACING and not progress.injector_confirmed:
-            # Told "not yet" moments ago (other events woke this reconcile): not again yet.
-            # A "yes" is never reused: every pass that restarts asks first.
-            return PROBE_SPACING - since
+            return machine.InjectorAnswer(
+                False, progress.waiting_why, retry_after=PROBE_SPACING - since
+            )
         progress.probed_at = self.monotonic()
         answer = await self._injector_ready(desired, todo)
         progress.waiting_why, progress.injector_confirmed = answer.why, answer.injects
@@ -741,7 +620,7 @@ class RolloutExecutor:
                 )
             self.recorder.record(config, "Warning", reason, message)
         progress.probe_failure = said
-        return answer.why if answer.injects else 2.0
+        return answer
 
     def _restarted(
         self, config_hash: str, plan: rollout.RolloutPlan
@@ -799,66 +678,27 @@ class RolloutExecutor:
             checked[name] = (replace(standing, verdict=verdict), workload)
         return checked
 
-    def _canary(
-        self,
-        config: Json,
-        config_hash: str,
-        spec: RolloutSpec,
-        restarted: Mapping[str, tuple[workload_health.Restarted, rollout.Workload]],
-        forgiven: frozenset[str],
-        todo: list[rollout.Workload] | None,
-    ) -> tuple[list[rollout.Workload], canary.Canary]:
-        """The canary's part in this pass (``canary.decide`` over the caches): which of
-        ``todo`` it lets the pass restart, and what it says. Its passing is said once, as an
-        Event on the LinkerdConfig."""
+    def _labels(self, workload: rollout.Workload) -> canary.Labels | None:
+        """A workload's labels and its namespace's, as the caches hold them."""
+        obj = self._record(workload)
+        if obj is None:
+            return None
+        namespace = self.namespaces.get(workload.namespace) or {}
+        return (
+            (obj.get("metadata") or {}).get("labels") or {},
+            (namespace.get("metadata") or {}).get("labels") or {},
+        )
 
-        def labels(workload: rollout.Workload) -> canary.Labels | None:
-            obj = self._record(workload)
-            if obj is None:
-                return None
-            namespace = self.namespaces.get(workload.namespace) or {}
-            return (
-                (obj.get("metadata") or {}).get("labels") or {},
-                (namespace.get("metadata") or {}).get("labels") or {},
-            )
-
+    def _canary_record(self, config: Json, config_hash: str) -> Json | None:
+        """The canary's record: status's, else the one this process wrote and has not read
+        back yet (a pass on the cache from before that write must read the clock it started),
+        or the passed one it remembers (the rest's restarts are no larger canary)."""
         progress = self._of(config_hash)
-        version = (config.get("metadata") or {}).get("resourceVersion")
         stored = canary.stored(config, config_hash)
+        version = (config.get("metadata") or {}).get("resourceVersion")
         if progress.canary_written is not None and progress.canary_written_read == version:
             stored = progress.canary_written  # our write, not read back yet
-        record = canary.newest(stored, progress.canary_passed)
-        standing = [s for s, _ in restarted.values()]
-        found = canary.decide(
-            spec.canary, config, config_hash, record, standing, forgiven, todo, labels, self.wall()
-        )
-        decided = found.status.get(canary.FIELD)
-        if isinstance(decided, dict) and decided != stored:
-            progress.canary_written, progress.canary_written_read = decided, version
-        if found.passed_now and progress.canary_passed is None:
-            progress.canary_passed = found.status[canary.FIELD]
-            log.info("canary passed", linkerdconfig=config["metadata"]["name"], hash=config_hash)
-            self.recorder.record(config, "Normal", "CanaryPassed", found.message)
-        return list(found.restart), found
-
-    def _with_canary(self, first: canary.Canary, outcome: RolloutOutcome) -> RolloutOutcome:
-        """``outcome`` with the canary's part: what it says and keeps in status; while the
-        rest wait for it, its reason, and a look again when it may have passed."""
-        said = replace(
-            outcome, message=outcome.message + first.note, status={**outcome.status, **first.status}
-        )
-        if not first.holds:
-            return said
-        unmatched = first.phase == canary.UNMATCHED
-        return replace(
-            said,
-            reason=canary.UNMATCHED_REASON if unmatched else canary.HOLDING,
-            requeue_after=min(
-                outcome.requeue_after or HEALTH_RECHECK,
-                first.requeue_after or HEALTH_RECHECK,
-                HEALTH_RECHECK,
-            ),
-        )
+        return canary.newest(stored, progress.canary_passed)
 
     def _preflight(
         self, workloads: list[rollout.Workload], settled: str | None
@@ -870,126 +710,28 @@ class RolloutExecutor:
         )
         return ready, [(str(w), why) for w, why in skipped]
 
-    def _halt(
-        self,
-        config: Json,
-        config_hash: str,
-        version: str,
-        failed: tuple[tuple[str, str], ...],
-        workloads: list[tuple[rollout.Workload, str]],
-        counts: tuple[int, int, int],
-        going_back: tuple[Json | None, list[rollout.Workload], str] | None = None,
-    ) -> RolloutOutcome:
-        """Stop the rollout: recorded in status (any leader reads it back), one Warning on
-        the LinkerdConfig and one on each failed workload, counted. With ``going_back`` (the
-        configuration to return to, if any, the owners restarted for this one, and why it
-        cannot go back if it cannot), the record starts a rollback instead."""
-        name = str(config["metadata"]["name"])
-        record = workload_health.halt_record(config, config_hash, failed, rfc3339(self.wall()))
-        listed = _failures(f"{w}: {why}" for w, why in failed)
-        reason, outcome, after = HALTED, "halted", ""
-        back_to, restarted, why_not = going_back or (None, [], "")
-        if back_to is not None:
-            record = rollback.start(record, back_to, restarted)
-            reason, outcome = ROLLING_BACK, "failed"
-            after = f"; rolling back to configuration {back_to['configHash']}"
-            self.metrics.rollbacks.inc()
-            self.metrics.rolled_back.labels(name).set(1)
-            # The injector must be seen injecting the old proxy again, not remembered to.
-            self._progress.pop(str(back_to["configHash"]), None)
-        else:
-            if going_back is not None:
-                after = f" (onFailure: Rollback, but {why_not}: halted instead)"
-            self.metrics.halted.labels(name).set(1)
-        log.warning(f"rollout {outcome}", linkerdconfig=name, failed=listed, then=after)
-        self.metrics.halts.inc()
-        self._decided(config, config_hash, record)
-        self.recorder.record(
-            config, "Warning", reason, f"rollout of proxy {version} {outcome}: {listed}{after}"
-        )
-        for workload, why in workloads:
-            involved = self._involved(workload)
-            if involved is not None:
-                self.recorder.record(
-                    involved,
-                    "Warning",
-                    reason,
-                    f"did not come back healthy on proxy {version} (LinkerdConfig {name}): "
-                    f"{why}; the rollout is {'halted' if reason == HALTED else 'rolled back'}",
-                )
-        return RolloutOutcome(
-            *counts, reason, f"rollout of proxy {version} {outcome}: {listed}{after}. "
-            f"{RESUME_HINT}", requeue_after=None if reason == HALTED else 0.5,
-            status={workload_health.HALT_FIELD: record},
-        )  # fmt: skip
-
     def _report_pass(
-        self,
-        config: Json,
-        version: str,
-        workloads: list[rollout.Workload],
-        results: list[_Restart],
+        self, config: Json, version: str, results: Iterable[machine.RestartResult]
     ) -> None:
         """One Event on the LinkerdConfig per pass (each workload has its own): a rollout of
         hundreds of workloads stays readable, and within the recorder's budget."""
-        restarted = [str(w) for w, r in zip(workloads, results, strict=True) if r.done]
+        restarted = [str(r.workload) for r in results if r.done]
         if restarted:
             self.recorder.record(
                 config,
                 "Normal",
                 "WorkloadsRestarted",
                 f"restarted {len(restarted)} workload(s) for proxy {version}: "
-                + _listed(restarted),
+                + machine.listed(restarted),
             )
-        refused = [
-            f"{w}: {r.refused}" for w, r in zip(workloads, results, strict=True) if r.refused
-        ]
+        refused = [f"{r.workload}: {r.refused}" for r in results if r.refused]
         if refused:
             self.recorder.record(
                 config,
                 "Warning",
                 "RestartFailed",
-                f"{len(refused)} restart(s) refused, retried next pass: " + _listed(refused),
+                f"{len(refused)} restart(s) refused, retried next pass: " + machine.listed(refused),
             )
-
-    def _rolling(
-        self,
-        plan: rollout.RolloutPlan,
-        total: int,
-        evicted: int,
-        version: str,
-        wait: float,
-        why: str,
-        status: Json | None = None,
-    ) -> RolloutOutcome:
-        message = (
-            f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
-            f"{version}; restarted {total} for this configuration. {why}"
-        ).strip()
-        return RolloutOutcome(
-            len(plan.workloads),
-            total,
-            evicted,
-            "RollingOut",
-            message,
-            requeue_after=wait if wait > 0 else self.options.restart_interval,
-            status=status or {},
-        )
-
-    def _completed_but_skipped(
-        self,
-        config: Json,
-        config_hash: str,
-        ready: list[rollout.Workload],
-        skipped: list[tuple[str, str]],
-    ) -> Json:
-        """``status.lastCompleted`` when everything this rollout could restart is done and
-        healthy (the gate is open), only skipped workloads left: they do not count against
-        the configuration, so it is what a later rollback may return to."""
-        if ready or not skipped:
-            return {}
-        completed = rollback.completed_record(config, config_hash, rfc3339(self.wall()))
-        return {} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed}
 
     def _workload_objects(self) -> list[Json]:
         return [obj for store in self.workloads.values() for obj in store.list()]
@@ -1008,7 +750,7 @@ class RolloutExecutor:
 
     async def _restart_reported(
         self, config: Json, workload: rollout.Workload, config_hash: str, version: str
-    ) -> _Restart:
+    ) -> machine.RestartResult:
         """``_restart``, counted, logged and recorded as an Event on the workload; a refusal
         is reported with the API server's reason and retried on a later pass."""
         involved = self._involved(workload)
@@ -1026,7 +768,7 @@ class RolloutExecutor:
                     "RestartFailed",
                     f"restart for proxy {version} (LinkerdConfig {name}) refused: {reason}",
                 )
-            return _Restart(refused=reason)
+            return machine.RestartResult(workload, refused=reason)
         if restarted:
             self.metrics.restarts.labels(workload.kind).inc()
             if involved is not None:
@@ -1038,7 +780,7 @@ class RolloutExecutor:
                     f"{verb} for proxy {version} (LinkerdConfig {name}, configuration "
                     f"{config_hash})",
                 )
-        return _Restart(done=restarted)
+        return machine.RestartResult(workload, done=restarted)
 
     def _involved(self, workload: rollout.Workload) -> Json | None:
         """The workload as an Event's involved object (from the cache: its uid)."""
@@ -1088,7 +830,7 @@ class RolloutExecutor:
 
     async def _injector_ready(
         self, desired: Desired, workloads: Iterable[rollout.Workload]
-    ) -> _InjectorAnswer:
+    ) -> machine.InjectorAnswer:
         """Does the injector now inject the desired proxy? Ask it with a dry-run create of a
         pod from a stale workload's template.
 
@@ -1113,7 +855,7 @@ class RolloutExecutor:
             except ApiError as exc:
                 refusal = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
                 if where == workload.namespace and not exc.unauthorized:
-                    return _InjectorAnswer(
+                    return machine.InjectorAnswer(
                         False,
                         f"a dry-run create of {workload}'s pod was refused ({refusal}): its "
                         "new pods would be refused too, so nothing is restarted until one is "
@@ -1125,7 +867,7 @@ class RolloutExecutor:
                 break
             injected = rollout.pod_projection(created)
             if rollout.proxy_version(injected) is None:
-                return _InjectorAnswer(
+                return machine.InjectorAnswer(
                     False,
                     f"Linkerd's proxy injector did not inject a dry-run pod of {workload} "
                     f"(in namespace {where}): it is down or not injecting there, and a restart "
@@ -1136,18 +878,20 @@ class RolloutExecutor:
             namespace = self.namespaces.get(workload.namespace)
             mismatch = desired.proxy.mismatch(injected, namespace)
             if mismatch is None:
-                return _InjectorAnswer(True, "")
-            return _InjectorAnswer(False, f"the proxy injector does not inject it yet: {mismatch}")
+                return machine.InjectorAnswer(True, "")
+            return machine.InjectorAnswer(
+                False, f"the proxy injector does not inject it yet: {mismatch}"
+            )
         written_at = self._of(desired.config_hash).written_at
         waited = 0.0 if written_at is None else self.monotonic() - written_at
         if waited >= self.options.injector_wait:
-            return _InjectorAnswer(
+            return machine.InjectorAnswer(
                 True,
                 f"could not confirm the injector's version by dry-run ({cause}); restarted "
                 f"after waiting {self.options.injector_wait:.0f}s",
                 cause,
             )
-        return _InjectorAnswer(
+        return machine.InjectorAnswer(
             False,
             f"cannot confirm the injector's version by dry-run ({cause}); waiting "
             f"{self.options.injector_wait - waited:.0f}s more before restarting",

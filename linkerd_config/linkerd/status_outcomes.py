@@ -23,7 +23,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     READY,
 )
 from linkerd_config.linkerd.reconcile import Desired, progress_only, set_condition, target_of
-from linkerd_config.linkerd.rollout_executor import RolloutOutcome
+from linkerd_config.linkerd.rollout_machine import RolloutOutcome
 from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, Guard, evaluate
 from linkerd_config.linkerd.validation import TRUST_ANCHOR
 

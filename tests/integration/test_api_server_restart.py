@@ -25,7 +25,7 @@ from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample

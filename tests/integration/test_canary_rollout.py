@@ -36,6 +36,7 @@ from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
+from linkerd_config.linkerd.rollout_phase import Phase
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample
@@ -125,9 +126,7 @@ async def canary_first(
             up = {c["type"]: c for c in status.get("conditions") or []}.get("DataPlaneUpToDate")
             record = status.get(canary.FIELD) or {}
             held = (
-                up is not None
-                and up["reason"] == canary.HOLDING
-                and "healthy for" in (up["message"])
+                up is not None and up["reason"] == Phase.CANARY and "healthy for" in (up["message"])
             )
             return obj if held and record.get("healthySince") else None
 

@@ -31,40 +31,20 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
 )
 from tests.support import scenario
 from tests.support.conversion_server import conversion_server
-from tests.support.samples import FIXTURES, SAMPLES, SECOND_TRUST_ANCHOR, load
+from tests.support.injector_values import every_injector_value
+from tests.support.samples import FIXTURES, SAMPLES, load
 from tests.support.waiting import eventually
 
 Json = dict[str, Any]
 VALID_SAMPLES = sorted(SAMPLES.glob("*.yaml"))
 REPO = Path(__file__).resolve().parents[2]
 OLD_CRD = FIXTURES / "linkerdconfigs_crd_before_v1alpha2.yaml"
-INJECTOR_VALUES = json.loads((FIXTURES / "injector_values_edge-26.8.3.json").read_text())
 
 
 def named(obj: Json, prefix: str) -> Json:
     obj = copy.deepcopy(obj)
     obj["metadata"] = {"name": f"{prefix}-{uuid.uuid4().hex[:8]}"}
     return obj
-
-
-def every_injector_value() -> Json:
-    """A v1alpha2 LinkerdConfig stating every path of the fixture at once, with its sample."""
-    values: Json = {}
-    for entry in INJECTOR_VALUES["paths"]:
-        sample = entry["sample"]
-        if sample == "@file":
-            sample = SECOND_TRUST_ANCHOR
-        node = values
-        keys = entry["path"].split(".")
-        for key in keys[:-1]:
-            node = node.setdefault(key, {})
-        node[keys[-1]] = sample
-    return {
-        "apiVersion": "config.linkerd.io/v1alpha2",
-        "kind": "LinkerdConfig",
-        "metadata": {"name": "every-value"},
-        "spec": {"values": values},
-    }
 
 
 async def read(kube: KubeClient, name: str) -> tuple[Json, Json]:

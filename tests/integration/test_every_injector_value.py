@@ -21,9 +21,9 @@ from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, PODS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
-from tests.integration.test_conversion import INJECTOR_VALUES, every_injector_value
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
+from tests.support.injector_values import INJECTOR_VALUES, every_injector_value
 from tests.support.waiting import eventually
 
 Obj = dict[str, Any]

@@ -47,7 +47,8 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1,
     spec_schema,
 )
-from linkerd_config.linkerd.preview import RolloutDefaults, plan
+from linkerd_config.linkerd.preview import plan
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.webhooks import mutate, validator
 from tests.support import scenario
 from tests.support.samples import install_configmap, modern_install, sample
@@ -494,7 +495,7 @@ def webhook_verdict(obj: Json) -> tuple[bool, str]:
 
 def plan_verdict(obj: Json, base: Base) -> tuple[bool, str]:
     try:
-        result = plan(copy.deepcopy(obj), base.view, RolloutDefaults())
+        result = plan(copy.deepcopy(obj), base.view, RolloutOptions())
     except Exception as exc:  # a crash is a verdict of its own, reported
         return (True, f"plan raised {exc!r}")
     problem = result.problem

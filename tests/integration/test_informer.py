@@ -26,6 +26,7 @@ from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, object_key
+from tests.support.informer_objects import ROOT_CA, configmap, make_namespace
 from tests.support.waiting import eventually
 
 Json = dict[str, Any]
@@ -34,37 +35,8 @@ Json = dict[str, Any]
 # -- helpers -------------------------------------------------------------------------------
 
 
-ROOT_CA = "kube-root-ca.crt"
-"""The ConfigMap KCM publishes in every namespace, as in any cluster: not the tests'."""
-
-
-async def make_namespace(kube: KubeClient, prefix: str, with_kcm: bool = True) -> str:
-    """A fresh namespace, returned once KCM (if it runs) has published its root CA ConfigMap,
-    so that ConfigMap is part of every informer's first LIST, never an event during a test."""
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": name}})
-    if not with_kcm:
-        return name
-
-    async def published() -> bool:
-        await kube.request("GET", CONFIGMAPS.path(name, ROOT_CA))
-        return True
-
-    await eventually(published, timeout=30, what=f"{ROOT_CA} in {name}")
-    return name
-
-
 def ours(key: str) -> bool:
     return not key.endswith(f"/{ROOT_CA}")
-
-
-def configmap(name: str, labels: dict[str, str] | None = None, **data: str) -> Json:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "labels": labels or {}},
-        "data": data,
-    }
 
 
 def uid_of(obj: Json) -> str:

@@ -17,7 +17,7 @@ from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import sample
 from tests.support.waiting import eventually

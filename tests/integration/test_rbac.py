@@ -62,7 +62,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario, service_accounts
 from tests.support.audit import audit_entries, audited_resource
 from tests.support.samples import install_configmap, sample

@@ -28,7 +28,7 @@ from linkerd_config.kube.leader import NoElection
 from linkerd_config.kube.ratelimit import JitteredBackoff
 from linkerd_config.kube.resource import CONFIGMAPS, LEASES, NAMESPACES
 from linkerd_config.manager import Manager
-from tests.integration.test_informer import configmap, make_namespace
+from tests.support.informer_objects import configmap, make_namespace
 from tests.support.waiting import eventually
 
 UNTIL_TOLD = 3600.0

@@ -42,7 +42,7 @@ from linkerd_config.kube.resource import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.linkerd.config_diff import diff
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.webhooks import webhook_configurations
 from linkerd_config.logs import configure_logging
 from tests.support import scenario

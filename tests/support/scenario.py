@@ -26,7 +26,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from linkerd_config.linkerd.linkerdconfig_resource import crd
-from linkerd_config.linkerd.rollout_executor import RolloutOptions
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.settings import Settings, parse
 from tests.support.conversion_server import conversion_server
 from tests.support.samples import install_configmap
@@ -178,7 +178,8 @@ def proxy_container(pod: Json) -> Json | None:
     spec = pod.get("spec") or {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
         if container.get("name") == rollout.PROXY_CONTAINER:
-            return container
+            found: Json = container
+            return found
     return None
 
 

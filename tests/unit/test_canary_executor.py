@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import canary
 from linkerd_config.linkerd.canary import FIELD
-from tests.unit.test_rollout_executor import (
+from linkerd_config.linkerd.rollout_phase import Phase
+from tests.support.rollout_worlds import (
     DESIRED,
     HEALTHY_STATUS,
     NOT_AVAILABLE,
@@ -87,7 +87,7 @@ async def test_the_canary_first_then_the_rest_once_it_has_been_healthy_for_stabl
     world.clock.now += 2.0  # the canary is back, healthy: its clock starts
     held = await run.roll()
     assert world.writer.patched == ["ns/app-01"]
-    assert held.reason == canary.HOLDING
+    assert held.reason == Phase.CANARY
     assert "healthy for 0s of 1m0s" in held.message
     assert held.requeue_after is not None and held.requeue_after <= 5.0
     started = run.record["healthySince"]
@@ -99,7 +99,7 @@ async def test_the_canary_first_then_the_rest_once_it_has_been_healthy_for_stabl
     set_status(world, "app-01", NOT_AVAILABLE)  # a moment not healthy ...
     world.clock.now += 1.0
     unhealthy = await run.roll()
-    assert unhealthy.reason == canary.HOLDING
+    assert unhealthy.reason == Phase.CANARY
     assert "not healthy" in unhealthy.message and "healthySince" not in run.record
     set_status(world, "app-01", HEALTHY_STATUS)  # ... its clock starts again
     world.clock.now += 1.0
@@ -109,7 +109,7 @@ async def test_the_canary_first_then_the_rest_once_it_has_been_healthy_for_stabl
 
     world.clock.now += 59.0
     still = await run.roll()
-    assert still.reason == canary.HOLDING and world.writer.patched == ["ns/app-01"]
+    assert still.reason == Phase.CANARY and world.writer.patched == ["ns/app-01"]
     world.clock.now += 1.0
     rolled = await run.roll()
     assert world.writer.patched == ["ns/app-01", "ns/app-00", "ns/app-02"]
@@ -164,7 +164,7 @@ async def test_when_nothing_matches_nothing_restarts_and_status_says_why() -> No
     run = Rollout(world, config(namespaceSelector="kubernetes.io/metadata.name=elsewhere"))
     held = await run.roll()
     assert world.writer.patched == []
-    assert held.reason == canary.UNMATCHED_REASON
+    assert held.reason == Phase.CANARY_UNMATCHED
     assert "no workload to restart matches namespaceSelector" in held.message
     assert run.record["workloads"] == []
     # The namespace named: the canary is chosen there.

@@ -12,8 +12,8 @@ from linkerd_config.kube.resource import rfc3339
 from linkerd_config.linkerd import canary, rollout
 from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
+from tests.support.preview_views import APPS, DEFAULTS, view
 from tests.support.samples import install_configmap, sample
-from tests.unit.test_preview import APPS, DEFAULTS, view
 
 Json = dict[str, Any]
 

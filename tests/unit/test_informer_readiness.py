@@ -2,7 +2,7 @@
 ``ready``) only while its cache is proven current. From the moment its stream is lost until a
 relist completes or the resumed watch delivers an event or bookmark, it is not; an open
 connection alone proves nothing (after an API server restart, a resumed watch is answered
-200, then 410). Over the scripted fake API of ``test_informer_scripted``.
+200, then 410). Over the scripted fake API of ``tests/support/informer_fakes.py``.
 
 Issue 37 (finding 7): after a 20 s outage the caches stayed stale while ``/readyz`` said true.
 """
@@ -23,8 +23,8 @@ from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.leader import NoElection
 from linkerd_config.kube.resource import Json
 from linkerd_config.manager import Manager
+from tests.support.informer_fakes import Body, FakeApi, make_informer, page, running
 from tests.support.watch_lines import cm, line, status
-from tests.unit.test_informer_scripted import Body, FakeApi, make_informer, page, running
 
 
 def cached_rv(inf: Informer, name: str) -> str | None:

@@ -8,24 +8,12 @@ against a real kube-apiserver.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import copy
-from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from linkerd_config.kube.client import (
-    APPLICATION_JSON,
-    PARTIAL_METADATA,
-    PARTIAL_METADATA_LIST,
-    ApiError,
-    JsonListWatch,
-)
+from linkerd_config.kube.client import PARTIAL_METADATA, PARTIAL_METADATA_LIST, ApiError
 from linkerd_config.kube.informer import (
     Informer,
     keep_fields,
@@ -33,6 +21,7 @@ from linkerd_config.kube.informer import (
 )
 from linkerd_config.kube.ratelimit import JitteredBackoff
 from linkerd_config.kube.resource import CONFIGMAPS, Json
+from tests.support.informer_fakes import Body, FakeApi, Recorder, make_informer, page, running
 from tests.support.watch_lines import cm, line, status
 
 # -- transforms --------------------------------------------------------------
@@ -77,148 +66,6 @@ def test_keep_fields() -> None:
 
 
 # -- the informer over a scripted fake API -----------------------------------------------
-
-HANG = object()
-"""A watch body that never sends anything (the informer idles on it until cancelled)."""
-
-
-class Body:
-    """A watch body: the given lines, then either end of stream or silence."""
-
-    def __init__(self, lines: list[bytes], then_hang: bool = False) -> None:
-        self._chunks = deque(lines)
-        self._hang = then_hang
-        self._failed: BaseException | None = None
-        self._woken = asyncio.Event()
-
-    async def readany(self) -> bytes:
-        if self._failed is None and self._chunks:
-            return self._chunks.popleft()
-        if self._failed is None and self._hang:
-            await self._woken.wait()
-        if self._failed is not None:
-            raise self._failed
-        return b""
-
-    def set_exception(self, exc: BaseException) -> None:
-        """As aiohttp's body: the read in progress, and every later one, raises ``exc``."""
-        self._failed = exc
-        self._woken.set()
-
-
-class FakeApi(JsonListWatch):
-    """Scripted LIST pages and watch bodies; records every request the informer makes
-    (the informer's LISTs and watches in JSON, as ``JsonListWatch`` makes them)."""
-
-    def __init__(self) -> None:
-        self.registry: CollectorRegistry | None = CollectorRegistry()
-        self.lists: deque[Json | Exception] = deque()
-        self.watches: deque[Body | Exception | object] = deque()
-        self.calls: list[tuple[str, dict[str, Any], str]] = []
-        self.idle = asyncio.Event()
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        accept: str = APPLICATION_JSON,
-        timeout: float | None = None,
-    ) -> Json:
-        assert method == "GET"
-        assert timeout is not None
-        self.calls.append(("list", dict(params or {}), accept))
-        page = self.lists.popleft()
-        if isinstance(page, Exception):
-            raise page
-        return copy.deepcopy(page)
-
-    @contextlib.asynccontextmanager
-    async def stream(
-        self,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool] | None = None,
-        accept: str = APPLICATION_JSON,
-        total_timeout: float,
-        read_timeout: float,
-    ) -> AsyncIterator[Body]:
-        assert total_timeout > 0 and read_timeout > 0
-        self.calls.append(("watch", dict(params or {}), accept))
-        item = self.watches.popleft() if self.watches else HANG
-        if item is HANG:
-            self.idle.set()
-            yield Body([], then_hang=True)
-            return
-        if isinstance(item, Exception):
-            raise item
-        assert isinstance(item, Body)
-        yield item
-
-    def watch_calls(self) -> list[dict[str, Any]]:
-        return [p for kind, p, _ in self.calls if kind == "watch"]
-
-    def list_calls(self) -> list[dict[str, Any]]:
-        return [p for kind, p, _ in self.calls if kind == "list"]
-
-
-def page(items: list[Json], rv: str, cont: str = "") -> Json:
-    stripped = []
-    for obj in items:
-        o = copy.deepcopy(obj)
-        o.pop("kind", None)  # the API server omits kind/apiVersion on list items
-        o.pop("apiVersion", None)
-        stripped.append(o)
-    meta: Json = {"resourceVersion": rv}
-    if cont:
-        meta["continue"] = cont
-    return {"kind": "ConfigMapList", "apiVersion": "v1", "metadata": meta, "items": stripped}
-
-
-class Recorder:
-    """Replays handler calls into a model of what a consumer believes exists."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-        self.view: dict[str, Json] = {}
-        self.deleted: list[Json] = []
-
-    def add(self, obj: Json) -> None:
-        self.calls.append(("add", obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
-        self.view[obj["metadata"]["name"]] = obj
-
-    def update(self, old: Json, new: Json) -> None:
-        self.calls.append(("update", new["metadata"]["name"], new["metadata"]["resourceVersion"]))
-        self.view[new["metadata"]["name"]] = new
-
-    def delete(self, obj: Json) -> None:
-        self.calls.append(("delete", obj["metadata"]["name"], obj["metadata"]["resourceVersion"]))
-        self.view.pop(obj["metadata"]["name"], None)
-        self.deleted.append(obj)
-
-
-def make_informer(api: FakeApi, **kw: Any) -> tuple[Informer, Recorder]:
-    kw.setdefault("backoff", JitteredBackoff(initial=0.001, maximum=0.01))
-    inf = Informer(api, CONFIGMAPS, namespace="ns", **kw)
-    rec = Recorder()
-    inf.add_handler(rec.add, rec.update, rec.delete, name="recorder")
-    return inf, rec
-
-
-@contextlib.asynccontextmanager
-async def running(inf: Informer, api: FakeApi) -> AsyncIterator[asyncio.Task[None]]:
-    """Run the informer until the script is exhausted (it idles on a silent watch)."""
-    api.idle.clear()
-    task = asyncio.create_task(inf.run())
-    try:
-        async with asyncio.timeout(10):
-            await api.idle.wait()
-        yield task
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 def metric(api: FakeApi, name: str, **labels: str) -> float:

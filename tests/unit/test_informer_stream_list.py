@@ -1,7 +1,7 @@
 """How an informer fills its cache: a streaming list where the client and server do it
 (KEP-3157: a watch that starts with every object, ended by an ``initial-events-end``
 bookmark), paged LISTs otherwise; and a paged LIST cut short leaves no request behind.
-Over the scripted fake API of ``test_informer_scripted``."""
+Over the scripted fake API of ``tests/support/informer_fakes.py``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from linkerd_config.kube import informer as informer_module
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import INITIAL_EVENTS_END, Informer
 from linkerd_config.kube.resource import Json
+from tests.support.informer_fakes import Body, FakeApi, make_informer, page, running
 from tests.support.watch_lines import cm, line, status
-from tests.unit.test_informer_scripted import Body, FakeApi, make_informer, page, running
 
 
 def end_of_initial_events(rv: str) -> bytes:

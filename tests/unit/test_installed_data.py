@@ -15,17 +15,19 @@ import yaml
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import readable
 from linkerd_config.linkerd.formats import InstalledDataError, bounded
-from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
+from tests.support.controller_fakes import conditions, controller
 from tests.support.hostile import (
     alias_bomb,
     bombed_values,
     installed_values,
     with_values,
 )
+from tests.support.linkerdconfigs import config as legacy_config
+from tests.support.linkerdconfigs import small
 from tests.support.samples import install_configmap, modern_install
-from tests.unit.test_reconcile_outcomes import conditions, controller, small
-from tests.unit.test_reconcile_outcomes import config as legacy_config
 
 VALUES_AT = "ConfigMap linkerd/linkerd-config, key values"
 GLOBAL_AT = "ConfigMap linkerd/linkerd-config, key global"
@@ -106,7 +108,7 @@ def test_plan_and_status_refuse_the_bomb_naming_the_configmap() -> None:
         configs=[stored], configmaps=configmaps, pods=[], namespaces={}, replicasets={},
         workloads={}, config_namespace="linkerd",
     )  # fmt: skip
-    defaults = RolloutDefaults(max_restarts_per_pass=1, restart_interval=1.0)
+    defaults = RolloutOptions(max_restarts_per_pass=1, restart_interval=1.0)
     planned = plan(small(), cluster, defaults)
     assert planned.problem is not None
     assert planned.problem.reason == "InstalledConfigUnreadable"

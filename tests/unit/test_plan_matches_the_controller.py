@@ -15,9 +15,10 @@ from linkerd_config.kube.resource import Json
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.api_conversion import to_hub
 from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.preview import RolloutDefaults, plan
+from linkerd_config.linkerd.preview import plan
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support.clock import FakeClock
 from tests.support.rollout_sim import Recorder, SimCluster, merged_status
 from tests.support.samples import install_configmap, sample
@@ -25,7 +26,7 @@ from tests.support.samples import install_configmap, sample
 OLD, NEW = "edge-19.12.1", "edge-19.12.3"
 NAMES = [f"app-{i}" for i in range(7)]
 CANARY = {"count": 2, "selector": "app in (app-3,app-5)", "stableFor": "10s"}
-DEFAULTS = RolloutDefaults(max_restarts_per_pass=10, restart_interval=5.0)
+DEFAULTS = RolloutOptions(max_restarts_per_pass=10, restart_interval=5.0)
 
 
 def linkerdconfig(rollout: Json) -> Json:

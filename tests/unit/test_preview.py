@@ -26,74 +26,14 @@ from linkerd_config.linkerd.linkerdconfig_resource import READY
 from linkerd_config.linkerd.preview import (
     RESTARTING,
     ClusterView,
-    RolloutDefaults,
     plan,
     status,
 )
 from linkerd_config.linkerd.reconcile import apply_body, current_data, desired_config, target_of
+from tests.support.preview_views import APPS, DEFAULTS, NEW, OLD, pod, view
 from tests.support.samples import SECOND_TRUST_ANCHOR, install_configmap, modern_install, sample
 
 Json = dict[str, Any]
-OLD, NEW = "edge-19.12.1", "edge-19.12.3"
-
-
-def pod(ns: str, name: str, version: str = OLD, rs: str | None = None, **annotations: str) -> Json:
-    meta: Json = {
-        "name": name,
-        "namespace": ns,
-        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
-        "annotations": {rollout.PROXY_VERSION_ANNOTATION: version, **annotations},
-    }
-    if rs:
-        meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": rs, "controller": True}]
-    return {"metadata": meta, "status": {"phase": "Running"}}
-
-
-def deployment_of(
-    ns: str, name: str, pods: int, version: str = OLD, **annotations: str
-) -> tuple[list[Json], Json]:
-    """``pods`` pods of Deployment ``name`` (through ReplicaSet ``name-rs``)."""
-    return (
-        [pod(ns, f"{name}-{i}", version, f"{name}-rs", **annotations) for i in range(pods)],
-        {
-            "metadata": {
-                "name": f"{name}-rs",
-                "namespace": ns,
-                "ownerReferences": [{"kind": "Deployment", "name": name, "controller": True}],
-            }
-        },
-    )
-
-
-def view(
-    *,
-    configmap: Json | None = None,
-    configs: list[Json] | None = None,
-    deployments: dict[tuple[str, str], tuple[int, str]] | None = None,
-    namespaces: dict[str, Json] | None = None,
-    records: dict[str, Json] | None = None,
-    extra_pods: list[Json] | None = None,
-) -> ClusterView:
-    pods: list[Json] = list(extra_pods or [])
-    replicasets: dict[str, Json] = {}
-    for (ns, name), (count, version) in (deployments or {}).items():
-        found, rs = deployment_of(ns, name, count, version)
-        pods.extend(found)
-        replicasets[f"{ns}/{name}-rs"] = rs
-    cm = install_configmap() if configmap is None else configmap
-    return ClusterView(
-        configs=configs or [],
-        configmaps={f"linkerd/{cm['metadata']['name']}": cm} if cm else {},
-        pods=pods,
-        namespaces=namespaces or {},
-        replicasets=replicasets,
-        workloads={"Deployment": records or {}},
-        config_namespace="linkerd",
-    )
-
-
-DEFAULTS = RolloutDefaults(max_restarts_per_pass=2, restart_interval=5.0)
-APPS = {("emojivoto", n): (2, OLD) for n in ("web", "emoji", "voting")}
 
 
 def applied(config: Json, configmap: Json) -> Json:

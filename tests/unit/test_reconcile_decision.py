@@ -22,9 +22,9 @@ from linkerd_config.linkerd.reconcile_decision import (
     decide,
 )
 from tests.support.hostile import bombed_values, with_values
+from tests.support.linkerdconfigs import config as legacy_config
+from tests.support.linkerdconfigs import small
 from tests.support.samples import modern_install
-from tests.unit.test_reconcile_outcomes import config as legacy_config
-from tests.unit.test_reconcile_outcomes import small
 
 
 def by_key(*configmaps: Json) -> dict[str, Json]:

@@ -1,11 +1,11 @@
-"""The reconcile's outcomes as a table, with simple fakes: caches filled by hand, a writer that
-records what it is asked (or refuses), an event recorder that lists. No API server."""
+"""The reconcile's outcomes as a table, with simple fakes (``tests/support/controller_fakes.py``):
+caches filled by hand, a writer that records what it is asked (or refuses), an event recorder
+that lists. No API server."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
-from types import SimpleNamespace
 from typing import Any
 
 import yaml
@@ -14,90 +14,17 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from tests.support.controller_fakes import FakeRecorder, FakeWriter, conditions, controller
+from tests.support.linkerdconfigs import config, small
 from tests.support.samples import (
     SAMPLES,
     SECOND_TRUST_ANCHOR,
     install_configmap,
     load,
     modern_install,
-    sample,
 )
 
 CM_KEY = "linkerd/linkerd-config"
-
-
-class FakeWriter:
-    def __init__(self) -> None:
-        self.applied: list[Json] = []
-        self.created: list[Json] = []
-        self.statuses: list[Json] = []
-        self.patched: list[tuple[str, Json]] = []
-        self.refuse: ApiError | None = None
-        self.refuse_create: ApiError | None = None
-        self.refuse_status: ApiError | None = None
-        self.preconditions: list[str | None] = []
-        self.calls: list[str] = []
-        """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
-
-    async def apply(self, _resource: Any, obj: Json) -> Json:
-        if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
-            raise self.refuse
-        self.applied.append(obj)
-        self.calls.append(f"apply:{obj['metadata']['name']}")
-        return obj
-
-    async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
-        if self.refuse_create is not None:
-            raise self.refuse_create
-        self.created.append(obj)
-        return obj
-
-    async def merge_patch(self, _resource: Any, _ns: Any, name: str, patch: Json) -> Json:
-        self.patched.append((name, patch))
-        return patch
-
-    async def patch_status(
-        self, _resource: Any, _ns: Any, _name: str, status: Json, **precondition: Any
-    ) -> Json:
-        if self.refuse_status is not None:
-            raise self.refuse_status
-        self.statuses.append(status)
-        self.preconditions.append(precondition.get("resource_version"))
-        self.calls.append("status")
-        return status
-
-
-class FakeRecorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str]] = []
-
-    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
-        self.events.append((type_, reason))
-
-
-def controller(
-    *configs: Json, configmap: Json | None = None
-) -> tuple[Any, FakeWriter, FakeRecorder]:
-    recorder = FakeRecorder()
-    # The controller's only use of a client before it runs: where its informers report metrics.
-    no_client = SimpleNamespace(registry=None)
-    ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
-    writer = FakeWriter()
-    for part in (ctl, ctl.rollout, ctl.writes, ctl.outcomes):
-        part.writer = writer
-    for config in configs:
-        ctl.configs.store.put(config)
-    if configmap is not None:
-        ctl.configmaps.store.put(configmap)
-    return ctl, writer, recorder
-
-
-def config(name: str = "edge-19.12.3", created: str = "2026-01-01T00:00:00Z", **spec: Any) -> Json:
-    obj = copy.deepcopy(sample("edge_19.12.3.yaml"))
-    obj["metadata"].update(name=name, creationTimestamp=created, generation=1)
-    obj["spec"]["global"].update(spec)
-    return obj
 
 
 def merged(current: Json, applied: Json) -> Json:
@@ -110,10 +37,6 @@ def merged(current: Json, applied: Json) -> Json:
 
 def message_of(status: Json, type_: str) -> str:
     return str(next(c["message"] for c in status["conditions"] if c["type"] == type_))
-
-
-def conditions(status: Json) -> dict[str, tuple[str, str]]:
-    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
 
 async def test_a_deleted_linkerdconfig_changes_nothing() -> None:
@@ -192,13 +115,6 @@ async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() 
 
 
 # -- the Helm-values format: Linkerd edge-26.8.3's own install ------------------------------
-
-
-def small(**proxy: Any) -> Json:
-    spec = {"proxy": {"proxyVersion": "edge-26.8.4", "logLevel": "debug", **proxy}}
-    meta = {"name": "modern", "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 1}
-    return {"apiVersion": "config.linkerd.io/v1alpha1", "kind": "LinkerdConfig",
-            "metadata": meta, "spec": spec}  # fmt: skip
 
 
 async def reconciled_modern(

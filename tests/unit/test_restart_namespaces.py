@@ -16,8 +16,9 @@ import pytest
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import desired_config
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.settings import SettingsError, parse
 from tests.support.samples import install_configmap, modern_install, sample
 
@@ -213,12 +214,12 @@ def test_plan_and_status_show_a_namespace_not_selected_as_excluded() -> None:
         workloads={},
         config_namespace="linkerd",
     )
-    everywhere = plan(config, view, RolloutDefaults())
+    everywhere = plan(config, view, RolloutOptions())
     assert [str(line.workload) for line in everywhere.restarts] == [
         "pod/kube-public/web-1",
         "pod/shop/web-1",
     ]
-    narrowed = plan(config, view, RolloutDefaults(restart_namespaces=BY_NAME))
+    narrowed = plan(config, view, RolloutOptions(restart_namespaces=BY_NAME))
     assert [str(line.workload) for line in narrowed.restarts] == ["pod/shop/web-1"]
     (kept,) = narrowed.kept
     assert (str(kept.workload), kept.state) == ("pod/kube-public/web-1", rollout.EXCLUDED)
@@ -232,8 +233,8 @@ def test_plan_and_status_show_a_namespace_not_selected_as_excluded() -> None:
         "metadata": {**config["metadata"], "creationTimestamp": "2020-01-01T00:00:00Z"},
     }
     cluster = replace(view, configs=[applied])
-    (everything,) = status(cluster, RolloutDefaults())
-    (only_shop,) = status(cluster, RolloutDefaults(restart_namespaces=BY_NAME))
+    (everything,) = status(cluster, RolloutOptions())
+    (only_shop,) = status(cluster, RolloutOptions(restart_namespaces=BY_NAME))
     assert [str(line.workload) for line in everything.stale] == [
         "pod/kube-public/web-1",
         "pod/shop/web-1",

@@ -1,5 +1,5 @@
 """Attacks on ``onFailure: Rollback`` and the halt it starts from, one reconcile at a time with
-the rollout executor's fakes (``test_rollback_executor``'s world): leadership changing hands
+the rollout executor's fakes (``tests/support/rollback_worlds.py``): leadership changing hands
 between the steps, and a ``status.lastCompleted`` that can no longer be used."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from linkerd_config.linkerd import rollback, rollout, workload_health
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.linkerdconfig_resource import Target, status_schema
-from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,
@@ -27,11 +27,11 @@ from linkerd_config.linkerd.reconcile import (
     target_of,
 )
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, DesiredProxy
-from linkerd_config.linkerd.rollout_executor import HEALTH_RECHECK
+from linkerd_config.linkerd.rollout_machine import HEALTH_RECHECK
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.merge_patch import apply_merge_patch
-from tests.support.samples import install_configmap, modern_install, sample
-from tests.unit.test_rollback_executor import (
+from tests.support.rollback_worlds import (
     OLD_DESIRED,
     OLD_HASH,
     REFUSED,
@@ -39,7 +39,8 @@ from tests.unit.test_rollback_executor import (
     failed_first_pass,
     rollback_config,
 )
-from tests.unit.test_rollout_executor import DESIRED, HASH, OLD, with_status
+from tests.support.rollout_worlds import DESIRED, HASH, OLD, with_status
+from tests.support.samples import install_configmap, modern_install, sample
 
 
 def _versioned(config: Json, resource_version: str, **changes: object) -> Json:
@@ -322,14 +323,14 @@ def test_a_plan_of_the_rolled_back_spec_changes_no_configmap(fmt: str) -> None:
     controller keeps the ConfigMap on the configuration it returned to, so ``plan`` must not
     show it going back to the failed one."""
     config, cluster, back_hash = _rolled_back_cluster(fmt)
-    result = plan(config, cluster, RolloutDefaults())
+    result = plan(config, cluster, RolloutOptions())
     assert result.problem is None, result.problem
     assert result.keys == () and result.metadata == (), render_plan(result)
     assert result.halted == ("deployment/emojivoto/web: new pods refused",)
     # A changed spec is a new attempt: its configuration is written, as the controller would.
     changed = copy.deepcopy(config)
     changed["spec"]["rollout"]["progressDeadline"] = "20m"
-    again = plan(changed, cluster, RolloutDefaults())
+    again = plan(changed, cluster, RolloutOptions())
     assert again.keys and again.current_hash == back_hash
 
 
@@ -409,10 +410,10 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
         workloads={},
         config_namespace="linkerd",
     )
-    (said,) = status(cluster, RolloutDefaults())
+    (said,) = status(cluster, RolloutOptions())
     assert said.problem is None, said.problem
     assert said.halted == ("deployment/ns/app: new pods refused",) and not said.rolled_back
-    planned = plan(config, cluster, RolloutDefaults())
+    planned = plan(config, cluster, RolloutOptions())
     assert planned.problem is None, planned.problem
 
 

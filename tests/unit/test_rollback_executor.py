@@ -6,18 +6,19 @@ repeats a restore nor loses the rollback."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
-from linkerd_config.linkerd.linkerdconfig_resource import Target
-from linkerd_config.linkerd.reconcile import Desired
-from linkerd_config.linkerd.rollout import DesiredProxy
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
-from tests.support.merge_patch import apply_merge_patch
-from tests.unit.test_rollout_executor import (
+from tests.support.rollback_worlds import (
+    OLD_DESIRED,
+    OLD_HASH,
+    RollbackWorld,
+    failed_first_pass,
+    rollback_config,
+)
+from tests.support.rollout_worlds import (
     DESIRED,
     HASH,
     HEALTHY_STATUS,
@@ -25,117 +26,8 @@ from tests.unit.test_rollout_executor import (
     NOT_AVAILABLE,
     OLD,
     World,
-    replica_failures,
     with_status,
 )
-
-OLD_HASH = "h0"
-OLD_DESIRED = Desired(Target("linkerd", "linkerd-config"), {}, OLD_HASH, "Spec", DesiredProxy(OLD))
-REFUSED: Json = {
-    **NOT_AVAILABLE,
-    "conditions": [
-        {
-            "type": "ReplicaFailure",
-            "status": "True",
-            "reason": "FailedCreate",
-            "message": 'pods "app-00-x" is forbidden: no new proxy here',
-        }
-    ],
-}
-
-
-def rollback_config(last_completed: bool = True) -> Json:
-    status: Json = {}
-    if last_completed:
-        completed = rollback.completed_record(
-            {
-                "metadata": {"generation": 1},
-                "spec": {"proxy": {"proxyVersion": OLD, "proxyInitImageVersion": "v1.2.0"}},
-            },
-            OLD_HASH,
-            "2026-11-24T00:00:00Z",
-        )
-        status[rollback.LAST_COMPLETED_FIELD] = completed
-    return {
-        "metadata": {"name": "cfg", "generation": 2},
-        "spec": {
-            "rollout": {"onFailure": "Rollback", "progressDeadline": "30s", "maxRestartsPerPass": 1}
-        },
-        "status": status,
-    }
-
-
-class RollbackWorld(World):
-    """``World``, whose writer also answers the live Deployment and its ReplicaSets as the
-    API server would after the informers' view (each ReplicaSet keeps its pod template)."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__(n, restart_interval=1.0)
-        self.live_replicasets: dict[str, list[Json]] = {}
-        self.writer.list = self.list  # type: ignore[attr-defined]
-        self.writer.get = self.get  # type: ignore[method-assign]
-        for obj in self.deployments.list():
-            meta = obj["metadata"]
-            meta["uid"] = f"uid-{meta['name']}"
-            self.live_replicasets[meta["name"]] = [self.replicaset(obj, "1")]
-
-    @staticmethod
-    def replicaset(deployment: Json, revision: str) -> Json:
-        meta = deployment["metadata"]
-        return {
-            "metadata": {
-                "name": f"{meta['name']}-{revision}",
-                "annotations": {revisions.REVISION_ANNOTATION: revision},
-                "ownerReferences": [{"kind": "Deployment", "uid": meta["uid"], "controller": True}],
-            },
-            "spec": {"template": deployment["spec"]["template"]},
-            "status": {"conditions": replica_failures(deployment)},
-        }
-
-    async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:
-        return self.deployments.get(f"{namespace}/{name}")
-
-    async def list(self, _resource: Any, _namespace: str) -> list[Json]:
-        return [r for rs in self.live_replicasets.values() for r in rs]
-
-    def restarted(self, status: Json) -> None:
-        """Our restart patches land (merged as the API server merges them): a new
-        ReplicaSet per restarted Deployment, whose pods ``status`` describes."""
-        for key, patch in self.writer.patches:
-            obj = self.deployments.get(key)
-            spec = apply_merge_patch(obj["spec"], patch["spec"])
-            self.deployments.put({**obj, "spec": spec, "status": status})
-            self.live_replicasets[obj["metadata"]["name"]].append(
-                self.replicaset(self.deployments.get(key), "2")
-            )
-        self.writer.patches.clear()
-
-    async def bring_back(self, config: Json) -> Any:
-        """The ConfigMap holds the old configuration and the injector serves it now: the next
-        reconcile restores what the failed rollout restarted."""
-        self.executor.found(OLD_HASH)
-        self.writer.injects = OLD
-        self.clock.now += 5.0
-        return await self.executor.roll(config, DESIRED, OLD_DESIRED)
-
-    def restored(self) -> list[str]:
-        """Our restore patches land: each template back, its old pods healthy."""
-        names = []
-        for key, patch in self.writer.patches:
-            obj = self.deployments.get(key)
-            template = apply_merge_patch(obj["spec"]["template"], patch["spec"]["template"])
-            self.deployments.put({**obj, "spec": {**obj["spec"], "template": template},
-                                  "status": HEALTHY_STATUS})  # fmt: skip
-            names.append(key)
-        self.writer.patches.clear()
-        return names
-
-
-async def failed_first_pass(world: RollbackWorld, config: Json) -> Any:
-    await world.executor.roll(config, DESIRED, DESIRED)
-    world.restarted(REFUSED)
-    world.clock.now += 1.0
-    return await world.executor.roll(config, DESIRED, DESIRED)
 
 
 async def test_a_failed_rollout_rolls_back_the_workload_it_restarted_and_nothing_else() -> None:

@@ -36,7 +36,8 @@ from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor, RolloutOptions
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.clock import FakeClock
 from tests.support.rollout_sim import NEW, Recorder, SimCluster, halted, merged_status

@@ -21,9 +21,10 @@ from linkerd_config.linkerd import trust_anchor_guard as guard
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.formats import FormatError
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
-from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
+from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import desired_config
 from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support.anchors import bundle, trust_anchor
 from tests.support.samples import install_configmap, modern_install
 
@@ -431,7 +432,7 @@ def cluster(bundle_text: str, pods: list[Json], stored: Json | None) -> ClusterV
     )
 
 
-DEFAULTS = RolloutDefaults(max_restarts_per_pass=2, restart_interval=5.0)
+DEFAULTS = RolloutOptions(max_restarts_per_pass=2, restart_interval=5.0)
 
 
 def test_plan_shows_the_hold_before_anything_is_applied_and_status_too() -> None:

@@ -1,0 +1,477 @@
+"""One pass of a LinkerdConfig's rollout, decided: ``step(observed, record, policy)``.
+
+Pure: what the executor read of the cluster (``Observed``), the rollout's record in the
+LinkerdConfig's status (``workload_health.HaltState``: a halt, a rollback, the forgiven; the
+canary's record is read with the rest of ``Observed``) and its settings (``RolloutPolicy``) in;
+a ``Step`` out: the phase (``rollout_phase.Phase``) and what status must say of it, and the
+actions the executor performs (``AskInjector``, ``Restart``, ``Emit``, ``Halted``,
+``CanaryKept``). The executor performs actions and nothing else; a question to the injector
+is an action whose answer is observed, and the pass is decided again with it.
+
+A pass, in order (each rule stops the pass where it applies):
+
+1. a halt in force: nothing is restarted (``HALTED``);
+2. a restarted workload failed (its own rollout failed, or it missed ``progressDeadline``,
+   on this attempt's evidence): the attempt halts, or rolls back with ``onFailure: Rollback``
+   and a completed configuration to return to;
+3. nothing stale and every restart healthy: ``DONE`` (the configuration is recorded as the
+   last completed);
+4. a restarted workload not healthy yet: the next pass waits (the canary's clock restarts);
+5. ``paused``: counted, nothing restarted;
+6. the pre-flight (skip what is paused or already unhealthy), the canary (only it, until it
+   passes) and the pace (``batch`` per ``interval``) choose this pass's restarts;
+7. Linkerd's injector must be seen injecting the configuration this pass (the Mesh rule);
+8. restart them (``Restart``); what the API server said is folded in by ``after_restarts``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.linkerd import canary, rollback, rollout, workload_health
+from linkerd_config.linkerd.rollout import RolloutPlan, Workload
+from linkerd_config.linkerd.rollout_phase import Phase
+from linkerd_config.linkerd.rollout_policy import RolloutPolicy
+from linkerd_config.linkerd.workload_health import HaltState, Restarted
+
+HEALTH_RECHECK = 5.0
+"""While restarted workloads come back, look again at least this often (their informers
+wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
+
+RESUME_HINT = (
+    "Fix the workloads, then change the LinkerdConfig's spec (a new attempt) or annotate it "
+    f"{workload_health.RESUME_ANNOTATION}=<anything new> (resume, the failed ones forgiven)"
+)
+
+
+# -- what goes in ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InjectorAnswer:
+    """What a question to the injector found: whether it injects the configuration, what
+    status says, and, when it was not asked, why (the fallback wait applies), or, when it
+    answered that restarts must wait without end, the Warning's reason for that."""
+
+    injects: bool
+    why: str
+    cause: str = ""
+    held: str = ""
+    retry_after: float = 2.0
+    """When it does not inject: seconds until it is asked again."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What the executor read for one pass of one configuration (its caches, and what it
+    asked the API server and the injector). The callables read the same caches on demand:
+    a pass that stops early does not pay for them."""
+
+    config: Json
+    """The LinkerdConfig as cached."""
+    config_hash: str
+    version: str
+    """The proxy version the configuration gives a pod."""
+    now: float
+    """Wall time."""
+    plan: RolloutPlan
+    """The stale opted-in workloads."""
+    restarted: Mapping[str, tuple[Restarted, Workload]]
+    """The owners restarted for this configuration, by name: how each stands (its
+    ``ReplicaFailure`` checked against the revision our restart made)."""
+    restart_times: tuple[float, ...]
+    """When each owner restarted for this configuration was restarted."""
+    evicted: int
+    """Bare pods evicted for this configuration."""
+    last_eviction: float | None
+    pass_finished: float | None
+    """When this process's last pass finished sending its restarts."""
+    preflight: Callable[[], tuple[list[Workload], list[tuple[str, str]]]]
+    """The stale workloads not restarted yet: those the pre-flight lets restart, in order, and
+    the others with why not."""
+    labels: Callable[[Workload], canary.Labels | None]
+    """A workload's labels and its namespace's (the canary's selectors)."""
+    canary_record: Json | None = None
+    """The canary's record: status's, or the one this process wrote and has not read back."""
+    injector: InjectorAnswer | None = None
+    """The injector's answer this pass; None: not asked yet."""
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        """Stale workloads, restarts for this configuration (owners and bare pods), bare pods."""
+        return (len(self.plan.workloads), len(self.restart_times) + self.evicted, self.evicted)
+
+
+# -- what comes out ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AskInjector:
+    """Ask Linkerd's injector (a dry-run create of one of these workloads' pods) whether it
+    injects the configuration; decide the pass again with its answer."""
+
+    workloads: tuple[Workload, ...]
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Restart these owners (evict these bare pods) onto the configuration, once each."""
+
+    workloads: tuple[Workload, ...]
+
+
+@dataclass(frozen=True)
+class Emit:
+    """An Event: on ``involved`` (a workload), or on the LinkerdConfig when None."""
+
+    type: str
+    reason: str
+    message: str
+    involved: Workload | None = None
+
+
+@dataclass(frozen=True)
+class Halted:
+    """The attempt halted (or, with ``rolling_back_to``, began to roll back): ``record`` is
+    the status record, to remember until status holds it."""
+
+    record: Json
+    failed: str
+    """The failed workloads, as listed in messages."""
+    rolling_back_to: str | None = None
+
+
+@dataclass(frozen=True)
+class CanaryKept:
+    """The canary's record decided this pass (to remember until status holds it), and
+    whether it passed now."""
+
+    record: Json
+    passed_now: bool = False
+
+
+Action = AskInjector | Restart | Emit | Halted | CanaryKept
+
+
+@dataclass(frozen=True)
+class RolloutOutcome:
+    """What one pass found and did, for the status conditions and the requeue."""
+
+    outdated: int
+    restarted_total: int
+    evicted: int
+    reason: Phase
+    message: str
+    requeue_after: float | None = None
+    status: Json = field(default_factory=dict)
+    """Status fields of the rollout's own state (its halt, its canary, the last completed
+    configuration), to write with the rest."""
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.reason == Phase.DONE
+
+
+@dataclass(frozen=True)
+class RestartPass:
+    """A pass that restarts: what ``after_restarts`` needs to say how it went."""
+
+    why: str
+    """What the injector's answer says, and what the pre-flight skipped."""
+    canary: canary.Canary
+
+
+@dataclass(frozen=True)
+class Step:
+    """One pass decided: its outcome and the actions that carry it out."""
+
+    outcome: RolloutOutcome
+    actions: tuple[Action, ...] = ()
+    restarting: RestartPass | None = None
+
+    @property
+    def ask(self) -> AskInjector | None:
+        return next((a for a in self.actions if isinstance(a, AskInjector)), None)
+
+    @property
+    def restart(self) -> Restart | None:
+        return next((a for a in self.actions if isinstance(a, Restart)), None)
+
+
+# -- deciding ----------------------------------------------------------------------------------
+
+
+def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
+    """This pass of ``observed``'s configuration: see the module's docstring."""
+    counts, version = observed.counts, observed.version
+    if record.halted is not None:
+        failed = failures(record.halted.get("failed") or ())
+        return Step(
+            RolloutOutcome(
+                *counts, Phase.HALTED,
+                f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
+                status={workload_health.HALT_FIELD: record.halted},
+            )
+        )  # fmt: skip
+    restarted = observed.restarted
+    checked = workload_health.gate(
+        (standing for standing, _ in restarted.values()),
+        observed.now,
+        policy.progress_deadline,
+        record.forgiven,
+    )
+    if checked.failed:
+        return _halt(observed, policy, checked.failed)
+    if not observed.plan.workloads and checked.open:
+        completed = rollback.completed_record(
+            observed.config, observed.config_hash, rfc3339(observed.now)
+        )
+        return Step(
+            RolloutOutcome(
+                *counts, Phase.DONE, f"every opted-in pod runs proxy {version}",
+                status={} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed},
+            )
+        )  # fmt: skip
+    if checked.waiting:  # a canary not healthy: its clock starts again
+        first = _canary(observed, record, policy, None)
+        outcome = RolloutOutcome(
+            *counts, Phase.ROLLING, waiting_message(checked.waiting, version),
+            requeue_after=min(HEALTH_RECHECK, policy.interval or HEALTH_RECHECK),
+        )  # fmt: skip
+        return _with_canary(first, outcome)
+    if policy.paused:
+        plan = observed.plan
+        return Step(
+            RolloutOutcome(
+                *counts, Phase.PAUSED,
+                f"rollout paused: {len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) "
+                f"would be restarted for proxy {version}; set spec.rollout.paused to false "
+                "to resume",
+            )
+        )  # fmt: skip
+    ready, skipped = observed.preflight()
+    first = _canary(observed, record, policy, ready)
+    todo = list(first.restart)
+    last = [
+        *observed.restart_times,
+        *([observed.last_eviction] if observed.last_eviction else []),
+        *([observed.pass_finished] if observed.pass_finished else []),
+    ]
+    pace = rollout.pace(max(last, default=None), observed.now, policy.batch, policy.interval)
+    if not todo or not pace.allowed:
+        status = _completed_but_skipped(observed, ready, skipped)
+        wait, said = pace.wait or policy.interval, skipped_message(skipped)
+        outcome = _rolling(observed, policy, counts[1], wait, said, status)
+        return _with_canary(first, outcome)
+    answer = observed.injector
+    if answer is None:
+        return Step(_rolling(observed, policy, counts[1], 0.0, ""), (AskInjector(tuple(todo)),))
+    if not answer.injects:
+        outcome = RolloutOutcome(
+            *counts, Phase.WAITING_FOR_INJECTOR, answer.why, requeue_after=answer.retry_after
+        )
+        return Step(outcome, _canary_actions(first))
+    batch = tuple(todo[: pace.allowed])
+    restarting = RestartPass(f"{answer.why} {skipped_message(skipped)}".strip(), first)
+    outcome = _rolling(observed, policy, counts[1], policy.interval, restarting.why)
+    return Step(outcome, (*_canary_actions(first), Restart(batch)), restarting)
+
+
+@dataclass(frozen=True)
+class RestartResult:
+    """How one restart of a pass went (``Restart``'s result, as the executor reports it)."""
+
+    workload: Workload
+    done: bool = False
+    refused: str = ""
+
+
+def after_restarts(
+    observed: Observed,
+    policy: RolloutPolicy,
+    decided: Step,
+    results: Sequence[RestartResult],
+    evicted: int,
+) -> Step:
+    """``decided`` (a pass that restarts) once its restarts are sent: the counts and the
+    message with what the API server refused (retried next pass); ``evicted``: the bare pods
+    evicted for this configuration now."""
+    assert decided.restarting is not None
+    why = decided.restarting.why
+    refused = [f"{r.workload}: {r.refused}" for r in results if r.refused]
+    if refused:
+        why = f"{len(refused)} restart(s) refused, retried next pass: {'; '.join(refused)}. {why}"
+    owners = sum(1 for r in results if r.done and r.workload.kind != "Pod")
+    total = len(observed.restart_times) + owners + evicted
+    seen = replace(observed, evicted=evicted)
+    outcome = _rolling(seen, policy, total, policy.interval, why.strip())
+    with_canary = _with_canary(decided.restarting.canary, outcome)
+    return replace(with_canary, actions=decided.actions)
+
+
+def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, str], ...]) -> Step:
+    """Stop the attempt: recorded in status (any leader reads it back), one Warning on the
+    LinkerdConfig and one on each failed workload. With ``onFailure: Rollback`` and a
+    completed configuration to return to, the record starts a rollback instead."""
+    config, config_hash, version = observed.config, observed.config_hash, observed.version
+    record = workload_health.halt_record(config, config_hash, failed, rfc3339(observed.now))
+    listed = failures(f"{w}: {why}" for w, why in failed)
+    reason, outcome, after, back_hash = Phase.HALTED, "halted", "", None
+    if policy.rollback:
+        back_to, why_not = rollback.target(config, config_hash)
+        if back_to is not None:
+            restarted = [w for _, w in observed.restarted.values()]
+            record = rollback.start(record, back_to, restarted)
+            reason, outcome = Phase.ROLLING_BACK, "failed"
+            back_hash = str(back_to["configHash"])
+            after = f"; rolling back to configuration {back_hash}"
+        else:
+            after = f" (onFailure: Rollback, but {why_not}: halted instead)"
+    said = f"rollout of proxy {version} {outcome}: {listed}{after}"
+    name = config["metadata"]["name"]
+    then = "halted" if reason == Phase.HALTED else "rolled back"
+    actions: list[Action] = [Halted(record, listed, back_hash), Emit("Warning", reason, said)]
+    for workload_name, why in failed:
+        workload = observed.restarted[workload_name][1]
+        actions.append(
+            Emit(
+                "Warning",
+                reason,
+                f"did not come back healthy on proxy {version} (LinkerdConfig {name}): "
+                f"{why}; the rollout is {then}",
+                workload,
+            )
+        )
+    return Step(
+        RolloutOutcome(
+            *observed.counts, reason, f"{said}. {RESUME_HINT}",
+            requeue_after=None if reason == Phase.HALTED else 0.5,
+            status={workload_health.HALT_FIELD: record},
+        ),
+        tuple(actions),
+    )  # fmt: skip
+
+
+def _canary(
+    observed: Observed, record: HaltState, policy: RolloutPolicy, todo: list[Workload] | None
+) -> canary.Canary:
+    """The canary's part in this pass (``canary.decide``): which of ``todo`` it lets the pass
+    restart, and what it says."""
+    standing = [s for s, _ in observed.restarted.values()]
+    return canary.decide(
+        policy.canary,
+        observed.config,
+        observed.config_hash,
+        observed.canary_record,
+        standing,
+        record.forgiven,
+        todo,
+        observed.labels,
+        observed.now,
+    )
+
+
+def _canary_actions(first: canary.Canary) -> tuple[Action, ...]:
+    decided = first.status.get(canary.FIELD)
+    if not isinstance(decided, dict):
+        return ()
+    kept = CanaryKept(decided, first.passed_now)
+    if first.passed_now:
+        return (kept, Emit("Normal", "CanaryPassed", first.message))
+    return (kept,)
+
+
+def _with_canary(first: canary.Canary, outcome: RolloutOutcome) -> Step:
+    """``outcome`` with the canary's part: what it says and keeps in status; while the rest
+    wait for it, its phase, and a look again when it may have passed."""
+    said = replace(
+        outcome, message=outcome.message + first.note, status={**outcome.status, **first.status}
+    )
+    actions = _canary_actions(first)
+    if not first.holds:
+        return Step(said, actions)
+    unmatched = first.phase == canary.UNMATCHED
+    return Step(
+        replace(
+            said,
+            reason=Phase.CANARY_UNMATCHED if unmatched else Phase.CANARY,
+            requeue_after=min(
+                outcome.requeue_after or HEALTH_RECHECK,
+                first.requeue_after or HEALTH_RECHECK,
+                HEALTH_RECHECK,
+            ),
+        ),
+        actions,
+    )
+
+
+def _rolling(
+    observed: Observed,
+    policy: RolloutPolicy,
+    total: int,
+    wait: float,
+    why: str,
+    status: Json | None = None,
+) -> RolloutOutcome:
+    plan = observed.plan
+    message = (
+        f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
+        f"{observed.version}; restarted {total} for this configuration. {why}"
+    ).strip()
+    return RolloutOutcome(
+        len(plan.workloads),
+        total,
+        observed.evicted,
+        Phase.ROLLING,
+        message,
+        requeue_after=wait if wait > 0 else policy.controller_interval,
+        status=status or {},
+    )
+
+
+def _completed_but_skipped(
+    observed: Observed, ready: list[Workload], skipped: list[tuple[str, str]]
+) -> Json:
+    """``status.lastCompleted`` when everything this rollout could restart is done and
+    healthy (the gate is open), only skipped workloads left: they do not count against
+    the configuration, so it is what a later rollback may return to."""
+    if ready or not skipped:
+        return {}
+    completed = rollback.completed_record(
+        observed.config, observed.config_hash, rfc3339(observed.now)
+    )
+    return {} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed}
+
+
+# -- messages ----------------------------------------------------------------------------------
+
+
+def waiting_message(waiting: tuple[tuple[str, str], ...], version: str) -> str:
+    shown = [f"{w}: {why}" for w, why in waiting]
+    return (
+        f"{len(waiting)} restarted workload(s) not healthy on proxy {version} yet, the next "
+        f"pass waits for them: {listed(shown, 5)}"
+    )
+
+
+def skipped_message(skipped: list[tuple[str, str]]) -> str:
+    if not skipped:
+        return ""
+    shown = [f"{w}: {why}" for w, why in skipped]
+    return f"Skipped, not restarted: {listed(shown, 5)}."
+
+
+def failures(failed: Iterable[object]) -> str:
+    """Failed workloads and why, as messages list them: a few, each cut short, the rest
+    counted (a condition's message is at most 32768 characters, and a pass may fail
+    thousands of workloads at once, each with the API server's reason)."""
+    items = [workload_health.cut(str(f), 1024) for f in failed]
+    shown = "; ".join(items[:5])
+    return shown if len(items) <= 5 else f"{shown}; and {len(items) - 5} more"
+
+
+def listed(items: list[str], limit: int = 10) -> str:
+    shown = ", ".join(items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"

@@ -1,0 +1,78 @@
+"""The rollout's settings in one place: the controller's flags (``RolloutOptions``, with their
+defaults) and, for one LinkerdConfig, its ``spec.rollout`` over them (``RolloutPolicy``).
+
+Every decision of the rollout reads a ``RolloutPolicy``: the controller's passes, and what
+``plan`` and ``status`` say of them, so the three cannot disagree on a setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from linkerd_config.kube.labels import EVERYTHING, LabelSelector
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.canary import CanarySpec
+from linkerd_config.linkerd.linkerdconfig_resource import DEFAULT_PROGRESS_DEADLINE, RolloutSpec
+from linkerd_config.linkerd.reconcile import Desired
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """The controller's rollout settings (its flags); the first two a spec may override."""
+
+    max_restarts_per_pass: int = 10
+    """At most this many workloads restarted per pass, so a cluster is not restarted at once."""
+    restart_interval: float = 5.0
+    """Seconds between passes while workloads are outdated."""
+    injector_wait: float = 60.0
+    """When the injector's version cannot be confirmed by dry-run, wait this long after
+    writing the config before restarting (the original project's fixed sleep, as a fallback)."""
+    probe_namespace: str = ""
+    """Where the dry-run pods that ask the injector are created (a namespace annotated for
+    injection, where the controller may create pods); empty: each workload's own."""
+    restart_namespaces: LabelSelector = EVERYTHING
+    """Restart only in the namespaces this selects (``--restart-namespace-selector``)."""
+
+    def restricted(self, desired: Desired) -> Desired:
+        """``desired`` as the controller rolls it out: only where it may restart."""
+        return replace(desired, proxy=desired.proxy.restarting_in(self.restart_namespaces))
+
+
+@dataclass(frozen=True)
+class RolloutPolicy:
+    """One LinkerdConfig's rollout settings: its ``spec.rollout`` over the controller's."""
+
+    batch: int = RolloutOptions.max_restarts_per_pass
+    """Workloads restarted per pass."""
+    interval: float = RolloutOptions.restart_interval
+    """Seconds between passes (0 is a value: no pacing)."""
+    progress_deadline: float = DEFAULT_PROGRESS_DEADLINE
+    """Seconds a restarted workload has to be healthy before it fails the rollout."""
+    paused: bool = False
+    rollback: bool = False
+    """``onFailure: Rollback``: a failed rollout returns to the last completed configuration."""
+    canary: CanarySpec | None = None
+    """The first passes restart only the canary; None: no canary."""
+    injector_wait: float = RolloutOptions.injector_wait
+    probe_namespace: str = ""
+    controller_interval: float = RolloutOptions.restart_interval
+    """The controller's own interval: how soon a rollout under way looks again when nothing
+    else says when (a spec's interval of 0 included)."""
+
+    @classmethod
+    def of(cls, config: Json, options: RolloutOptions) -> RolloutPolicy:
+        """``config``'s settings (an admitted object: validation checked the types)."""
+        spec = RolloutSpec.of(config)
+        return cls(
+            batch=spec.max_restarts_per_pass or options.max_restarts_per_pass,
+            interval=options.restart_interval
+            if spec.restart_interval is None
+            else spec.restart_interval,
+            progress_deadline=spec.progress_deadline,
+            paused=spec.paused,
+            rollback=spec.rollback,
+            canary=spec.canary,
+            injector_wait=options.injector_wait,
+            probe_namespace=options.probe_namespace,
+            controller_interval=options.restart_interval,
+        )

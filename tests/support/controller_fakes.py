@@ -1,0 +1,82 @@
+"""Fakes for the LinkerdConfig controller's reconcile unit tests: a writer that records what
+it is asked (or refuses), an event recorder that lists, and a controller wired to them over
+caches filled by hand (no API server); ``conditions`` reads the status the writer got."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self.applied: list[Json] = []
+        self.created: list[Json] = []
+        self.statuses: list[Json] = []
+        self.patched: list[tuple[str, Json]] = []
+        self.refuse: ApiError | None = None
+        self.refuse_create: ApiError | None = None
+        self.refuse_status: ApiError | None = None
+        self.preconditions: list[str | None] = []
+        self.calls: list[str] = []
+        """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
+
+    async def apply(self, _resource: Any, obj: Json) -> Json:
+        if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
+            raise self.refuse
+        self.applied.append(obj)
+        self.calls.append(f"apply:{obj['metadata']['name']}")
+        return obj
+
+    async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
+        if self.refuse_create is not None:
+            raise self.refuse_create
+        self.created.append(obj)
+        return obj
+
+    async def merge_patch(self, _resource: Any, _ns: Any, name: str, patch: Json) -> Json:
+        self.patched.append((name, patch))
+        return patch
+
+    async def patch_status(
+        self, _resource: Any, _ns: Any, _name: str, status: Json, **precondition: Any
+    ) -> Json:
+        if self.refuse_status is not None:
+            raise self.refuse_status
+        self.statuses.append(status)
+        self.preconditions.append(precondition.get("resource_version"))
+        self.calls.append("status")
+        return status
+
+
+class FakeRecorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str]] = []
+
+    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
+        self.events.append((type_, reason))
+
+
+def controller(
+    *configs: Json, configmap: Json | None = None
+) -> tuple[Any, FakeWriter, FakeRecorder]:
+    recorder = FakeRecorder()
+    # The controller's only use of a client before it runs: where its informers report metrics.
+    no_client = SimpleNamespace(registry=None)
+    ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
+    writer = FakeWriter()
+    for part in (ctl, ctl.rollout, ctl.writes, ctl.outcomes):
+        part.writer = writer  # type: ignore[assignment]
+    for config in configs:
+        ctl.configs.store.put(config)
+    if configmap is not None:
+        ctl.configmaps.store.put(configmap)
+    return ctl, writer, recorder
+
+
+def conditions(status: Json) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
