@@ -146,8 +146,9 @@ class _ConfigProgress:
     first, and the canary's stable time restarted)."""
     canary_written_read: object = None
     """The LinkerdConfig's resourceVersion ``canary_written`` was decided on (as for a halt)."""
-    rollback_stuck_said: bool = False
-    """The Warning that the rollback's own workloads missed their deadline was recorded."""
+    said_once: set[str] = field(default_factory=set)
+    """The reasons of the Events said once for this configuration (the Warning that a
+    rollback's own workloads missed their deadline)."""
     restores_tried: dict[str, float] = field(default_factory=dict)
     """Monotonic time this process last tried to bring each workload back from this failed
     configuration (a rollback): tried again no sooner than ``machine.HEALTH_RECHECK`` later, however
@@ -305,35 +306,24 @@ class RolloutExecutor:
         halt: workload_health.HaltState,
         effective: Desired,
     ) -> RolloutOutcome:
-        config_hash, version = desired.config_hash, desired.proxy.version
-        if rollback.section(halt.halted) is not None and halt.halted is not None:
-            return await self._roll_back(config, desired, effective, halt.halted)
-        plan = self._plan(desired)
-        recorded = self._recorded(config_hash)
-        evicted, evicted_at = self._evictions(config, config_hash)
+        """Observe, decide (``rollout_machine.step``), act."""
         policy = RolloutPolicy.of(config, self.options)
-        progress = self._of(config_hash)
-        restarted = {}
-        if halt.halted is None:
-            restarted = await self._of_this_revision(self._restarted(config_hash, plan))
-
-        def preflight() -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
-            pending = rollout.pending(plan.workloads, self._record, config_hash)
-            return self._preflight(pending, rollback.settled(config))
-
-        observed = machine.Observed(
-            config, config_hash, version, self.wall(), plan, restarted, tuple(recorded),
-            evicted, evicted_at, progress.pass_finished, preflight, self._labels,
-            self._canary_record(config, config_hash),
-        )  # fmt: skip
+        asked_for = desired
+        if rollback.section(halt.halted) is not None and halt.halted is not None:
+            observed = await self._going_back(config, desired, effective, halt.halted)
+            asked_for = effective
+        else:
+            observed = await self._observed(config, desired, halt)
         decided = machine.step(observed, halt, policy)
         if (ask := decided.ask) is not None:
-            answer = await self._ask_injector(config, desired, list(ask.workloads), progress)
+            progress = self._of(asked_for.config_hash)
+            answer = await self._ask_injector(config, asked_for, list(ask.workloads), progress)
             observed = replace(observed, injector=answer)
             decided = machine.step(observed, halt, policy)
-        self._act(config, config_hash, version, decided.actions)
+        self._act(config, desired.config_hash, decided.actions)
+        gate = asyncio.Semaphore(RESTART_CONCURRENCY)
         if (restart := decided.restart) is not None:
-            gate = asyncio.Semaphore(RESTART_CONCURRENCY)
+            config_hash, version = desired.config_hash, desired.proxy.version
 
             async def one(workload: rollout.Workload) -> machine.RestartResult:
                 async with gate:
@@ -342,26 +332,95 @@ class RolloutExecutor:
             done = await asyncio.gather(*(one(w) for w in restart.workloads))
             # A record's time is stamped before its PATCH is sent; the batch's last PATCH
             # lands a little later. The interval runs from when the pass finished.
-            progress.pass_finished = self.wall()
+            self._of(config_hash).pass_finished = self.wall()
             self._report_pass(config, version, done)
             evicted, _ = self._evictions(config, config_hash)
             decided = machine.after_restarts(observed, policy, decided, done, evicted)
+        back = observed.going_back
+        if (restore := decided.restore) is not None and back is not None:
+            tried, now = self._of(desired.config_hash).restores_tried, self.monotonic()
+            tried.update((str(w), now) for w in restore.workloads)
+            to_hash = restore.to_hash
+
+            async def bring(workload: rollout.Workload) -> bool:
+                async with gate:
+                    return await self._restore_reported(
+                        config, workload, desired, effective, to_hash
+                    )
+
+            brought = await asyncio.gather(*(bring(w) for w in restore.workloads))
+            decided = machine.after_restores(decided, back, sum(brought))
         return decided.outcome
 
-    def _act(
-        self,
-        config: Json,
-        config_hash: str,
-        version: str,
-        actions: Iterable[machine.Action],
-    ) -> None:
-        """What a pass decided, done: Events, a halt (or the start of a rollback) counted,
-        logged and remembered until status holds it, the canary's record remembered.
-        Restarts and questions to the injector are the pass's own (``_roll``)."""
+    async def _observed(
+        self, config: Json, desired: Desired, halt: workload_health.HaltState
+    ) -> machine.Observed:
+        """What a pass of ``desired``'s rollout reads: the caches, and the ReplicaSets of a
+        Deployment that shows ``ReplicaFailure`` (live)."""
+        config_hash = desired.config_hash
+        plan = self._plan(desired)
+        evicted, evicted_at = self._evictions(config, config_hash)
+        restarted = {}
+        if halt.halted is None:
+            restarted = await self._of_this_revision(self._restarted(config_hash, plan))
+
+        def preflight() -> tuple[list[rollout.Workload], list[tuple[str, str]]]:
+            pending = rollout.pending(plan.workloads, self._record, config_hash)
+            return self._preflight(pending, rollback.settled(config))
+
+        return machine.Observed(
+            config, config_hash, desired.proxy.version, self.wall(), plan, restarted,
+            tuple(self._recorded(config_hash)), evicted, evicted_at,
+            self._of(config_hash).pass_finished, preflight, self._labels,
+            self._canary_record(config, config_hash),
+        )  # fmt: skip
+
+    async def _going_back(
+        self, config: Json, failed: Desired, effective: Desired, halt: Json
+    ) -> machine.Observed:
+        """What a pass of a rollback reads. The ConfigMap already holds ``effective`` (the
+        last completed configuration: the controller wrote it). Every owner still recording
+        the failed configuration goes back, listed or not (the list is bounded; the records
+        are the truth); the listed ones are health-gated."""
+        plan = self._plan(effective)
+        section = rollback.section(halt) or {}
+        listed = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
+        pending = sorted(w for _, w in self._restarted(failed.config_hash, plan).values())
+        workloads = sorted({*listed, *pending})
+        tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
+        recheck = machine.HEALTH_RECHECK
+        due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= recheck]
+        waits = [tried[str(w)] + recheck - now for w in pending if str(w) in tried]
+        standing: list[workload_health.Restarted] = []
+        gated = (
+            not pending
+            and effective.config_hash != failed.config_hash
+            and section.get("phase") != Phase.ROLLED_BACK
+        )
+        if gated:
+            standing = await self._brought_back(workloads, plan, rollback.started_at(halt))
+        back = machine.GoingBack(
+            effective.config_hash, effective.proxy.version, tuple(pending), tuple(workloads),
+            tuple(due), min(waits, default=recheck), tuple(standing),
+        )  # fmt: skip
+        return machine.Observed(
+            config, failed.config_hash, failed.proxy.version, self.wall(), plan, {}, (), 0,
+            None, None, lambda: ([], []), self._labels, going_back=back,
+        )  # fmt: skip
+
+    def _act(self, config: Json, config_hash: str, actions: Iterable[machine.Action]) -> None:
+        """What a pass decided, done: Events, a halt (or the start or end of a rollback)
+        counted, logged and remembered until status holds it, the canary's record remembered.
+        Restarts, restores and questions to the injector are the pass's own (``_roll``)."""
         name = str(config["metadata"]["name"])
+        progress = self._of(config_hash)
         for action in actions:
             match action:
-                case machine.Emit(type_, reason, message, involved):
+                case machine.Emit(type_, reason, message, involved, once):
+                    if once:
+                        if reason in progress.said_once:
+                            continue
+                        progress.said_once.add(reason)
                     target = config if involved is None else self._involved(involved)
                     if target is not None:
                         self.recorder.record(target, type_, reason, message)
@@ -376,8 +435,10 @@ class RolloutExecutor:
                     log.warning(f"rollout {outcome}", linkerdconfig=name, failed=failed,
                                 then=then)  # fmt: skip
                     self._decided(config, config_hash, record)
+                case machine.RolledBack(record, to_hash):
+                    log.warning("rollout rolled back", linkerdconfig=name, to=to_hash)
+                    self._decided(config, config_hash, record)
                 case machine.CanaryKept(record, passed_now):
-                    progress = self._of(config_hash)
                     stored = canary.stored(config, config_hash)
                     if record != stored:
                         progress.canary_written = record
@@ -393,114 +454,6 @@ class RolloutExecutor:
         self.metrics.halted.labels(name).set(1 if phase == Phase.HALTED else 0)
         rolled_back = phase in (Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.ROLLBACK_STUCK)
         self.metrics.rolled_back.labels(name).set(1 if rolled_back else 0)
-
-    async def _roll_back(
-        self, config: Json, failed: Desired, effective: Desired, halt: Json
-    ) -> RolloutOutcome:
-        """One step of a rollback. The ConfigMap already holds ``effective`` (the last
-        completed configuration: the controller wrote it); once the injector injects its
-        proxy again, bring the workloads the failed rollout restarted back onto it, then wait
-        for them to be healthy, health-gated and with the same deadline as a rollout."""
-        name = str(config["metadata"]["name"])
-        section = rollback.section(halt) or {}
-        failed_list = machine.failures(halt.get("failed") or ())
-        head = f"rollout of proxy {failed.proxy.version} failed ({failed_list})"
-        plan = self._plan(effective)
-        counts = (len(plan.workloads), 0, 0)
-        kept = {workload_health.HALT_FIELD: halt}
-        if effective.config_hash == failed.config_hash:
-            return RolloutOutcome(
-                *counts, Phase.HALTED, f"{head}; cannot roll back to configuration "
-                f"{section.get('toHash')}: status no longer records it as the last completed "
-                "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
-                f"installed now (the controller's log says which), so the rollout is halted "
-                f"instead. {machine.RESUME_HINT}",
-                status=kept,
-            )  # fmt: skip
-        back_to = f"configuration {effective.config_hash} (proxy {effective.proxy.version})"
-        if section.get("phase") == Phase.ROLLED_BACK:
-            return RolloutOutcome(
-                *counts, Phase.ROLLED_BACK,
-                f"{head}; rolled back to {back_to}. {machine.RESUME_HINT}", status=kept,
-            )  # fmt: skip
-        listed = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
-        # Every owner still recording the failed configuration goes back, listed or not (the
-        # list is bounded; the records are the truth); the listed ones are health-gated.
-        pending = sorted(w for _, w in self._restarted(failed.config_hash, plan).values())
-        workloads = sorted({*listed, *pending})
-        if pending:
-            progress = self._of(effective.config_hash)
-            answer = await self._ask_injector(config, effective, pending, progress)
-            if not answer.injects:
-                return RolloutOutcome(
-                    *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
-                    f"{answer.why}", requeue_after=answer.retry_after, status=kept,
-                )  # fmt: skip
-            tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
-            recheck = machine.HEALTH_RECHECK
-            due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= recheck]
-            if not due:
-                return RolloutOutcome(
-                    *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
-                    f"{len(pending)} workload(s) not back onto it yet, tried again shortly",
-                    requeue_after=min(tried[str(w)] for w in pending) + recheck - now,
-                    status=kept,
-                )  # fmt: skip
-            tried.update((str(w), now) for w in due)
-            limit = asyncio.Semaphore(RESTART_CONCURRENCY)
-
-            async def restore(workload: rollout.Workload) -> bool:
-                async with limit:
-                    return await self._restore_reported(
-                        config, workload, failed, effective, str(section.get("toHash") or "")
-                    )
-
-            done = await asyncio.gather(*(restore(w) for w in due))
-            return RolloutOutcome(
-                *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: brought "
-                f"{sum(done)} of {len(pending)} workload(s) back onto it",
-                requeue_after=machine.HEALTH_RECHECK, status=kept,
-            )  # fmt: skip
-        standing = await self._brought_back(workloads, plan, rollback.started_at(halt))
-        deadline = RolloutPolicy.of(config, self.options).progress_deadline
-        checked = workload_health.gate(standing, self.wall(), deadline)
-        if checked.failed:
-            # Past the deadline on the old configuration too: the rollback stays in force
-            # (it may still come back), said once as a Warning and in the reason.
-            stuck = [f"{w}: {why}" for w, why in checked.failed]
-            progress = self._of(failed.config_hash)
-            if not progress.rollback_stuck_said:
-                progress.rollback_stuck_said = True
-                self.recorder.record(
-                    config, "Warning", Phase.ROLLBACK_STUCK,
-                    f"rolling back to {back_to} is not healthy either: {machine.listed(stuck, 5)}",
-                )  # fmt: skip
-            return RolloutOutcome(
-                *counts, Phase.ROLLBACK_STUCK, f"{head}; rolling back to {back_to}, which is not "
-                f"healthy either: {machine.listed(stuck, 5)}",
-                requeue_after=machine.HEALTH_RECHECK, status=kept,
-            )  # fmt: skip
-        if checked.waiting:
-            behind = [f"{w}: {why}" for w, why in checked.waiting]
-            return RolloutOutcome(
-                *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}: "
-                f"{len(behind)} workload(s) not healthy on it yet: {machine.listed(behind, 5)}",
-                requeue_after=machine.HEALTH_RECHECK, status=kept,
-            )  # fmt: skip
-        record = rollback.finished(halt)
-        self._decided(config, failed.config_hash, record)
-        log.warning("rollout rolled back", linkerdconfig=name, to=effective.config_hash)
-        self.recorder.record(
-            config,
-            "Warning",
-            Phase.ROLLED_BACK,
-            f"{head}; rolled back to {back_to}: {len(workloads)} workload(s) back on it and "
-            "healthy",
-        )
-        return RolloutOutcome(
-            *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {machine.RESUME_HINT}",
-            status={workload_health.HALT_FIELD: record},
-        )  # fmt: skip
 
     async def _restore_reported(
         self,

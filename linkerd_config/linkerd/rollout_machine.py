@@ -64,6 +64,28 @@ class InjectorAnswer:
 
 
 @dataclass(frozen=True)
+class GoingBack:
+    """What a rollback in force reads (``onFailure: Rollback``): the configuration the
+    ConfigMap went back to, and the workloads to bring back onto it."""
+
+    to_hash: str
+    """The configuration the ConfigMap holds now (the failed one's own hash when it cannot
+    go back: status no longer records the target, or it no longer renders)."""
+    to_version: str
+    pending: tuple[Workload, ...]
+    """Owners still recording the failed configuration: to bring back, listed or not."""
+    workloads: tuple[Workload, ...]
+    """Those and the ones the rollback record lists: health-gated once none is pending."""
+    due: tuple[Workload, ...] = ()
+    """Of ``pending``, those not tried in the last ``HEALTH_RECHECK`` seconds."""
+    next_try: float = HEALTH_RECHECK
+    """Seconds until the first of the others is due."""
+    brought_back: tuple[Restarted, ...] = ()
+    """How ``workloads`` stand on the configuration gone back to (read once none is
+    pending), their deadline from the rollback's start."""
+
+
+@dataclass(frozen=True)
 class Observed:
     """What the executor read for one pass of one configuration (its caches, and what it
     asked the API server and the injector). The callables read the same caches on demand:
@@ -97,6 +119,9 @@ class Observed:
     """The canary's record: status's, or the one this process wrote and has not read back."""
     injector: InjectorAnswer | None = None
     """The injector's answer this pass; None: not asked yet."""
+    going_back: GoingBack | None = None
+    """While a rollback is in force: what it reads (``config_hash`` and ``version`` are the
+    failed configuration's, ``plan`` the stale workloads of the one gone back to)."""
 
     @property
     def counts(self) -> tuple[int, int, int]:
@@ -123,6 +148,15 @@ class Restart:
 
 
 @dataclass(frozen=True)
+class Restore:
+    """Bring these owners back from the failed configuration onto ``to_hash`` (a Deployment
+    to its previous ReplicaSet's template when only our restart changed it, else a restart)."""
+
+    workloads: tuple[Workload, ...]
+    to_hash: str
+
+
+@dataclass(frozen=True)
 class Emit:
     """An Event: on ``involved`` (a workload), or on the LinkerdConfig when None."""
 
@@ -130,6 +164,8 @@ class Emit:
     reason: str
     message: str
     involved: Workload | None = None
+    once: bool = False
+    """Said once per configuration and reason by this process (not on every pass)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +180,15 @@ class Halted:
 
 
 @dataclass(frozen=True)
+class RolledBack:
+    """Every workload the failed attempt restarted is back and healthy: ``record`` is the
+    status record, to remember until status holds it."""
+
+    record: Json
+    to_hash: str
+
+
+@dataclass(frozen=True)
 class CanaryKept:
     """The canary's record decided this pass (to remember until status holds it), and
     whether it passed now."""
@@ -152,7 +197,7 @@ class CanaryKept:
     passed_now: bool = False
 
 
-Action = AskInjector | Restart | Emit | Halted | CanaryKept
+Action = AskInjector | Restart | Restore | Emit | Halted | RolledBack | CanaryKept
 
 
 @dataclass(frozen=True)
@@ -199,6 +244,10 @@ class Step:
     def restart(self) -> Restart | None:
         return next((a for a in self.actions if isinstance(a, Restart)), None)
 
+    @property
+    def restore(self) -> Restore | None:
+        return next((a for a in self.actions if isinstance(a, Restore)), None)
+
 
 # -- deciding ----------------------------------------------------------------------------------
 
@@ -206,6 +255,8 @@ class Step:
 def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
     """This pass of ``observed``'s configuration: see the module's docstring."""
     counts, version = observed.counts, observed.version
+    if rollback.section(record.halted) is not None and observed.going_back is not None:
+        return _rolling_back(observed, record, policy, observed.going_back)
     if record.halted is not None:
         failed = failures(record.halted.get("failed") or ())
         return Step(
@@ -309,6 +360,98 @@ def after_restarts(
     outcome = _rolling(seen, policy, total, policy.interval, why.strip())
     with_canary = _with_canary(decided.restarting.canary, outcome)
     return replace(with_canary, actions=decided.actions)
+
+
+def _rolling_back(
+    observed: Observed, record: HaltState, policy: RolloutPolicy, back: GoingBack
+) -> Step:
+    """One pass of a rollback. The ConfigMap already holds the configuration gone back to
+    (the controller wrote it); once the injector injects its proxy again, the workloads the
+    failed attempt restarted are brought back onto it, then health-gated with the rollout's
+    deadline: ``ROLLING_BACK`` until every one is healthy on it, then ``ROLLED_BACK``."""
+    halt = record.halted
+    assert halt is not None
+    section = rollback.section(halt) or {}
+    head = f"rollout of proxy {observed.version} failed ({failures(halt.get('failed') or ())})"
+    counts = (len(observed.plan.workloads), 0, 0)
+    kept = {workload_health.HALT_FIELD: halt}
+    if back.to_hash == observed.config_hash:
+        return Step(
+            RolloutOutcome(
+                *counts, Phase.HALTED, f"{head}; cannot roll back to configuration "
+                f"{section.get('toHash')}: status no longer records it as the last completed "
+                "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
+                f"installed now (the controller's log says which), so the rollout is halted "
+                f"instead. {RESUME_HINT}",
+                status=kept,
+            )
+        )  # fmt: skip
+    back_to = f"configuration {back.to_hash} (proxy {back.to_version})"
+
+    def rolling_back(message: str, requeue: float | None = HEALTH_RECHECK) -> RolloutOutcome:
+        return RolloutOutcome(
+            *counts, Phase.ROLLING_BACK, f"{head}; rolling back to {back_to}{message}",
+            requeue_after=requeue, status=kept,
+        )  # fmt: skip
+
+    if section.get("phase") == Phase.ROLLED_BACK:
+        return Step(
+            RolloutOutcome(
+                *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
+                status=kept,
+            )
+        )  # fmt: skip
+    if back.pending:
+        answer = observed.injector
+        if answer is None:
+            return Step(rolling_back(""), (AskInjector(back.pending),))
+        if not answer.injects:
+            return Step(rolling_back(f": {answer.why}", answer.retry_after))
+        if not back.due:
+            said = f": {len(back.pending)} workload(s) not back onto it yet, tried again shortly"
+            return Step(rolling_back(said, back.next_try))
+        restore = Restore(back.due, str(section.get("toHash") or ""))
+        bringing = f": bringing {len(back.due)} workload(s) back onto it"
+        return Step(rolling_back(bringing), (restore,))
+    checked = workload_health.gate(back.brought_back, observed.now, policy.progress_deadline)
+    if checked.failed:
+        # Past the deadline on the old configuration too: the rollback stays in force (it
+        # may still come back), said once as a Warning and in the reason.
+        stuck = listed([f"{w}: {why}" for w, why in checked.failed], 5)
+        warned = Emit(
+            "Warning", Phase.ROLLBACK_STUCK,
+            f"rolling back to {back_to} is not healthy either: {stuck}", once=True,
+        )  # fmt: skip
+        outcome = RolloutOutcome(
+            *counts, Phase.ROLLBACK_STUCK,
+            f"{head}; rolling back to {back_to}, which is not healthy either: {stuck}",
+            requeue_after=HEALTH_RECHECK, status=kept,
+        )  # fmt: skip
+        return Step(outcome, (warned,))
+    if checked.waiting:
+        behind = [f"{w}: {why}" for w, why in checked.waiting]
+        said = f": {len(behind)} workload(s) not healthy on it yet: {listed(behind, 5)}"
+        return Step(rolling_back(said))
+    finished = rollback.finished(halt)
+    done = Emit(
+        "Warning", Phase.ROLLED_BACK,
+        f"{head}; rolled back to {back_to}: {len(back.workloads)} workload(s) back on it and "
+        "healthy",
+    )  # fmt: skip
+    outcome = RolloutOutcome(
+        *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
+        status={workload_health.HALT_FIELD: finished},
+    )  # fmt: skip
+    return Step(outcome, (RolledBack(finished, back.to_hash), done))
+
+
+def after_restores(decided: Step, back: GoingBack, brought: int) -> Step:
+    """``decided`` (a rollback pass that restores) once its restores are sent: how many of
+    the pending workloads came back onto the configuration gone back to."""
+    message = decided.outcome.message
+    head = message[: message.rindex(": bringing ")]
+    said = f"{head}: brought {brought} of {len(back.pending)} workload(s) back onto it"
+    return replace(decided, outcome=replace(decided.outcome, message=said))
 
 
 def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, str], ...]) -> Step:
