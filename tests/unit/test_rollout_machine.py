@@ -1,0 +1,389 @@
+"""The rollout's pure step, from tables: one row per rule of a pass (``rollout_machine``'s
+docstring), what was observed and recorded in, the phase and the actions out. No executor, no
+caches: what ``step`` decides is all there is to see."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+import pytest
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollback, rollout_machine, workload_health
+from linkerd_config.linkerd.rollout import RolloutPlan, Workload
+from linkerd_config.linkerd.rollout_machine import (
+    HEALTH_RECHECK,
+    AskInjector,
+    Emit,
+    GoingBack,
+    Halted,
+    InjectorAnswer,
+    Observed,
+    Restart,
+    RestartResult,
+    Restore,
+    RolledBack,
+)
+from linkerd_config.linkerd.rollout_phase import Phase
+from linkerd_config.linkerd.rollout_policy import RolloutPolicy
+from linkerd_config.linkerd.workload_health import HaltState, Restarted, Verdict
+
+HASH, OLD_HASH, VERSION = "new0000000000000", "old0000000000000", "edge-26.8.5"
+NOW = 1_000_000.0
+A, B, C = (Workload("Deployment", "apps", n) for n in "abc")
+DONE, WAITING, FAILED = (
+    Verdict("done"),
+    Verdict("waiting", "1 of 2 updated"),
+    Verdict("failed", "new pods refused: no"),
+)
+YES = InjectorAnswer(True, "Linkerd's injector injects it")
+NOT_YET = InjectorAnswer(False, "the proxy injector does not inject it yet", retry_after=1.5)
+NO_HALT = HaltState(None, frozenset(), {})
+
+
+def config(status: Json | None = None) -> Json:
+    return {
+        "metadata": {"name": "lc", "generation": 4, "resourceVersion": "9"},
+        "spec": {"proxy": {"proxyVersion": VERSION}},
+        "status": status or {},
+    }
+
+
+COMPLETED = {
+    "lastCompleted": {
+        "configHash": OLD_HASH,
+        "generation": 3,
+        "spec": orjson.dumps({"proxy": {"proxyVersion": "edge-26.8.3"}}).decode(),
+    }
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One situation: what the executor saw and status records."""
+
+    stale: tuple[Workload, ...] = ()
+    restarted: dict[Workload, tuple[Verdict, float]] = field(default_factory=dict)
+    restart_times: tuple[float, ...] = ()
+    ready: tuple[Workload, ...] | None = None
+    """What the pre-flight lets restart (default: the stale ones not restarted)."""
+    skipped: tuple[tuple[str, str], ...] = ()
+    injector: InjectorAnswer | None = None
+    status: Json = field(default_factory=dict)
+    halt: HaltState = NO_HALT
+
+
+def observed(row: Row) -> Observed:
+    restarted = {
+        str(w): (Restarted(str(w), at, verdict), w) for w, (verdict, at) in row.restarted.items()
+    }
+    ready = (
+        row.ready
+        if row.ready is not None
+        else tuple(w for w in row.stale if w not in row.restarted)
+    )
+    return Observed(
+        config(row.status), HASH, VERSION, NOW,
+        RolloutPlan(len(row.stale), row.stale, {w: {"stale": 1} for w in row.stale}),
+        restarted, row.restart_times, 0, None, None,
+        lambda: (list(ready), list(row.skipped)), lambda _: ({}, {}),
+        injector=row.injector,
+    )  # fmt: skip
+
+
+POLICY = RolloutPolicy(batch=2, interval=10.0, progress_deadline=60.0)
+BACK = replace(POLICY, rollback=True)
+
+
+def halted_record() -> Json:
+    return workload_health.halt_record(
+        config(), HASH, [(str(A), "refused")], "2026-11-27T00:00:00Z"
+    )
+
+
+def kinds(actions: tuple[Any, ...]) -> list[str]:
+    return [type(a).__name__ for a in actions]
+
+
+# -- the forward pass ---------------------------------------------------------------------------
+
+FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
+    (
+        "a halt in force restarts nothing",
+        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {})),
+        POLICY,
+        Phase.HALTED,
+        [],
+    ),
+    (
+        "a failed restart halts",
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}),
+        POLICY,
+        Phase.HALTED,
+        ["Halted", "Emit", "Emit"],
+    ),
+    (
+        "past its deadline fails too",
+        Row(stale=(A,), restarted={A: (WAITING, NOW - 61)}),
+        POLICY,
+        Phase.HALTED,
+        ["Halted", "Emit", "Emit"],
+    ),
+    (
+        "onFailure: Rollback goes back",
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, status=COMPLETED),
+        BACK,
+        Phase.ROLLING_BACK,
+        ["Halted", "Emit", "Emit"],
+    ),
+    (
+        "with nothing to go back to it halts",
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}),
+        BACK,
+        Phase.HALTED,
+        ["Halted", "Emit", "Emit"],
+    ),
+    (
+        "nothing stale, every restart healthy",
+        Row(restarted={A: (DONE, NOW - 5)}),
+        POLICY,
+        Phase.DONE,
+        [],
+    ),
+    (
+        "a restart not healthy yet holds the pass",
+        Row(stale=(A, B), restarted={A: (WAITING, NOW - 5)}),
+        POLICY,
+        Phase.ROLLING,
+        [],
+    ),
+    ("paused", Row(stale=(A, B)), replace(POLICY, paused=True), Phase.PAUSED, []),
+    ("the injector is asked first", Row(stale=(A, B, C)), POLICY, Phase.ROLLING, ["AskInjector"]),
+    (
+        "not injecting it yet: nothing restarts",
+        Row(stale=(A, B), injector=NOT_YET),
+        POLICY,
+        Phase.WAITING_FOR_INJECTOR,
+        [],
+    ),
+    (
+        "injecting it: a batch restarts",
+        Row(stale=(A, B, C), injector=YES),
+        POLICY,
+        Phase.ROLLING,
+        ["Restart"],
+    ),
+    (
+        "paced: too soon after the last pass",
+        Row(stale=(B,), restarted={A: (DONE, NOW - 5)}, restart_times=(NOW - 5,)),
+        POLICY,
+        Phase.ROLLING,
+        [],
+    ),
+    (
+        "only skipped ones left",
+        Row(stale=(A,), ready=(), skipped=((str(A), "paused (spec.paused)"),)),
+        POLICY,
+        Phase.ROLLING,
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "policy", "phase", "actions"),
+    [pytest.param(*case[1:], id=case[0]) for case in FORWARD],
+)
+def test_a_pass_of_a_rollout(
+    row: Row, policy: RolloutPolicy, phase: Phase, actions: list[str]
+) -> None:
+    seen = observed(row)
+    before = copy.deepcopy(seen.config)
+    decided = rollout_machine.step(seen, row.halt, policy)
+    assert decided.outcome.reason == phase, decided.outcome.message
+    assert kinds(decided.actions) == actions
+    assert seen.config == before  # decided, not done: nothing it was given changed
+    assert rollout_machine.step(seen, row.halt, policy) == decided  # and decided alike again
+
+
+def test_the_batch_is_the_first_ones_the_pass_may_restart() -> None:
+    decided = rollout_machine.step(observed(Row(stale=(A, B, C), injector=YES)), NO_HALT, POLICY)
+    assert decided.restart == Restart((A, B))
+    asked = rollout_machine.step(observed(Row(stale=(A, B, C))), NO_HALT, POLICY)
+    assert (
+        asked.ask == AskInjector((A, B, C)) and asked.restart is None
+    )  # Mesh: no answer, no restart
+
+
+def test_a_halt_is_recorded_with_its_evidence_and_said_on_each_failed_workload() -> None:
+    row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)})
+    decided = rollout_machine.step(observed(row), NO_HALT, POLICY)
+    halted, on_config, on_workload = decided.actions
+    assert isinstance(halted, Halted) and halted.rolling_back_to is None
+    assert halted.record["failed"] == [f"{A}: new pods refused: no"]
+    assert decided.outcome.status[workload_health.HALT_FIELD] == halted.record
+    assert isinstance(on_config, Emit) and on_config.involved is None
+    assert isinstance(on_workload, Emit) and on_workload.involved == A
+    assert decided.outcome.requeue_after is None  # only a person moves it on
+
+
+def test_a_rollback_starts_from_the_last_completed_configuration() -> None:
+    row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, status=COMPLETED)
+    halted = rollout_machine.step(observed(row), NO_HALT, BACK).actions[0]
+    assert isinstance(halted, Halted) and halted.rolling_back_to == OLD_HASH
+    assert rollback.section(halted.record) == {
+        "toHash": OLD_HASH, "toGeneration": 3, "phase": "RollingBack", "workloads": [str(A)],
+    }  # fmt: skip
+
+
+def test_done_records_the_configuration_as_the_last_completed() -> None:
+    decided = rollout_machine.step(observed(Row(restarted={A: (DONE, NOW - 5)})), NO_HALT, POLICY)
+    assert decided.outcome.status["lastCompleted"]["configHash"] == HASH
+
+
+def test_the_pace_says_how_long_until_the_next_pass() -> None:
+    row = Row(stale=(B,), restarted={A: (DONE, NOW - 4)}, restart_times=(NOW - 4,))
+    decided = rollout_machine.step(observed(row), NO_HALT, POLICY)
+    assert decided.outcome.requeue_after == pytest.approx(6.0)
+
+
+def test_after_the_restarts_refusals_are_said_and_counted_out() -> None:
+    seen = observed(Row(stale=(A, B), injector=YES))
+    decided = rollout_machine.step(seen, NO_HALT, POLICY)
+    results = [RestartResult(A, done=True), RestartResult(B, refused="409 Conflict: changed")]
+    after = rollout_machine.after_restarts(seen, POLICY, decided, results, 0)
+    assert after.outcome.restarted_total == 1
+    assert (
+        f"1 restart(s) refused, retried next pass: {B}: 409 Conflict: changed"
+        in after.outcome.message
+    )
+    assert after.actions == decided.actions
+
+
+# -- a rollback in force ------------------------------------------------------------------------
+
+
+def rolling_back(
+    back: GoingBack, injector: InjectorAnswer | None = None, phase: str = "RollingBack"
+) -> tuple[Observed, HaltState]:
+    target = {"configHash": OLD_HASH, "generation": 3}
+    record = rollback.start(halted_record(), target, [A])
+    record = {**record, "rollback": {**record["rollback"], "phase": phase}}
+    seen = replace(observed(Row(status=COMPLETED)), going_back=back, injector=injector)
+    return seen, HaltState(record, frozenset(), {})
+
+
+GONE_BACK = GoingBack(OLD_HASH, "edge-26.8.3", (A,), (A,), due=(A,))
+HEALTHY_BACK = GoingBack(
+    OLD_HASH, "edge-26.8.3", (), (A,), brought_back=(Restarted(str(A), NOW - 5, DONE),)
+)
+
+BACKWARD: list[tuple[str, GoingBack, InjectorAnswer | None, str, Phase, list[str]]] = [
+    (
+        "the injector is asked for the old proxy",
+        GONE_BACK,
+        None,
+        "RollingBack",
+        Phase.ROLLING_BACK,
+        ["AskInjector"],
+    ),
+    (
+        "not injecting it: nothing is restored",
+        GONE_BACK,
+        NOT_YET,
+        "RollingBack",
+        Phase.ROLLING_BACK,
+        [],
+    ),
+    (
+        "tried moments ago: not again yet",
+        replace(GONE_BACK, due=(), next_try=3.0),
+        YES,
+        "RollingBack",
+        Phase.ROLLING_BACK,
+        [],
+    ),
+    (
+        "injecting it: the due ones are restored",
+        GONE_BACK,
+        YES,
+        "RollingBack",
+        Phase.ROLLING_BACK,
+        ["Restore"],
+    ),
+    (
+        "all back and healthy",
+        HEALTHY_BACK,
+        None,
+        "RollingBack",
+        Phase.ROLLED_BACK,
+        ["RolledBack", "Emit"],
+    ),
+    (
+        "back, not healthy yet",
+        replace(HEALTHY_BACK, brought_back=(Restarted(str(A), NOW - 5, WAITING),)),
+        None,
+        "RollingBack",
+        Phase.ROLLING_BACK,
+        [],
+    ),
+    (
+        "back, past the deadline",
+        replace(HEALTHY_BACK, brought_back=(Restarted(str(A), NOW - 61, WAITING),)),
+        None,
+        "RollingBack",
+        Phase.ROLLBACK_STUCK,
+        ["Emit"],
+    ),
+    ("rolled back stays so", HEALTHY_BACK, None, "RolledBack", Phase.ROLLED_BACK, []),
+    (
+        "nothing to go back to any more",
+        replace(GONE_BACK, to_hash=HASH),
+        None,
+        "RollingBack",
+        Phase.HALTED,
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("back", "injector", "record_phase", "phase", "actions"),
+    [pytest.param(*case[1:], id=case[0]) for case in BACKWARD],
+)
+def test_a_pass_of_a_rollback(
+    back: GoingBack,
+    injector: InjectorAnswer | None,
+    record_phase: str,
+    phase: Phase,
+    actions: list[str],
+) -> None:
+    seen, record = rolling_back(back, injector, record_phase)
+    decided = rollout_machine.step(seen, record, BACK)
+    assert decided.outcome.reason == phase, decided.outcome.message
+    assert kinds(decided.actions) == actions
+
+
+def test_a_rollback_restores_onto_its_target_and_says_how_many_came_back() -> None:
+    seen, record = rolling_back(replace(GONE_BACK, pending=(A, B), due=(A,)), YES)
+    decided = rollout_machine.step(seen, record, BACK)
+    assert decided.restore == Restore((A,), OLD_HASH)
+    after = rollout_machine.after_restores(decided, replace(GONE_BACK, pending=(A, B)), 1)
+    assert after.outcome.message.endswith("brought 1 of 2 workload(s) back onto it")
+
+
+def test_a_finished_rollback_is_recorded_and_the_stuck_warning_said_once() -> None:
+    seen, record = rolling_back(HEALTHY_BACK)
+    done = rollout_machine.step(seen, record, BACK)
+    (finished, _) = done.actions
+    assert isinstance(finished, RolledBack)
+    assert rollback.section(finished.record) is not None
+    assert (rollback.section(finished.record) or {})["phase"] == "RolledBack"
+    stuck = replace(HEALTHY_BACK, brought_back=(Restarted(str(A), NOW - 61, WAITING),))
+    seen, record = rolling_back(stuck)
+    (warning,) = rollout_machine.step(seen, record, BACK).actions
+    assert isinstance(warning, Emit) and warning.once
+    assert rollout_machine.step(seen, record, BACK).outcome.requeue_after == HEALTH_RECHECK
