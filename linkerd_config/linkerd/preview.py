@@ -14,11 +14,13 @@ workloads in sorted order. A plan's batches hold while nothing else changes mean
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.resource import Json, rfc3339, stored_json
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
+from linkerd_config.linkerd import rollout_machine as machine
 from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
@@ -42,6 +44,7 @@ from linkerd_config.linkerd.reconcile import (
     missing,
 )
 from linkerd_config.linkerd.rollout import Workload
+from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutOptions, RolloutPolicy
 from linkerd_config.linkerd.trust_anchor_guard import (
     BundleError,
@@ -270,7 +273,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
         {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
     )
     policy = RolloutPolicy.of(config, defaults)
-    restarts, kept_lines, first = _rollout(view, rolled, policy.batch, policy.canary, old)
+    restarts, kept_lines, first = _rollout(view, rolled, policy, config, old)
     return Plan(
         name,
         warnings=tuple(warnings_for(config)),
@@ -361,12 +364,13 @@ def _desired(
 def _rollout(
     view: ClusterView,
     desired: Desired,
-    batch: int,
-    first: canary.CanarySpec | None = None,
+    policy: RolloutPolicy,
+    config: Json,
     stored: Json | None = None,
 ) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...], Json]:
-    """The workloads restarted, by batch, as the executor would (the canary's first, in
-    passes of their own); the opted-in others; and the canary (``Plan.canary``)."""
+    """The workloads restarted, pass by pass, as the controller's step decides them
+    (``rollout_machine.passes``: the canary's first, in passes of their own); the opted-in
+    others; and the canary (``Plan.canary``)."""
     planned = view.rollout_plan(desired)
     todo, skipped = workload_health.preflight_split(
         rollout.pending(planned.workloads, view.record, desired.config_hash),
@@ -374,15 +378,30 @@ def _rollout(
         view.record,
         rollback.settled(stored or {}),
     )
-    ahead, said = _canary_first(view, desired.config_hash, first, stored, todo)
-    rest = [w for w in todo if w not in ahead]
+    said = _canary_first(view, desired.config_hash, policy.canary, stored, todo)
+    forgiven = workload_health.halt_state(stored or {}, desired.config_hash).forgiven
+    now = time.time()
+    restarted = {
+        str(w): (workload_health.Restarted(str(w), now, workload_health.Verdict("done")), w)
+        for w in _restarted_for(view, desired.config_hash)
+    }
+    observed = machine.Observed(
+        stored or config, desired.config_hash, desired.proxy.version, now, planned, restarted,
+        (), 0, None, None, lambda: (todo, [(str(w), why) for w, why in skipped]),
+        _labels(view), None if stored is None else canary.stored(stored, desired.config_hash),
+    )  # fmt: skip
+    # Listed whether paused or not (``Plan.paused`` says it is held); with a canary that
+    # matches nothing, as they would go once one does (``Plan.canary_unmatched``).
+    record, unheld = workload_health.HaltState(None, forgiven, {}), replace(policy, paused=False)
+    found, then = machine.passes(observed, record, unheld)
+    if not found and then.reason == Phase.CANARY_UNMATCHED:
+        found, then = machine.passes(observed, record, replace(unheld, canary=None))
     restarts = [
-        WorkloadLine(w, rollout.STALE, planned.reasons[w], number, canary=w in ahead)
-        for number, passed in enumerate(
-            [*rollout.batches(ahead, batch), *rollout.batches(rest, batch)], start=1
-        )
-        for w in passed
+        WorkloadLine(w, rollout.STALE, planned.reasons[w], number, canary=made.canary)
+        for number, made in enumerate(found, start=1)
+        for w in made.workloads
     ]
+    passed = {w for made in found for w in made.workloads}
     waiting = set(todo) | {w for w, _ in skipped}
     kept = [
         WorkloadLine(w, RESTARTING, planned.reasons[w])
@@ -392,6 +411,11 @@ def _rollout(
     kept.extend(
         WorkloadLine(w, SKIPPED, {f"skipped: {why}": sum(planned.reasons[w].values())})
         for w, why in skipped
+    )
+    kept.extend(
+        WorkloadLine(w, SKIPPED, {f"waits: {then.reason}": sum(planned.reasons[w].values())})
+        for w in todo
+        if w not in passed
     )
     for workload, states in sorted(view.standing(desired).workloads.items()):
         if workload in planned.reasons:
@@ -405,33 +429,38 @@ def _rollout(
     return tuple(restarts), tuple(sorted(kept, key=lambda line: line.workload)), said
 
 
+def _restarted_for(view: ClusterView, config_hash: str) -> list[Workload]:
+    """The owners whose template records a restart for ``config_hash``."""
+    return [
+        Workload(kind, *key.split("/", 1))
+        for kind, objects in view.workloads.items()
+        for key, obj in objects.items()
+        if rollout.already_restarted(obj, config_hash)
+    ]
+
+
 def _canary_first(
     view: ClusterView,
     config_hash: str,
     first: canary.CanarySpec | None,
     stored: Json | None,
     todo: list[Workload],
-) -> tuple[list[Workload], Json]:
-    """The canary as the executor chooses it (``canary.choose``) from what it would restart,
-    the stored object's record (the canary so far, whether it passed) and the workloads'
-    records: which of ``todo`` it restarts first, and what ``Plan.canary`` says."""
+) -> Json:
+    """What ``Plan.canary`` says: the canary as the controller chooses it (``canary.choose``)
+    from what it would restart, the stored object's record (the canary so far, whether it
+    passed) and the workloads' records."""
     record = None if stored is None else canary.stored(stored, config_hash)
     said = canary.summary(first, record)
     if first is None or canary.passed(record):
-        return [], said
-    restarted = [
-        str(Workload(kind, obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        for kind, objects in view.workloads.items()
-        for obj in objects.values()
-        if rollout.already_restarted(obj, config_hash)
-    ]
+        return said
+    restarted = [str(w) for w in _restarted_for(view, config_hash)]
     forgiven = workload_health.halt_state(stored or {}, config_hash).forgiven
     labels = _labels(view)
     names, ahead = canary.choose(
         first, canary.canaries_so_far(record, restarted), forgiven, todo, labels, restarted
     )
     counted = [n for n in names if n not in forgiven]
-    return ahead, {
+    return {
         **said,
         "workloads": names,
         "restartFirst": [str(w) for w in ahead],

@@ -37,7 +37,7 @@ Pure decisions over cached metadata; the controller executes them. The policy:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -437,12 +437,6 @@ def pending(
         for w in workloads
         if w.kind == "Pod" or not already_restarted(record(w) or {}, config_hash)
     ]
-
-
-def batches(workloads: Sequence[Workload], size: int) -> list[tuple[Workload, ...]]:
-    """The passes that restart ``workloads``, in order, when nothing else changes meanwhile:
-    each pass takes the next ``size`` of what is still pending."""
-    return [tuple(workloads[i : i + size]) for i in range(0, len(workloads), max(size, 1))]
 
 
 @dataclass(frozen=True)

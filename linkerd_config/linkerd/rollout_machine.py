@@ -34,7 +34,7 @@ from linkerd_config.linkerd import canary, rollback, rollout, workload_health
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutPolicy
-from linkerd_config.linkerd.workload_health import HaltState, Restarted
+from linkerd_config.linkerd.workload_health import HaltState, Restarted, Verdict
 
 HEALTH_RECHECK = 5.0
 """While restarted workloads come back, look again at least this often (their informers
@@ -452,6 +452,73 @@ def after_restores(decided: Step, back: GoingBack, brought: int) -> Step:
     head = message[: message.rindex(": bringing ")]
     said = f"{head}: brought {brought} of {len(back.pending)} workload(s) back onto it"
     return replace(decided, outcome=replace(decided.outcome, message=said))
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pass's restarts, as ``passes`` foresees them."""
+
+    workloads: tuple[Workload, ...]
+    canary: bool
+    """Restarted as (part of) the canary, before it passed."""
+
+
+MAX_PASSES = 100_000
+"""``passes`` gives up after this many steps (a rollout of 100,000 passes is no plan)."""
+
+
+def passes(
+    observed: Observed, record: HaltState, policy: RolloutPolicy
+) -> tuple[list[Pass], RolloutOutcome]:
+    """The passes the rollout makes from ``observed`` when nothing else changes: the injector
+    injecting, every restart healthy at once, the pace and the canary's stable time let run
+    their course. Each is decided by ``step``, as the controller's are: what ``plan`` lists;
+    and where the rollout then stands (``DONE``, or what it waits for)."""
+    yes = InjectorAnswer(True, "")
+    done = Verdict("done")
+    ready, skipped = observed.preflight()
+    restarted = {
+        name: (replace(standing, verdict=done), workload)
+        for name, (standing, workload) in observed.restarted.items()
+    }
+    seen = replace(
+        observed, restarted=restarted, restart_times=(), last_eviction=None,
+        pass_finished=None, injector=yes,
+    )  # fmt: skip
+    found: list[Pass] = []
+    for _ in range(MAX_PASSES):
+        seen = replace(seen, preflight=_fixed(list(ready), list(skipped)))
+        decided = step(seen, record, policy)
+        kept = [a.record for a in decided.actions if isinstance(a, CanaryKept)]
+        seen = replace(seen, canary_record=kept[-1] if kept else seen.canary_record)
+        if (restart := decided.restart) is not None and decided.restarting is not None:
+            found.append(Pass(restart.workloads, decided.restarting.canary.phase == canary.CANARY))
+            now = seen.now
+            restarted = {
+                **restarted,
+                **{
+                    str(w): (Restarted(str(w), now, done), w)
+                    for w in restart.workloads
+                    if w.kind != "Pod"
+                },
+            }
+            ready = [w for w in ready if w not in restart.workloads]
+            stale = tuple(w for w in seen.plan.workloads if w not in restart.workloads)
+            seen = replace(
+                seen, plan=replace(seen.plan, workloads=stale), restarted=restarted,
+                now=now + max(policy.interval, 0.0), pass_finished=now,
+            )  # fmt: skip
+        elif decided.outcome.reason == Phase.CANARY and decided.outcome.requeue_after:
+            seen = replace(seen, now=seen.now + decided.outcome.requeue_after)  # its clock
+        else:
+            break
+    return found, decided.outcome
+
+
+def _fixed(
+    ready: list[Workload], skipped: list[tuple[str, str]]
+) -> Callable[[], tuple[list[Workload], list[tuple[str, str]]]]:
+    return lambda: (ready, skipped)
 
 
 def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, str], ...]) -> Step:

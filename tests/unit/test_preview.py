@@ -129,12 +129,6 @@ def test_a_pinned_pod_is_still_stale_when_its_trust_root_changed() -> None:
     assert verdict == rollout.Verdict("stale", "trust root changed")
 
 
-def test_batches_take_the_pending_workloads_in_order() -> None:
-    ws = [rollout.Workload("Deployment", "a", n) for n in "abcde"]
-    assert rollout.batches(ws, 2) == [tuple(ws[:2]), tuple(ws[2:4]), (ws[4],)]
-    assert rollout.batches([], 2) == []
-
-
 # -- plan ------------------------------------------------------------------------------------
 
 

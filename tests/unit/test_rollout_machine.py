@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback, rollout_machine, workload_health
+from linkerd_config.linkerd import canary, rollback, rollout_machine, workload_health
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_machine import (
     HEALTH_RECHECK,
@@ -387,3 +387,37 @@ def test_a_finished_rollback_is_recorded_and_the_stuck_warning_said_once() -> No
     (warning,) = rollout_machine.step(seen, record, BACK).actions
     assert isinstance(warning, Emit) and warning.once
     assert rollout_machine.step(seen, record, BACK).outcome.requeue_after == HEALTH_RECHECK
+
+
+# -- the passes plan lists ----------------------------------------------------------------------
+
+
+def test_the_passes_take_the_pending_workloads_in_order_a_batch_at_a_time() -> None:
+    ws = tuple(Workload("Deployment", "a", n) for n in "abcde")
+    found, then = rollout_machine.passes(observed(Row(stale=ws)), NO_HALT, POLICY)
+    assert [p.workloads for p in found] == [ws[:2], ws[2:4], ws[4:]]
+    assert not any(p.canary for p in found)
+    assert then.reason == Phase.DONE
+    assert rollout_machine.passes(observed(Row()), NO_HALT, POLICY)[0] == []
+
+
+def test_the_canary_passes_first_then_the_rest_once_it_was_stable() -> None:
+    ws = tuple(Workload("Deployment", "a", n) for n in "abcde")
+    spec = canary.CanarySpec.of({"count": 1, "selector": "app=c", "stableFor": "10m"})
+    labels = {str(w): {"app": w.name} for w in ws}
+    seen = replace(observed(Row(stale=ws)), labels=lambda w: (labels[str(w)], {}))
+    found, then = rollout_machine.passes(seen, NO_HALT, replace(POLICY, canary=spec))
+    assert [(p.workloads, p.canary) for p in found] == [
+        ((ws[2],), True),
+        ((ws[0], ws[1]), False),
+        ((ws[3], ws[4]), False),
+    ]
+    assert then.reason == Phase.DONE
+
+
+def test_skipped_workloads_are_in_no_pass_and_a_paused_rollout_in_none() -> None:
+    row = Row(stale=(A, B), ready=(B,), skipped=((str(A), "paused (spec.paused)"),))
+    found, _ = rollout_machine.passes(observed(row), NO_HALT, POLICY)
+    assert [p.workloads for p in found] == [(B,)]
+    paused, then = rollout_machine.passes(observed(row), NO_HALT, replace(POLICY, paused=True))
+    assert paused == [] and then.reason == Phase.PAUSED
