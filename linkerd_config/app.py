@@ -130,14 +130,7 @@ def _assemble(
         client,
         recorder,
         config_namespace=settings.config_namespace,
-        options=rollout
-        or RolloutOptions(
-            max_restarts_per_pass=settings.max_restarts_per_pass,
-            restart_interval=settings.restart_interval,
-            injector_wait=settings.injector_wait,
-            probe_namespace=settings.probe_namespace,
-            restart_namespaces=settings.restart_namespaces,
-        ),
+        options=rollout or RolloutOptions.of(settings),
         workers=settings.workers,
     )
     manager = Manager(leadership)

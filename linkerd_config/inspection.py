@@ -127,16 +127,6 @@ async def read_cluster(settings: Settings) -> ClusterView:
     return caches.view()
 
 
-def defaults_of(settings: Settings) -> RolloutOptions:
-    return RolloutOptions(
-        max_restarts_per_pass=settings.max_restarts_per_pass,
-        restart_interval=settings.restart_interval,
-        injector_wait=settings.injector_wait,
-        probe_namespace=settings.probe_namespace,
-        restart_namespaces=settings.restart_namespaces,
-    )
-
-
 # -- plan ------------------------------------------------------------------------------------
 
 
@@ -148,7 +138,7 @@ def plan_command(settings: Settings, path: str, output: str) -> int:
     except CommandError as exc:
         print(f"linkerd-config plan: {exc}", file=err)
         return FAILED
-    result = plan(config, view, defaults_of(settings))
+    result = plan(config, view, RolloutOptions.of(settings))
     if output in STRUCTURED:
         out.write(structured(result.as_json(), output))
     else:
@@ -336,7 +326,7 @@ def status_command(settings: Settings, output: str) -> int:
     except CommandError as exc:
         print(f"linkerd-config status: {exc}", file=err)
         return FAILED
-    reports = status(view, defaults_of(settings))
+    reports = status(view, RolloutOptions.of(settings))
     if not reports:
         print(
             "linkerd-config status: no LinkerdConfig in the cluster (kubectl get linkerdconfigs); "

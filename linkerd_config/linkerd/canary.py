@@ -60,6 +60,16 @@ Labels = tuple[Mapping[str, str], Mapping[str, str]]
 """A workload's own labels, and its namespace's."""
 
 
+def labels_of(workload: Json | None, namespace: Json | None) -> Labels | None:
+    """A workload's labels and its namespace's (None when the workload is not known)."""
+    if workload is None:
+        return None
+    return (
+        (workload.get("metadata") or {}).get("labels") or {},
+        ((namespace or {}).get("metadata") or {}).get("labels") or {},
+    )
+
+
 @dataclass(frozen=True)
 class CanarySpec:
     """``spec.rollout.canary`` as the controller reads it (validated: see ``problems``)."""

@@ -472,14 +472,7 @@ def _labels(view: ClusterView) -> Callable[[Workload], canary.Labels | None]:
     """A workload's labels and its namespace's, as the caches hold them."""
 
     def labels(workload: Workload) -> canary.Labels | None:
-        obj = view.record(workload)
-        if obj is None:
-            return None
-        namespace = view.namespaces.get(workload.namespace) or {}
-        return (
-            (obj.get("metadata") or {}).get("labels") or {},
-            (namespace.get("metadata") or {}).get("labels") or {},
-        )
+        return canary.labels_of(view.record(workload), view.namespaces.get(workload.namespace))
 
     return labels
 

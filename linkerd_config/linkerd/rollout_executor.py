@@ -633,14 +633,7 @@ class RolloutExecutor:
 
     def _labels(self, workload: rollout.Workload) -> canary.Labels | None:
         """A workload's labels and its namespace's, as the caches hold them."""
-        obj = self._record(workload)
-        if obj is None:
-            return None
-        namespace = self.namespaces.get(workload.namespace) or {}
-        return (
-            (obj.get("metadata") or {}).get("labels") or {},
-            (namespace.get("metadata") or {}).get("labels") or {},
-        )
+        return canary.labels_of(self._record(workload), self.namespaces.get(workload.namespace))
 
     def _canary_record(self, config: Json, config_hash: str) -> Json | None:
         """The canary's record: status's, else the one this process wrote and has not read

@@ -8,12 +8,28 @@ Every decision of the rollout reads a ``RolloutPolicy``: the controller's passes
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.canary import CanarySpec
 from linkerd_config.linkerd.linkerdconfig_resource import DEFAULT_PROGRESS_DEADLINE, RolloutSpec
 from linkerd_config.linkerd.reconcile import Desired
+
+
+class RolloutFlags(Protocol):
+    """Where the flags are read from (the command line's ``Settings``)."""
+
+    @property
+    def max_restarts_per_pass(self) -> int: ...
+    @property
+    def restart_interval(self) -> float: ...
+    @property
+    def injector_wait(self) -> float: ...
+    @property
+    def probe_namespace(self) -> str: ...
+    @property
+    def restart_namespaces(self) -> LabelSelector: ...
 
 
 @dataclass(frozen=True)
@@ -32,6 +48,17 @@ class RolloutOptions:
     injection, where the controller may create pods); empty: each workload's own."""
     restart_namespaces: LabelSelector = EVERYTHING
     """Restart only in the namespaces this selects (``--restart-namespace-selector``)."""
+
+    @classmethod
+    def of(cls, flags: RolloutFlags) -> RolloutOptions:
+        """The flags as the controller, ``plan`` and ``status`` alike read them."""
+        return cls(
+            max_restarts_per_pass=flags.max_restarts_per_pass,
+            restart_interval=flags.restart_interval,
+            injector_wait=flags.injector_wait,
+            probe_namespace=flags.probe_namespace,
+            restart_namespaces=flags.restart_namespaces,
+        )
 
     def restricted(self, desired: Desired) -> Desired:
         """``desired`` as the controller rolls it out: only where it may restart."""
