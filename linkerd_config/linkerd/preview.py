@@ -31,6 +31,7 @@ from linkerd_config.linkerd.formats import (
     InstalledDataError,
     VersionError,
 )
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     OWNER_ANNOTATION,
@@ -337,7 +338,7 @@ def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, .
     if stored is None or stored.get("spec") != config.get("spec"):
         return ()
     halted = workload_health.halt_state(stored, config_hash).halted
-    return tuple(str(f) for f in (halted or {}).get("failed") or ())
+    return () if halted is None else halted.failed
 
 
 _CONSEQUENCES = {
@@ -567,7 +568,7 @@ def status(view: ClusterView, defaults: RolloutOptions) -> list[ConfigStatus]:
 
 
 def _rolled_back_to(
-    config: Json, halt: Json | None, configmaps: dict[str, Json], desired: Desired
+    config: Json, halt: Halt | None, configmaps: dict[str, Json], desired: Desired
 ) -> Desired | Problem | None:
     """What the ConfigMap holds while a failed rollout is rolled back (the controller's own
     choice: ``rollback.going_back``); None when no rollback is in force, or when what
@@ -580,11 +581,11 @@ def _rolled_back_to(
         return None
 
 
-def _rolled_back_line(halt: Json | None, held: Desired | None) -> str:
-    section = rollback.section(halt)
+def _rolled_back_line(halt: Halt | None, held: Desired | None) -> str:
+    section = None if halt is None else halt.rollback
     if section is None or held is None:
         return ""
-    phase = "rolled back" if section.get("phase") == rollback.ROLLED_BACK else "rolling back"
+    phase = "rolled back" if section.phase == Phase.ROLLED_BACK else "rolling back"
     return f"{phase} to configuration {held.config_hash} (proxy {held.proxy.version})"
 
 
@@ -637,7 +638,7 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> Con
         config_hash=desired.config_hash,
         drifted=tuple(drifted(configmaps, held or desired)),
         missing=tuple(missing(configmaps, held or desired)),
-        halted=tuple(str(f) for f in (halt or {}).get("failed") or ()),
+        halted=() if halt is None else halt.failed,
         rolled_back=_rolled_back_line(halt, held),
         namespaces=standing.namespaces,
         stale=stale,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any, Final, TypeGuard
 
 import orjson
@@ -40,6 +39,7 @@ import orjson
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS, Snapshot
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
 from linkerd_config.linkerd.reconcile import Desired, desired_config, restored_config
 from linkerd_config.linkerd.rollout import (
@@ -47,17 +47,11 @@ from linkerd_config.linkerd.rollout import (
     RESTARTED_FOR_ANNOTATION,
     Workload,
 )
-from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.validation import render_errors, validate
 
 LAST_COMPLETED_FIELD: Final = "lastCompleted"
 INSTALLED: Final = "installed"
 """``lastCompleted``'s field holding an adopted installation's snapshot."""
-ROLLING_BACK: Final[str] = Phase.ROLLING_BACK
-ROLLED_BACK: Final[str] = Phase.ROLLED_BACK
-"""The rollback record's phases (``rolloutHalt.rollback.phase``): the rollout's own."""
-HALT: Final = "Halt"
-ROLLBACK: Final = "Rollback"
 
 MAX_SPEC_CHARS: Final = 1 << 20
 """A recorded spec longer than this is not read back (status is ours, but anyone allowed to
@@ -178,57 +172,15 @@ def settled(config: Json) -> str | None:
     return None if found is None else str(found["configHash"])
 
 
-def start(halt: Json, target: Json, restarted: Iterable[Workload]) -> Json:
+def start(halt: Halt, target: Json, restarted: Iterable[Workload]) -> Halt:
     """A halt record turned into a rollback to ``target`` (a ``lastCompleted`` record), with
     the owners the failed rollout restarted: the ones to bring back."""
     owners = sorted(str(w) for w in restarted if w.kind != "Pod")[:MAX_LISTED]
-    return {
-        **halt,
-        "rollback": {
-            "toHash": target["configHash"],
-            "toGeneration": _int(target.get("generation")),
-            "phase": ROLLING_BACK,
-            "workloads": owners,
-        },
-    }
-
-
-def section(halt: Json | None) -> Json | None:
-    """The rollback section of a halt record (None: a plain halt)."""
-    found = (halt or {}).get("rollback")
-    return dict(found) if isinstance(found, Mapping) else None
-
-
-def started_at(halt: Json) -> float | None:
-    """When the halt (so the rollback) began, as a Unix time; None when unreadable."""
-    try:
-        return datetime.fromisoformat(str(halt.get("at", "")).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
-
-
-def phase_rank(halt: Json | None) -> int:
-    """How far a halt record has gone (0 a plain halt, 1 rolling back, 2 rolled back): a
-    record only moves forward, so of two records of one halt the higher is the newer."""
-    phase = (section(halt) or {}).get("phase")
-    return {ROLLING_BACK: 1, ROLLED_BACK: 2}.get(str(phase), 0)
-
-
-def same_halt(one: Json, other: Json) -> bool:
-    """Whether two halt records are one halt at different phases (the same configuration,
-    generation and resume annotation, begun at the same time)."""
-    return all(
-        one.get(k) == other.get(k) for k in ("configHash", "generation", "resumeToken", "at")
-    )
-
-
-def finished(halt: Json) -> Json:
-    """``halt``'s rollback record, now that every workload it lists is back and healthy."""
-    return {**halt, "rollback": {**(section(halt) or {}), "phase": ROLLED_BACK}}
+    return halt.rolling_back(str(target["configHash"]), _int(target.get("generation")), owners)
 
 
 def going_back(
-    config: Json, halt: Json | None, current: Mapping[str, Mapping[str, str]]
+    config: Json, halt: Halt | None, current: Mapping[str, Mapping[str, str]]
 ) -> Desired | None:
     """What the ConfigMaps hold while ``halt``'s rollback is in force: its target, the last
     completed configuration, as status records it (a spec rendered again onto what is
@@ -244,7 +196,7 @@ def going_back(
     return None if back is None else desired_config(back, current)
 
 
-def config_to_render(config: Json, halt: Json | None) -> Json | None:
+def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     """The LinkerdConfig as it stood when ``halt``'s rollback target completed (its spec's
     ``rollout`` kept as it is now), to render instead of the spec; None when ``halt`` is no
     rollback, its target is not what status records or no longer validates, or is an adopted
@@ -255,13 +207,12 @@ def config_to_render(config: Json, halt: Json | None) -> Json | None:
     return _going_back(config, target)[0]
 
 
-def _target_in_force(config: Json, halt: Json | None) -> Json | None:
+def _target_in_force(config: Json, halt: Halt | None) -> Json | None:
     """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
-    rollback = section(halt)
-    if rollback is None:
+    if halt is None or halt.rollback is None:
         return None
     target = last_completed(config)
-    if target is None or target["configHash"] != rollback.get("toHash"):
+    if target is None or target["configHash"] != halt.rollback.to_hash:
         return None
     return target
 

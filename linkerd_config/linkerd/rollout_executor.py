@@ -34,6 +34,7 @@ from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import canary, rollback, rollout, workload_health
 from linkerd_config.linkerd import rollout_machine as machine
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout_machine import RolloutOutcome
 from linkerd_config.linkerd.rollout_phase import Phase
@@ -129,7 +130,7 @@ class _ConfigProgress:
     probe_failure: str = ""
     """Why the injector could not be asked, or why its answer holds the restarts, last time
     (each said once in a Warning, not once per question)."""
-    halt: Json | None = None
+    halt: Halt | None = None
     """The halt this process decided, until its status write is read back (reconciles in
     between must neither report it again nor restart anything)."""
     halt_read: object = None
@@ -262,9 +263,7 @@ class RolloutExecutor:
         if decided is None:
             return halt
         if halt.halted is not None:
-            if rollback.same_halt(decided, halt.halted) and rollback.phase_rank(
-                decided
-            ) > rollback.phase_rank(halt.halted):
+            if decided.same(halt.halted) and decided.rank > halt.halted.rank:
                 return replace(halt, halted=decided)  # a later phase of ours, not read yet
             # Read back, or another halt since (another leader's): status is the record now.
             progress.halt = None
@@ -274,7 +273,7 @@ class RolloutExecutor:
             return halt
         if halt.halted is None:
             mine = workload_health.halt_state(
-                {**config, "status": {workload_health.HALT_FIELD: decided}}, config_hash
+                {**config, "status": {workload_health.HALT_FIELD: decided.to_json()}}, config_hash
             )
             if mine.halted is None:  # resumed, or a new attempt, since: forget it
                 self._of(config_hash).halt = None
@@ -282,7 +281,7 @@ class RolloutExecutor:
             return mine
         return halt
 
-    def _decided(self, config: Json, config_hash: str, record: Json) -> None:
+    def _decided(self, config: Json, config_hash: str, record: Halt) -> None:
         """Remember a halt (or rollback) record decided on ``config`` until status holds it."""
         progress = self._of(config_hash)
         progress.halt = record
@@ -309,7 +308,7 @@ class RolloutExecutor:
         """Observe, decide (``rollout_machine.step``), act."""
         policy = RolloutPolicy.of(config, self.options)
         asked_for = desired
-        if rollback.section(halt.halted) is not None and halt.halted is not None:
+        if halt.halted is not None and halt.halted.rollback is not None:
             observed = await self._going_back(config, desired, effective, halt.halted)
             asked_for = effective
         else:
@@ -376,15 +375,16 @@ class RolloutExecutor:
         )  # fmt: skip
 
     async def _going_back(
-        self, config: Json, failed: Desired, effective: Desired, halt: Json
+        self, config: Json, failed: Desired, effective: Desired, halt: Halt
     ) -> machine.Observed:
         """What a pass of a rollback reads. The ConfigMap already holds ``effective`` (the
         last completed configuration: the controller wrote it). Every owner still recording
         the failed configuration goes back, listed or not (the list is bounded; the records
         are the truth); the listed ones are health-gated."""
         plan = self._plan(effective)
-        section = rollback.section(halt) or {}
-        listed = [w for w in map(rollback.parse_workload, section.get("workloads") or ()) if w]
+        section = halt.rollback
+        named = () if section is None else section.workloads
+        listed = [w for w in map(rollback.parse_workload, named) if w]
         pending = sorted(w for _, w in self._restarted(failed.config_hash, plan).values())
         workloads = sorted({*listed, *pending})
         tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
@@ -395,10 +395,10 @@ class RolloutExecutor:
         gated = (
             not pending
             and effective.config_hash != failed.config_hash
-            and section.get("phase") != Phase.ROLLED_BACK
+            and (section is None or section.phase != Phase.ROLLED_BACK)
         )
         if gated:
-            standing = await self._brought_back(workloads, plan, rollback.started_at(halt))
+            standing = await self._brought_back(workloads, plan, halt.started_at)
         back = machine.GoingBack(
             effective.config_hash, effective.proxy.version, tuple(pending), tuple(workloads),
             tuple(due), min(waits, default=recheck), tuple(standing),

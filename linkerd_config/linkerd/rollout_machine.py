@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import canary, rollback, rollout, workload_health
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutPolicy
@@ -173,7 +174,7 @@ class Halted:
     """The attempt halted (or, with ``rolling_back_to``, began to roll back): ``record`` is
     the status record, to remember until status holds it."""
 
-    record: Json
+    record: Halt
     failed: str
     """The failed workloads, as listed in messages."""
     rolling_back_to: str | None = None
@@ -184,7 +185,7 @@ class RolledBack:
     """Every workload the failed attempt restarted is back and healthy: ``record`` is the
     status record, to remember until status holds it."""
 
-    record: Json
+    record: Halt
     to_hash: str
 
 
@@ -255,15 +256,16 @@ class Step:
 def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
     """This pass of ``observed``'s configuration: see the module's docstring."""
     counts, version = observed.counts, observed.version
-    if rollback.section(record.halted) is not None and observed.going_back is not None:
-        return _rolling_back(observed, record, policy, observed.going_back)
-    if record.halted is not None:
-        failed = failures(record.halted.get("failed") or ())
+    halted = record.halted
+    if halted is not None and halted.rollback is not None and observed.going_back is not None:
+        return _rolling_back(observed, halted, policy, observed.going_back)
+    if halted is not None:
+        failed = failures(halted.failed)
         return Step(
             RolloutOutcome(
                 *counts, Phase.HALTED,
                 f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
-                status={workload_health.HALT_FIELD: record.halted},
+                status={workload_health.HALT_FIELD: halted.to_json()},
             )
         )  # fmt: skip
     restarted = observed.restarted
@@ -362,24 +364,21 @@ def after_restarts(
     return replace(with_canary, actions=decided.actions)
 
 
-def _rolling_back(
-    observed: Observed, record: HaltState, policy: RolloutPolicy, back: GoingBack
-) -> Step:
+def _rolling_back(observed: Observed, halt: Halt, policy: RolloutPolicy, back: GoingBack) -> Step:
     """One pass of a rollback. The ConfigMap already holds the configuration gone back to
     (the controller wrote it); once the injector injects its proxy again, the workloads the
     failed attempt restarted are brought back onto it, then health-gated with the rollout's
     deadline: ``ROLLING_BACK`` until every one is healthy on it, then ``ROLLED_BACK``."""
-    halt = record.halted
-    assert halt is not None
-    section = rollback.section(halt) or {}
-    head = f"rollout of proxy {observed.version} failed ({failures(halt.get('failed') or ())})"
+    section = halt.rollback
+    assert section is not None
+    head = f"rollout of proxy {observed.version} failed ({failures(halt.failed)})"
     counts = (len(observed.plan.workloads), 0, 0)
-    kept = {workload_health.HALT_FIELD: halt}
+    kept = {workload_health.HALT_FIELD: halt.to_json()}
     if back.to_hash == observed.config_hash:
         return Step(
             RolloutOutcome(
                 *counts, Phase.HALTED, f"{head}; cannot roll back to configuration "
-                f"{section.get('toHash')}: status no longer records it as the last completed "
+                f"{section.to_hash}: status no longer records it as the last completed "
                 "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
                 f"installed now (the controller's log says which), so the rollout is halted "
                 f"instead. {RESUME_HINT}",
@@ -394,7 +393,7 @@ def _rolling_back(
             requeue_after=requeue, status=kept,
         )  # fmt: skip
 
-    if section.get("phase") == Phase.ROLLED_BACK:
+    if section.phase == Phase.ROLLED_BACK:
         return Step(
             RolloutOutcome(
                 *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
@@ -410,7 +409,7 @@ def _rolling_back(
         if not back.due:
             said = f": {len(back.pending)} workload(s) not back onto it yet, tried again shortly"
             return Step(rolling_back(said, back.next_try))
-        restore = Restore(back.due, str(section.get("toHash") or ""))
+        restore = Restore(back.due, section.to_hash)
         bringing = f": bringing {len(back.due)} workload(s) back onto it"
         return Step(rolling_back(bringing), (restore,))
     checked = workload_health.gate(back.brought_back, observed.now, policy.progress_deadline)
@@ -432,7 +431,7 @@ def _rolling_back(
         behind = [f"{w}: {why}" for w, why in checked.waiting]
         said = f": {len(behind)} workload(s) not healthy on it yet: {listed(behind, 5)}"
         return Step(rolling_back(said))
-    finished = rollback.finished(halt)
+    finished = halt.rolled_back()
     done = Emit(
         "Warning", Phase.ROLLED_BACK,
         f"{head}; rolled back to {back_to}: {len(back.workloads)} workload(s) back on it and "
@@ -440,7 +439,7 @@ def _rolling_back(
     )  # fmt: skip
     outcome = RolloutOutcome(
         *counts, Phase.ROLLED_BACK, f"{head}; rolled back to {back_to}. {RESUME_HINT}",
-        status={workload_health.HALT_FIELD: finished},
+        status={workload_health.HALT_FIELD: finished.to_json()},
     )  # fmt: skip
     return Step(outcome, (RolledBack(finished, back.to_hash), done))
 
@@ -558,7 +557,7 @@ def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, st
         RolloutOutcome(
             *observed.counts, reason, f"{said}. {RESUME_HINT}",
             requeue_after=None if reason == Phase.HALTED else 0.5,
-            status={workload_health.HALT_FIELD: record},
+            status={workload_health.HALT_FIELD: record.to_json()},
         ),
         tuple(actions),
     )  # fmt: skip

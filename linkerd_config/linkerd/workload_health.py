@@ -18,6 +18,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.halt_record import FIELD, Halt
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, unknown_owner
 
 State = Literal["done", "waiting", "failed"]
@@ -326,7 +327,7 @@ def go_duration(seconds: float) -> str:
 RESUME_ANNOTATION = "config.linkerd.io/resume-rollout"
 """Set (or changed) on a LinkerdConfig to resume its halted rollout, the failed workloads
 forgiven: ``kubectl annotate lc NAME config.linkerd.io/resume-rollout=$(date +%s) --overwrite``."""
-HALT_FIELD = "rolloutHalt"
+HALT_FIELD = FIELD
 FORGIVEN_FIELD = "rolloutForgiven"
 
 
@@ -343,7 +344,7 @@ def _generation(config: Json) -> int:
 class HaltState:
     """Where a LinkerdConfig's rollout of ``config_hash`` stands as to halting."""
 
-    halted: Json | None
+    halted: Halt | None
     """The halt in force (the status record as it stands), None if none."""
     forgiven: frozenset[str]
     """Workloads an explicit resume forgave: the gate holds nothing for them."""
@@ -356,21 +357,20 @@ def halt_state(config: Json, config_hash: str) -> HaltState:
     until the resume annotation changes (then its failed workloads are forgiven); a new
     generation or configuration is a new attempt, with nothing forgiven."""
     status = config.get("status") or {}
-    record = status.get(HALT_FIELD)
+    stored = status.get(HALT_FIELD)
+    record = Halt.parse(stored)
     forgiven_record = status.get(FORGIVEN_FIELD)
     forgiven: frozenset[str] = frozenset()
     if isinstance(forgiven_record, Mapping) and forgiven_record.get("configHash") == config_hash:
         forgiven = frozenset(str(w) for w in forgiven_record.get("workloads") or ())
-    if not isinstance(record, Mapping):
-        return HaltState(None, forgiven, {HALT_FIELD: None} if record is not None else {})
-    same = record.get("configHash") == config_hash and _int(
-        record.get("generation")
-    ) == _generation(config)
+    if record is None:
+        return HaltState(None, forgiven, {HALT_FIELD: None} if stored is not None else {})
+    same = record.config_hash == config_hash and record.generation == _generation(config)
     if not same:
         return HaltState(None, frozenset(), {HALT_FIELD: None, FORGIVEN_FIELD: None})
-    if record.get("resumeToken", "") == _resume_token(config):
-        return HaltState(dict(record), forgiven, {})
-    resumed = forgiven | {str(w).split(":", 1)[0] for w in record.get("failed") or ()}
+    if record.resume_token == _resume_token(config):
+        return HaltState(record, forgiven, {})
+    resumed = forgiven | {w.split(":", 1)[0] for w in record.failed}
     return HaltState(
         None,
         resumed,
@@ -398,15 +398,11 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
-def halt_record(config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str) -> Json:
-    """The status record of a new halt: what failed and why, for this configuration,
-    generation and resume token (within the CRD's bounds: else the API server refuses the
-    status write, and the halt is never recorded)."""
+def halt_record(config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str) -> Halt:
+    """The record of a new halt: what failed and why, for this configuration, generation and
+    resume token (within the CRD's bounds: else the API server refuses the status write, and
+    the halt is never recorded)."""
     listed = [cut(f"{name}: {why}", MAX_FAILURE_CHARS) for name, why in failed]
-    return {
-        "configHash": config_hash,
-        "generation": _generation(config),
-        "resumeToken": _resume_token(config),
-        "failed": listed[:MAX_LISTED],
-        "at": at,
-    }
+    return Halt(
+        config_hash, _generation(config), _resume_token(config), tuple(listed[:MAX_LISTED]), at
+    )

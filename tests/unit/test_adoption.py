@@ -28,6 +28,7 @@ from linkerd_config.linkerd.formats.helm_values import (
     VALUES_KEY,
     parse_values,
 )
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.reconcile import adopted_snapshot, desired_config, restored_config
 from tests.support.samples import SECOND_TRUST_ANCHOR, modern_install
 
@@ -233,7 +234,7 @@ def test_a_rollback_to_an_adoption_writes_the_snapshot_back() -> None:
     stored = lc(config["spec"], {"lastCompleted": record})
     target, why = rollback.target(stored, "failed")
     assert why == "" and target is not None
-    halt = rollback.start({"configHash": "failed"}, target, [])
+    halt = rollback.start(Halt("failed", 0, "", (), ""), target, [])
     upgraded = desired_config(config, current)
     now = {"linkerd-config": {**current["linkerd-config"], **upgraded.data}}
     back = rollback.going_back(stored, halt, now)

@@ -12,7 +12,9 @@ import pytest
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd.halt_record import Halt, Rollback
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
+from linkerd_config.linkerd.rollout_phase import Phase
 from tests.support.merge_patch import apply_merge_patch
 
 SPEC: Json = {
@@ -56,11 +58,11 @@ def test_only_a_readable_last_completed_is_used(stored: Any, readable: bool) -> 
     assert (found is not None) == readable
 
 
-def halt_to(to_hash: str, phase: str = rollback.ROLLING_BACK) -> Json:
-    halt = {"configHash": "h1", "generation": 3, "failed": ["deployment/a/web: refused"]}
+def halt_to(to_hash: str, phase: Phase = Phase.ROLLING_BACK) -> Halt:
+    halt = Halt("h1", 3, "", ("deployment/a/web: refused",), "")
     target = {"configHash": to_hash, "generation": 2}
     started = rollback.start(halt, target, [Workload("Deployment", "a", "web")])
-    return {**started, "rollback": {**started["rollback"], "phase": phase}}
+    return started if phase == Phase.ROLLING_BACK else started.rolled_back()
 
 
 def test_the_config_rendered_while_rolled_back_is_the_last_completed_one() -> None:
@@ -72,7 +74,7 @@ def test_the_config_rendered_while_rolled_back_is_the_last_completed_one() -> No
     assert rendered["spec"] == {**old, "rollout": SPEC["rollout"]}  # rollout kept as it is now
     assert rendered["metadata"] == stored["metadata"]
     # A plain halt renders the spec; a target status no longer records cannot be gone back to.
-    assert rollback.config_to_render(stored, {"configHash": "h1"}) is None
+    assert rollback.config_to_render(stored, Halt("h1", 3, "", (), "")) is None
     assert rollback.config_to_render(stored, halt_to("h9")) is None
     broken = config({rollback.LAST_COMPLETED_FIELD: {**last, "spec": "{not json"}})
     assert rollback.config_to_render(broken, halt_to("h0")) is None
@@ -81,7 +83,7 @@ def test_the_config_rendered_while_rolled_back_is_the_last_completed_one() -> No
 
 
 def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> None:
-    halt = {"configHash": "h1", "at": "2026-11-24T10:00:00Z"}
+    halt = Halt("h1", 0, "", (), "2026-11-24T10:00:00Z")
     started = rollback.start(
         halt,
         {"configHash": "h0", "generation": 2},
@@ -91,18 +93,47 @@ def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> 
             Workload("Deployment", "a", "web"),
         ],
     )
-    assert started["rollback"] == {
+    assert started.to_json()["rollback"] == {
         "toHash": "h0",
         "toGeneration": 2,
-        "phase": rollback.ROLLING_BACK,
+        "phase": "RollingBack",
         "workloads": ["deployment/a/web", "statefulset/b/db"],  # a bare pod is gone for good
     }
-    done = rollback.finished(started)
-    assert done["rollback"]["phase"] == rollback.ROLLED_BACK and done["configHash"] == "h1"
-    ranks = [rollback.phase_rank(r) for r in (halt, started, done, None)]
-    assert ranks == [0, 1, 2, 0]
-    assert rollback.started_at(started) == 1_795_514_400.0
-    assert rollback.started_at({"at": "yesterday"}) is None
+    done = started.rolled_back()
+    assert done.rollback is not None and done.rollback.phase == Phase.ROLLED_BACK
+    assert done.config_hash == "h1" and done.same(started) and done.same(halt)
+    assert [r.rank for r in (halt, started, done)] == [0, 1, 2]
+    assert started.started_at == 1_795_514_400.0
+    assert Halt("h1", 0, "", (), "yesterday").started_at is None
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        {"configHash": "h1", "generation": 3, "resumeToken": "t", "failed": ["a: x"], "at": "T"},
+        {**{"configHash": "h1", "generation": 3, "resumeToken": "", "failed": [], "at": "T"},
+         "rollback": {"toHash": "h0", "toGeneration": 2, "phase": "RolledBack",
+                      "workloads": ["deployment/a/web"]}},
+    ],
+)  # fmt: skip
+def test_the_halt_record_reads_back_what_it_writes(stored: Json) -> None:
+    parsed = Halt.parse(stored)
+    assert parsed is not None and parsed.to_json() == stored
+
+
+@pytest.mark.parametrize(
+    ("stored", "read"),
+    [
+        ("text", None),
+        ({}, Halt("", 0, "", (), "")),
+        ({"configHash": 7, "generation": True, "failed": "x", "rollback": {"phase": "Nope"}},
+         Halt("", 0, "", (), "", Rollback("", 0, Phase.ROLLING_BACK))),
+    ],
+)  # fmt: skip
+def test_a_halt_record_someone_else_wrote_reads_leniently(
+    stored: object, read: Halt | None
+) -> None:
+    assert Halt.parse(stored) == read
 
 
 @pytest.mark.parametrize(

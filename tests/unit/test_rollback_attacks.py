@@ -5,6 +5,7 @@ between the steps, and a ``status.lastCompleted`` that can no longer be used."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import orjson
 import pytest
@@ -16,6 +17,7 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, rollout, workload_health
 from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 from linkerd_config.linkerd.linkerdconfig_resource import Target, status_schema
 from linkerd_config.linkerd.preview import plan, status
@@ -63,13 +65,13 @@ async def test_a_decision_of_an_earlier_term_does_not_override_the_halt_status_h
     plain = workload_health.halt_record(
         later, HASH, [("deployment/ns/app-00", "new pods refused")], "2026-11-24T01:00:00Z"
     )
-    later = {**later, "status": {**later["status"], HALT_FIELD: plain}}
+    later = {**later, "status": {**later["status"], HALT_FIELD: plain.to_json()}}
     seen = world.executor.halt_state(later, HASH).halted
     assert seen == plain
     assert rollback.config_to_render(later, seen) is None  # the ConfigMap stays as asked
     outcome = await world.executor.roll(later, DESIRED, DESIRED)
     assert outcome.reason == "RolloutHalted"
-    assert outcome.status[HALT_FIELD] == plain
+    assert outcome.status[HALT_FIELD] == plain.to_json()
 
 
 async def test_a_decision_of_an_earlier_term_does_not_come_back_once_status_moved_on() -> None:
@@ -96,16 +98,18 @@ async def test_the_decision_still_holds_until_its_own_write_is_read_back() -> No
     assert again.status[HALT_FIELD] == started.status[HALT_FIELD]
     assert [e[3] for e in world.recorder.full].count("RollingBack") == 2  # config + workload
     read_back = _versioned(with_status(config, started), "11")
-    assert world.executor.halt_state(read_back, HASH).halted == started.status[HALT_FIELD]
+    assert world.executor.halt_state(read_back, HASH).halted == Halt.parse(
+        started.status[HALT_FIELD]
+    )
 
 
 def test_one_halt_at_two_phases_is_the_same_halt_another_is_not() -> None:
     config = {"metadata": {"generation": 2}}
     halt = workload_health.halt_record(config, HASH, [("deployment/ns/a", "x")], "T1")
     started = rollback.start(halt, {"configHash": "h0", "generation": 1}, [])
-    assert rollback.same_halt(rollback.finished(started), started)
-    for changed in ({"at": "T2"}, {"generation": 3}, {"resumeToken": "1"}, {"configHash": "h"}):
-        assert not rollback.same_halt(rollback.finished(started), {**started, **changed})
+    assert started.rolled_back().same(started)
+    for changed in ({"at": "T2"}, {"generation": 3}, {"resume_token": "1"}, {"config_hash": "h"}):
+        assert not started.rolled_back().same(replace(started, **changed))
 
 
 def _completed_with(spec: Json) -> Json:
@@ -160,14 +164,15 @@ async def test_a_last_completed_spec_that_no_longer_validates_is_not_gone_back_t
     started = await failed_first_pass(RollbackWorld(2), _completed_with(VALID_OLD_SPEC))
     assert started.reason == "RollingBack"
     under_way = with_status(config, started)
-    assert rollback.config_to_render(under_way, started.status[HALT_FIELD]) is None
+    assert rollback.config_to_render(under_way, Halt.parse(started.status[HALT_FIELD])) is None
 
 
 async def test_a_valid_last_completed_spec_is_gone_back_to() -> None:
     started = await failed_first_pass(RollbackWorld(2), _completed_with(VALID_OLD_SPEC))
     assert started.reason == "RollingBack"
     rendered = rollback.config_to_render(
-        with_status(_completed_with(VALID_OLD_SPEC), started), started.status[HALT_FIELD]
+        with_status(_completed_with(VALID_OLD_SPEC), started),
+        Halt.parse(started.status[HALT_FIELD]),
     )
     assert rendered is not None and rendered["spec"]["proxy"] == VALID_OLD_SPEC["proxy"]
 
@@ -303,7 +308,7 @@ def _rolled_back_cluster(fmt: str) -> tuple[Json, ClusterView, str]:
     )
     stored["status"] = {
         rollback.LAST_COMPLETED_FIELD: last,
-        HALT_FIELD: rollback.finished(rollback.start(halt, last, [])),
+        HALT_FIELD: rollback.start(halt, last, []).rolled_back().to_json(),
     }
     cluster = ClusterView(
         configs=[stored],
@@ -392,7 +397,7 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
     )
     config["status"] = {
         rollback.LAST_COMPLETED_FIELD: last,
-        HALT_FIELD: rollback.start(halt, last, []),
+        HALT_FIELD: rollback.start(halt, last, []).to_json(),
     }
     written = await controller._to_write(config, asked, current)
     assert written.config_hash == asked.config_hash  # nothing else can be written

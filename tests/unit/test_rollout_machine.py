@@ -13,6 +13,7 @@ import pytest
 
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import canary, rollback, rollout_machine, workload_health
+from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_machine import (
     HEALTH_RECHECK,
@@ -98,7 +99,7 @@ POLICY = RolloutPolicy(batch=2, interval=10.0, progress_deadline=60.0)
 BACK = replace(POLICY, rollback=True)
 
 
-def halted_record() -> Json:
+def halted_record() -> Halt:
     return workload_health.halt_record(
         config(), HASH, [(str(A), "refused")], "2026-11-27T00:00:00Z"
     )
@@ -223,8 +224,8 @@ def test_a_halt_is_recorded_with_its_evidence_and_said_on_each_failed_workload()
     decided = rollout_machine.step(observed(row), NO_HALT, POLICY)
     halted, on_config, on_workload = decided.actions
     assert isinstance(halted, Halted) and halted.rolling_back_to is None
-    assert halted.record["failed"] == [f"{A}: new pods refused: no"]
-    assert decided.outcome.status[workload_health.HALT_FIELD] == halted.record
+    assert halted.record.failed == (f"{A}: new pods refused: no",)
+    assert decided.outcome.status[workload_health.HALT_FIELD] == halted.record.to_json()
     assert isinstance(on_config, Emit) and on_config.involved is None
     assert isinstance(on_workload, Emit) and on_workload.involved == A
     assert decided.outcome.requeue_after is None  # only a person moves it on
@@ -234,7 +235,7 @@ def test_a_rollback_starts_from_the_last_completed_configuration() -> None:
     row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, status=COMPLETED)
     halted = rollout_machine.step(observed(row), NO_HALT, BACK).actions[0]
     assert isinstance(halted, Halted) and halted.rolling_back_to == OLD_HASH
-    assert rollback.section(halted.record) == {
+    assert halted.record.to_json()["rollback"] == {
         "toHash": OLD_HASH, "toGeneration": 3, "phase": "RollingBack", "workloads": [str(A)],
     }  # fmt: skip
 
@@ -271,7 +272,7 @@ def rolling_back(
 ) -> tuple[Observed, HaltState]:
     target = {"configHash": OLD_HASH, "generation": 3}
     record = rollback.start(halted_record(), target, [A])
-    record = {**record, "rollback": {**record["rollback"], "phase": phase}}
+    record = record.rolled_back() if phase == "RolledBack" else record
     seen = replace(observed(Row(status=COMPLETED)), going_back=back, injector=injector)
     return seen, HaltState(record, frozenset(), {})
 
@@ -380,8 +381,8 @@ def test_a_finished_rollback_is_recorded_and_the_stuck_warning_said_once() -> No
     done = rollout_machine.step(seen, record, BACK)
     (finished, _) = done.actions
     assert isinstance(finished, RolledBack)
-    assert rollback.section(finished.record) is not None
-    assert (rollback.section(finished.record) or {})["phase"] == "RolledBack"
+    assert finished.record.rollback is not None
+    assert finished.record.rollback.phase == Phase.ROLLED_BACK
     stuck = replace(HEALTHY_BACK, brought_back=(Restarted(str(A), NOW - 61, WAITING),))
     seen, record = rolling_back(stuck)
     (warning,) = rollout_machine.step(seen, record, BACK).actions
