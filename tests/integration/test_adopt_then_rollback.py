@@ -14,6 +14,9 @@ proxy, ``steady/c`` is never touched.
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -23,7 +26,7 @@ from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESP
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from tests.support import commands, formats, scenario
+from tests.support import commands, formats, scenario, webhooks_on
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import LEGACY, Format
 from tests.support.waiting import eventually
@@ -58,11 +61,20 @@ async def reason_is(kube: KubeClient, reason: str) -> Json | None:
     return cond if cond.get("reason") == reason else None
 
 
+@pytest.mark.parametrize("webhooks", ["webhooks-off", "webhooks-on"])
 @pytest.mark.parametrize("fmt", formats.FORMATS, ids=formats.IDS)
 async def test_the_first_upgrade_rolls_back_to_the_adopted_installation(
-    own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format
+    own_control_plane: LocalControlPlane,
+    own_kube: KubeClient,
+    fmt: Format,
+    webhooks: str,
+    tmp_path: Path,
 ) -> None:
     cp, kube = own_control_plane, own_kube
+    flags: tuple[str, ...] = ()
+    serving: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
+    if webhooks == "webhooks-on":  # the LinkerdConfig defaulted and checked by ours
+        flags, ca_pem, port = webhooks_on.serving(tmp_path / "certs")
     async with formats.installed(cp, kube, fmt):
         fragile = await scenario.meshed_namespace(kube, FRAGILE, ["a"], replicas=1)
         await scenario.meshed_namespace(kube, STEADY, ["c"], replicas=1)
@@ -75,49 +87,56 @@ async def test_the_first_upgrade_rolls_back_to_the_adopted_installation(
 
         async with (
             scenario.proxy_refused(kube, FRAGILE, fmt.good),
-            scenario.controller(cp, "adopter", probe_namespace=PROBE),
+            scenario.controller(cp, "adopter", *flags, probe_namespace=PROBE),
         ):
-            await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.good, ROLLOUT))
-            done = await eventually(
-                lambda: reason_is(kube, "RolledBack"), timeout=240, what="rolled back"
-            )
-            lc = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
-            adopted = lc["status"]["lastCompleted"]
-            assert adopted["generation"] == 0 and "spec" not in adopted
-            assert set(adopted["installed"]) == {"data", "companions"}
-            assert (
-                f"rolled back to configuration {adopted['configHash']} (proxy "
-                f"{installed_proxy})" in done["message"]
-            )
-            assert "deployment/fragile/a: new pods refused:" in done["message"]
-            assert lc["status"]["configHash"] == adopted["configHash"]
-            assert lc["status"]["rolloutHalt"]["rollback"]["phase"] == "RolledBack"
-            assert lc["spec"]["proxy"]["proxyVersion"] == fmt.good  # the spec as written
-
-            # What Linkerd reads is what was installed.
-            assert configuration(fmt, await configmaps(kube)) == before
-            pods = await scenario.wait_settled(kube, FRAGILE, expected=1)
-            assert set(scenario.proxy_versions(pods).values()) == {installed_proxy}
-            dep = await kube.request("GET", DEPLOYMENTS.path(FRAGILE, "a"))
-            conditions = {c["type"]: c for c in dep["status"].get("conditions") or ()}
-            assert conditions["Available"]["status"] == "True"
-            assert "ReplicaFailure" not in conditions
-            # One restart and one restore of fragile/a; steady/c never restarted.
-            patched = [
-                f"{ns}/{e['objectRef']['name']}"
-                for ns in (FRAGILE, STEADY)
-                for e in successful_writes(cp, "patch", "deployments", ns, AGENT)
-                if received_at(e) > 0
-            ]
-            assert patched == ["fragile/a", "fragile/a"]
-            said = (await kube.request("GET", EVENTS.path("default")))["items"]
-            reasons = [e["reason"] for e in said if e["involvedObject"]["name"] == NAME]
-            assert reasons[:1] == ["Adopted"]
-            assert {"RollingBack", "RolledBack"} <= set(reasons)
+            if flags:
+                serving = webhooks_on.in_effect(kube, ca_pem, port)
+            async with serving:
+                await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.good, ROLLOUT))
+                await adopted_and_rolled_back(cp, kube, fmt, before, installed_proxy)
 
         code, report = await commands.status_json(cp.kubeconfig)
         assert code == 2
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
-        assert mine["rolledBack"] == (
-            f"rolled back to configuration {adopted['configHash']} (proxy {installed_proxy})"
-        )
+        assert mine["rolledBack"].startswith("rolled back to configuration ")
+        assert mine["rolledBack"].endswith(f"(proxy {installed_proxy})")
+
+
+async def adopted_and_rolled_back(
+    cp: LocalControlPlane, kube: KubeClient, fmt: Format, before: object, installed_proxy: str
+) -> None:
+    """The failed first upgrade rolled back to the adopted installation, and only that."""
+    done = await eventually(lambda: reason_is(kube, "RolledBack"), timeout=240, what="rolled back")
+    lc = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
+    adopted = lc["status"]["lastCompleted"]
+    assert adopted["generation"] == 0 and "spec" not in adopted
+    assert set(adopted["installed"]) == {"data", "companions"}
+    assert (
+        f"rolled back to configuration {adopted['configHash']} (proxy "
+        f"{installed_proxy})" in done["message"]
+    )
+    assert "deployment/fragile/a: new pods refused:" in done["message"]
+    assert lc["status"]["configHash"] == adopted["configHash"]
+    assert lc["status"]["rolloutHalt"]["rollback"]["phase"] == "RolledBack"
+    assert lc["spec"]["proxy"]["proxyVersion"] == fmt.good  # the spec as written
+
+    # What Linkerd reads is what was installed.
+    assert configuration(fmt, await configmaps(kube)) == before
+    pods = await scenario.wait_settled(kube, FRAGILE, expected=1)
+    assert set(scenario.proxy_versions(pods).values()) == {installed_proxy}
+    dep = await kube.request("GET", DEPLOYMENTS.path(FRAGILE, "a"))
+    conditions = {c["type"]: c for c in dep["status"].get("conditions") or ()}
+    assert conditions["Available"]["status"] == "True"
+    assert "ReplicaFailure" not in conditions
+    # One restart and one restore of fragile/a; steady/c never restarted.
+    patched = [
+        f"{ns}/{e['objectRef']['name']}"
+        for ns in (FRAGILE, STEADY)
+        for e in successful_writes(cp, "patch", "deployments", ns, AGENT)
+        if received_at(e) > 0
+    ]
+    assert patched == ["fragile/a", "fragile/a"]
+    said = (await kube.request("GET", EVENTS.path("default")))["items"]
+    reasons = [e["reason"] for e in said if e["involvedObject"]["name"] == NAME]
+    assert reasons[:1] == ["Adopted"]
+    assert {"RollingBack", "RolledBack"} <= set(reasons)

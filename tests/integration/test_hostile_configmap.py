@@ -22,7 +22,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +38,7 @@ from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.webhooks import webhook_configurations
-from tests.support import scenario
+from tests.support import scenario, webhooks_on
 from tests.support.hostile import bombed_values, installed_values
 from tests.support.run_process import RunProcess
 from tests.support.samples import modern_install
@@ -92,22 +91,6 @@ def controller(kubeconfig: Path, certs: Path, health: int, webhook: int) -> Iter
     finally:
         if process.proc.poll() is None:
             process.stop()
-
-
-@contextlib.asynccontextmanager
-async def webhooks_registered(kube: KubeClient, ca_pem: bytes, port: int) -> AsyncIterator[None]:
-    paths = []
-    for config in webhook_configurations(ca_pem, f"https://127.0.0.1:{port}"):
-        kind = config["kind"].lower() + "s"
-        path = f"/apis/admissionregistration.k8s.io/v1/{kind}"
-        await scenario.create(kube, path, config)
-        paths.append(f"{path}/{config['metadata']['name']}")
-    try:
-        yield
-    finally:
-        for path in paths:  # a Fail-policy webhook must not outlive its server
-            with contextlib.suppress(ApiError):
-                await kube.request("DELETE", path, fenced=False)
 
 
 async def timed_healthz(http: aiohttp.ClientSession, url: str) -> float:
@@ -171,7 +154,7 @@ async def test_an_alias_bomb_in_values_is_refused_while_health_and_admission_sta
         healthz = f"http://127.0.0.1:{health}/healthz"
         with controller(cp.kubeconfig, certs, health, webhook) as process:
             async with (
-                webhooks_registered(kube, ca_pem, webhook),
+                webhooks_on.registered(kube, ca_pem, webhook),
                 aiohttp.ClientSession() as http,
             ):
                 await eventually(lambda: webhook_in_effect(kube), timeout=60, what="webhooks")
