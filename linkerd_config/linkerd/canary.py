@@ -32,7 +32,7 @@ configuration; a new configuration has a canary of its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Final
 
@@ -172,26 +172,74 @@ def _resume_token(config: Json) -> str:
     return str(annotations.get(RESUME_ANNOTATION, ""))
 
 
-def stored(config: Json, config_hash: str) -> Json | None:
+@dataclass(frozen=True)
+class CanaryRecord:
+    """The canary's state in a LinkerdConfig's status (``status.rolloutCanary``): one typed
+    value, read by ``parse`` and written by ``to_json``, nowhere else. Kept for its
+    configuration, generation and resume annotation: the canary chosen so far, when it became
+    healthy, when it passed."""
+
+    config_hash: str
+    generation: int
+    resume_token: str
+    workloads: tuple[str, ...]
+    healthy_since: str = ""
+    passed_at: str = ""
+
+    @classmethod
+    def parse(cls, value: object) -> CanaryRecord | None:
+        """The record status holds, read leniently (a field of the wrong type reads as
+        empty); None when it is no object."""
+        if not isinstance(value, Mapping):
+            return None
+        generation = value.get("generation")
+        workloads = value.get("workloads")
+        return cls(
+            str(value.get("configHash") or ""),
+            generation if isinstance(generation, int) and not isinstance(generation, bool) else 0,
+            str(value.get("resumeToken") or ""),
+            tuple(str(w) for w in workloads) if isinstance(workloads, list | tuple) else (),
+            str(value.get("healthySince") or ""),
+            str(value.get("passedAt") or ""),
+        )
+
+    def to_json(self) -> Json:
+        """The record as status keeps it (the CRD's ``rolloutCanary`` schema)."""
+        found: Json = {
+            "configHash": self.config_hash,
+            "generation": self.generation,
+            "resumeToken": self.resume_token,
+            "workloads": list(self.workloads),
+        }
+        if self.healthy_since:
+            found["healthySince"] = self.healthy_since
+        if self.passed_at:
+            found["passedAt"] = self.passed_at
+        return found
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.passed_at)
+
+
+def stored(config: Json, config_hash: str) -> CanaryRecord | None:
     """The canary's status record for ``config_hash``, if status keeps one."""
-    record = (config.get("status") or {}).get(FIELD)
-    if isinstance(record, Mapping) and record.get("configHash") == config_hash:
-        return dict(record)
-    return None
+    record = CanaryRecord.parse((config.get("status") or {}).get(FIELD))
+    return record if record is not None and record.config_hash == config_hash else None
 
 
-def passed(record: Json | None) -> bool:
-    return isinstance(record, Mapping) and bool(record.get("passedAt"))
+def passed(record: CanaryRecord | None) -> bool:
+    return record is not None and record.passed
 
 
-def newest(record: Json | None, remembered: Json | None) -> Json | None:
+def newest(record: CanaryRecord | None, remembered: CanaryRecord | None) -> CanaryRecord | None:
     """Status's record, or the passed one this process wrote and has not read back yet (the
     rest's restarts must not look like a larger canary in between)."""
     if (
         remembered is not None
-        and passed(remembered)
+        and remembered.passed
         and not passed(record)
-        and (record is None or record.get("configHash") == remembered.get("configHash"))
+        and (record is None or record.config_hash == remembered.config_hash)
     ):
         return remembered
     return record
@@ -200,10 +248,10 @@ def newest(record: Json | None, remembered: Json | None) -> Json | None:
 # -- choosing ------------------------------------------------------------------------------
 
 
-def canaries_so_far(record: Json | None, restarted: Iterable[str]) -> list[str]:
+def canaries_so_far(record: CanaryRecord | None, restarted: Iterable[str]) -> list[str]:
     """The canary as the cluster records it: the workloads status names, and every owner
     restarted for this configuration (before the canary passes, only canaries are)."""
-    named = [str(w) for w in (record or {}).get("workloads") or ()]
+    named = () if record is None else record.workloads
     return sorted({*named, *restarted})
 
 
@@ -248,8 +296,10 @@ class Canary:
     workloads: tuple[str, ...] = ()
     """The canary."""
     message: str = ""
-    status: Json = field(default_factory=dict)
-    """Status fields to write (``FIELD``: the record, or None to remove it)."""
+    record: CanaryRecord | None = None
+    """The record this pass keeps in status."""
+    remove: bool = False
+    """No canary (any more): status's record, if any, is removed."""
     requeue_after: float | None = None
     passed_now: bool = False
     """It passed on this pass (said once: an Event)."""
@@ -258,6 +308,13 @@ class Canary:
     def holds(self) -> bool:
         """Nothing may be restarted now: the rest wait for the canary (or for one to match)."""
         return self.phase in (CANARY, UNMATCHED) and not self.restart
+
+    @property
+    def status(self) -> Json:
+        """Status fields to write (``FIELD``: the record, or None to remove it)."""
+        if self.remove:
+            return {FIELD: None}
+        return {} if self.record is None else {FIELD: self.record.to_json()}
 
     @property
     def note(self) -> str:
@@ -269,7 +326,7 @@ def decide(
     spec: CanarySpec | None,
     config: Json,
     config_hash: str,
-    record: Json | None,
+    record: CanaryRecord | None,
     restarted: Iterable[Restarted],
     forgiven: frozenset[str],
     todo: Sequence[Workload] | None,
@@ -282,12 +339,11 @@ def decide(
     gate waits: then nothing is chosen, the clock only kept or reset)."""
     had = (config.get("status") or {}).get(FIELD)
     if spec is None:
-        return Canary(OFF, tuple(todo or ()), status={FIELD: None} if had is not None else {})
-    if record is not None and record.get("configHash") != config_hash:
+        return Canary(OFF, tuple(todo or ()), remove=had is not None)
+    if record is not None and record.config_hash != config_hash:
         record = None
-    if record is not None and passed(record):  # kept (written, if remembered, not read back)
-        kept = tuple(record.get("workloads") or ())
-        return Canary(PASSED, tuple(todo or ()), kept, status={FIELD: record})
+    if record is not None and record.passed:  # kept (written, if remembered, not read back)
+        return Canary(PASSED, tuple(todo or ()), record.workloads, record=record)
     done = {r.name: r.verdict.done for r in restarted}
     so_far = canaries_so_far(record, done)
     now_restart: list[Workload] = []
@@ -296,12 +352,9 @@ def decide(
     else:
         names, now_restart = choose(spec, so_far, forgiven, todo, labels, done)
     counted = [n for n in names if n not in forgiven]
-    base: Json = {
-        "configHash": config_hash,
-        "generation": _generation(config),
-        "resumeToken": _resume_token(config),
-        "workloads": names[:MAX_RECORDED],
-    }
+    base = CanaryRecord(
+        config_hash, _generation(config), _resume_token(config), tuple(names[:MAX_RECORDED])
+    )
     if not counted:
         if todo is None:
             return Canary(CANARY, (), tuple(names))
@@ -309,39 +362,36 @@ def decide(
             f"canary: no workload to restart matches {spec.described()}; nothing is restarted "
             "until one does (or spec.rollout.canary changes)"
         )
-        return Canary(UNMATCHED, (), (), message, {FIELD: base})
+        return Canary(UNMATCHED, (), (), message, base)
     healthy = all(done.get(n, False) for n in counted)
     since = _since(record, base) if healthy else None
     if healthy and since is None:
         since = now
-    record_now = {**base, **({"healthySince": rfc3339(since, micro=True)} if since else {})}
+    record_now = replace(base, healthy_since=rfc3339(since, micro=True) if since else "")
     shown = _listed(counted)
     if since is not None and now - since >= spec.stable_for:
         message = (
             f"canary passed: {len(counted)} workload(s) healthy for "
             f"{go_duration(spec.stable_for)} ({shown}); the rest roll"
         )
-        record_now["passedAt"] = rfc3339(now, micro=True)
-        return Canary(
-            PASSED, tuple(todo or ()), tuple(names), message, {FIELD: record_now},
-            passed_now=True,
-        )  # fmt: skip
+        record_now = replace(record_now, passed_at=rfc3339(now, micro=True))
+        return Canary(PASSED, tuple(todo or ()), tuple(names), message, record_now, passed_now=True)
     wait = f"the rest wait until it has been healthy for {go_duration(spec.stable_for)}"
     if now_restart:
         message = f"canary: restarting {_listed([str(w) for w in now_restart])} first; {wait}"
-        return Canary(CANARY, tuple(now_restart), tuple(names), message, {FIELD: record_now})
+        return Canary(CANARY, tuple(now_restart), tuple(names), message, record_now)
     if since is not None:
         message = (
             f"canary: {len(counted)} workload(s) healthy for {go_duration(now - since)} of "
             f"{go_duration(spec.stable_for)} ({shown}); the rest wait"
         )
         return Canary(
-            CANARY, (), tuple(names), message, {FIELD: record_now},
+            CANARY, (), tuple(names), message, record_now,
             requeue_after=since + spec.stable_for - now,
         )  # fmt: skip
     waiting = [n for n in counted if not done.get(n, False)]
     message = f"canary: {_listed(waiting)} not healthy yet; {wait}"
-    return Canary(CANARY, (), tuple(names), message, {FIELD: record_now})
+    return Canary(CANARY, (), tuple(names), message, record_now)
 
 
 def _listed(names: Sequence[str], limit: int = 5) -> str:
@@ -349,18 +399,19 @@ def _listed(names: Sequence[str], limit: int = 5) -> str:
     return shown if len(names) <= limit else f"{shown} and {len(names) - limit} more"
 
 
-def _since(record: Json | None, now_record: Json) -> float | None:
+def _since(record: CanaryRecord | None, now_record: CanaryRecord) -> float | None:
     """When the canary became healthy, as status keeps it, if that still holds: the same
     canary, generation and resume annotation."""
-    if record is None:
+    if record is None or not record.healthy_since:
         return None
-    same = all(record.get(k) == now_record[k] for k in ("generation", "resumeToken")) and sorted(
-        str(w) for w in record.get("workloads") or ()
-    ) == list(now_record["workloads"])
-    return _time(record.get("healthySince")) if same and record.get("healthySince") else None
+    same = (record.generation, record.resume_token) == (
+        now_record.generation,
+        now_record.resume_token,
+    ) and sorted(record.workloads) == list(now_record.workloads)
+    return _time(record.healthy_since) if same else None
 
 
-def summary(spec: CanarySpec | None, record: Json | None) -> Json:
+def summary(spec: CanarySpec | None, record: CanaryRecord | None) -> Json:
     """The canary for ``plan`` and ``status`` (``-o json``): settings and state."""
     if spec is None:
         return {"phase": OFF}
@@ -370,9 +421,10 @@ def summary(spec: CanarySpec | None, record: Json | None) -> Json:
         "namespaceSelector": str(spec.namespace_selector),
         "selector": str(spec.selector),
         "stableForSeconds": spec.stable_for,
-        "workloads": list((record or {}).get("workloads") or ()),
+        "workloads": [] if record is None else list(record.workloads),
     }
-    for key in ("healthySince", "passedAt"):
-        if (record or {}).get(key):
-            found[key] = (record or {})[key]
+    if record is not None and record.healthy_since:
+        found["healthySince"] = record.healthy_since
+    if record is not None and record.passed_at:
+        found["passedAt"] = record.passed_at
     return found

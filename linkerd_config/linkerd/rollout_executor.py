@@ -137,10 +137,10 @@ class _ConfigProgress:
     """The LinkerdConfig's resourceVersion ``halt`` was decided on: once the cache holds any
     other, status is the record (our write read back, or a later one: another leader's, while
     this process did not lead)."""
-    canary_passed: Json | None = None
+    canary_passed: canary.CanaryRecord | None = None
     """The canary's record once this process saw it pass (spec.rollout.canary): until status
     says so, the rest's restarts must not look like a larger canary."""
-    canary_written: Json | None = None
+    canary_written: canary.CanaryRecord | None = None
     """The canary's record this process last decided to write (its clock, ``healthySince``),
     until status holds it: a pass on the cache from before that write must read the clock it
     started, not start it again (two clocks milliseconds apart: a later one overwrote the
@@ -635,7 +635,7 @@ class RolloutExecutor:
         """A workload's labels and its namespace's, as the caches hold them."""
         return canary.labels_of(self._record(workload), self.namespaces.get(workload.namespace))
 
-    def _canary_record(self, config: Json, config_hash: str) -> Json | None:
+    def _canary_record(self, config: Json, config_hash: str) -> canary.CanaryRecord | None:
         """The canary's record: status's, else the one this process wrote and has not read
         back yet (a pass on the cache from before that write must read the clock it started),
         or the passed one it remembers (the rest's restarts are no larger canary)."""

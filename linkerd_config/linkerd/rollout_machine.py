@@ -116,7 +116,7 @@ class Observed:
     the others with why not."""
     labels: Callable[[Workload], canary.Labels | None]
     """A workload's labels and its namespace's (the canary's selectors)."""
-    canary_record: Json | None = None
+    canary_record: canary.CanaryRecord | None = None
     """The canary's record: status's, or the one this process wrote and has not read back."""
     injector: InjectorAnswer | None = None
     """The injector's answer this pass; None: not asked yet."""
@@ -194,7 +194,7 @@ class CanaryKept:
     """The canary's record decided this pass (to remember until status holds it), and
     whether it passed now."""
 
-    record: Json
+    record: canary.CanaryRecord
     passed_now: bool = False
 
 
@@ -583,10 +583,9 @@ def _canary(
 
 
 def _canary_actions(first: canary.Canary) -> tuple[Action, ...]:
-    decided = first.status.get(canary.FIELD)
-    if not isinstance(decided, dict):
+    if first.record is None:
         return ()
-    kept = CanaryKept(decided, first.passed_now)
+    kept = CanaryKept(first.record, first.passed_now)
     if first.passed_now:
         return (kept, Emit("Normal", "CanaryPassed", first.message))
     return (kept,)

@@ -16,7 +16,7 @@ import pytest
 from linkerd_config.kube.labels import LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd import canary
-from linkerd_config.linkerd.canary import CANARY, OFF, PASSED, UNMATCHED, CanarySpec
+from linkerd_config.linkerd.canary import CANARY, OFF, PASSED, UNMATCHED, CanaryRecord, CanarySpec
 from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.rollout import Workload
 from linkerd_config.linkerd.validation import validate
@@ -123,6 +123,12 @@ def record(
     return {**found, **more}
 
 
+def typed(stored: Json) -> CanaryRecord:
+    found = CanaryRecord.parse(stored)
+    assert found is not None and found.to_json() == stored  # one parser, one writer
+    return found
+
+
 def done(*workloads: Workload) -> list[Restarted]:
     return [Restarted(str(w), NOW - 300, Verdict("done")) for w in workloads]
 
@@ -199,7 +205,7 @@ def test_what_the_canary_lets_a_pass_do(
     since: float | None,
     requeue: float | None,
 ) -> None:
-    stored = (cfg["status"] or {}).get(canary.FIELD)
+    stored = CanaryRecord.parse((cfg["status"] or {}).get(canary.FIELD))
     found = canary.decide(
         the_spec, cfg, HASH, stored, restarted, frozenset(forgiven), todo, labels_of, NOW
     )
@@ -220,8 +226,8 @@ def test_what_the_canary_lets_a_pass_do(
 
 
 def test_off_removes_a_record_and_leaves_no_record_alone() -> None:
-    left = canary.decide(None, config(record=record([B])), HASH, record([B]), [], frozenset(),
-                         TODO, labels_of, NOW)  # fmt: skip
+    left = canary.decide(None, config(record=record([B])), HASH, typed(record([B])), [],
+                         frozenset(), TODO, labels_of, NOW)  # fmt: skip
     assert left.status == {canary.FIELD: None} and left.restart == tuple(TODO)
     clean = canary.decide(None, config(), HASH, None, [], frozenset(), TODO, labels_of, NOW)
     assert clean.status == {} and not clean.holds
@@ -230,26 +236,26 @@ def test_off_removes_a_record_and_leaves_no_record_alone() -> None:
 def test_while_the_gate_waits_nothing_is_chosen_only_the_clock_dropped() -> None:
     """``todo=None``: the executor asks while restarted workloads are not healthy yet."""
     cfg = config(record=record([B], NOW - 30))
-    found = canary.decide(spec(), cfg, HASH, record([B], NOW - 30), waiting(B), frozenset(),
-                          None, labels_of, NOW)  # fmt: skip
+    found = canary.decide(spec(), cfg, HASH, typed(record([B], NOW - 30)), waiting(B),
+                          frozenset(), None, labels_of, NOW)  # fmt: skip
     assert found.phase == CANARY and found.restart == () and found.holds
     assert "healthySince" not in found.status[canary.FIELD]
     assert found.note.startswith(" canary: deployment/shop/web not healthy yet")
 
 
 def test_a_pass_remembered_by_this_process_wins_over_status_not_read_back_yet() -> None:
-    passed = record([B], NOW - 60, passedAt=rfc3339(NOW, micro=True))
-    assert canary.newest(record([B], NOW - 60), passed) == passed
+    passed = typed(record([B], NOW - 60, passedAt=rfc3339(NOW, micro=True)))
+    assert canary.newest(typed(record([B], NOW - 60)), passed) == passed
     assert canary.newest(None, passed) == passed
     assert canary.newest(passed, None) == passed
-    assert canary.newest(record([B]), None) == record([B])
-    other = {**record([B]), "configHash": "h2"}
+    assert canary.newest(typed(record([B])), None) == typed(record([B]))
+    other = typed({**record([B]), "configHash": "h2"})
     assert canary.newest(other, passed) == other
     # With it, the rest's restarts do not look like a larger canary: still passed.
     found = canary.decide(spec(), config(record=record([B], NOW - 60)), HASH,
-                          canary.newest(record([B], NOW - 60), passed),
+                          canary.newest(typed(record([B], NOW - 60)), passed),
                           [*done(B), *waiting(A, C)], frozenset(), [], labels_of, NOW)  # fmt: skip
-    assert found.phase == PASSED and not found.holds and found.status[canary.FIELD] == passed
+    assert found.phase == PASSED and not found.holds and found.record == passed
 
 
 def test_many_restarted_before_a_canary_was_added_are_named_up_to_the_bound() -> None:
@@ -259,7 +265,7 @@ def test_many_restarted_before_a_canary_was_added_are_named_up_to_the_bound() ->
     written = found.status[canary.FIELD]
     assert len(written["workloads"]) == canary.MAX_RECORDED
     # ... and the clock, once started, holds for the same (bounded) list.
-    again = canary.decide(spec(), config(record=written), HASH, written, done(*many),
+    again = canary.decide(spec(), config(record=written), HASH, typed(written), done(*many),
                           frozenset(), [], labels_of, NOW + 30)  # fmt: skip
     assert "healthy for 30s of 1m0s" in again.message
     assert f"and {len(many) - 5} more)" in again.message  # the message names five
@@ -267,7 +273,7 @@ def test_many_restarted_before_a_canary_was_added_are_named_up_to_the_bound() ->
 
 def test_the_summary_for_plan_and_status() -> None:
     assert canary.summary(None, None) == {"phase": OFF}
-    found = canary.summary(spec(2, "env=prod", "app=web", 90.0), PASSED_RECORD)
+    found = canary.summary(spec(2, "env=prod", "app=web", 90.0), typed(PASSED_RECORD))
     assert found == {
         "phase": PASSED,
         "count": 2,
