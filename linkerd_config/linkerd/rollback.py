@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
 import orjson
@@ -75,19 +76,86 @@ def recorded_spec(config: Json) -> Json:
     return {k: v for k, v in (config.get("spec") or {}).items() if k in CONFIGURATION_SECTIONS}
 
 
+@dataclass(frozen=True)
+class Completed:
+    """``status.lastCompleted``: the last configuration whose rollout completed, what
+    ``onFailure: Rollback`` returns to. One typed value, read by ``parse`` and written by
+    ``to_json``, nowhere else. It keeps what the configuration is made from: the spec's
+    ``global``/``proxy`` (JSON, rendered again onto what is installed when going back), or,
+    for the installation a LinkerdConfig adopted, that installation's keys (written back)."""
+
+    config_hash: str
+    generation: int
+    at: str
+    spec: str = ""
+    installed: Snapshot | None = None
+
+    @classmethod
+    def parse(cls, value: object) -> Completed | None:
+        """The record status holds, if readable and within bounds (anyone allowed to patch
+        status could write it): None otherwise."""
+        if not isinstance(value, Mapping) or not isinstance(value.get("configHash"), str):
+            return None
+        head = (str(value["configHash"]), _int(value.get("generation")), str(value.get("at") or ""))
+        found = value.get(INSTALLED)
+        if isinstance(found, Mapping):
+            snapshot = _snapshot(found)
+            return None if snapshot is None else cls(*head, installed=snapshot)
+        spec = value.get("spec")
+        if not isinstance(spec, str) or len(spec) > MAX_SPEC_CHARS:
+            return None
+        return cls(*head, spec=spec)
+
+    def to_json(self) -> Json:
+        """The record as status keeps it; written by a merge patch, so the field of the other
+        kind of record is set to null (nothing of an earlier record stays)."""
+        installed = None
+        if self.installed is not None:
+            installed = {
+                "data": dict(self.installed.data),
+                "companions": {n: dict(k) for n, k in self.installed.companions.items()},
+            }
+        return {
+            "configHash": self.config_hash,
+            "generation": self.generation,
+            "spec": None if self.installed is not None else self.spec,
+            INSTALLED: installed,
+            "at": self.at,
+        }
+
+
+def _snapshot(found: Mapping[str, Any]) -> Snapshot | None:
+    """An adoption record's snapshot, if readable and within bounds."""
+    data, companions = found.get("data"), found.get("companions") or {}
+    if not _strings(data) or not isinstance(companions, Mapping):
+        return None
+    if not all(isinstance(k, str) and _strings(v) for k, v in companions.items()):
+        return None
+    snapshot = Snapshot(dict(data), {k: dict(v) for k, v in companions.items()})
+    return snapshot if _size(snapshot) <= MAX_SNAPSHOT_CHARS else None
+
+
+def _size(snapshot: Snapshot) -> int:
+    return sum(len(k) + len(v) for k, v in snapshot.data.items()) + sum(
+        len(k) + len(v) for keys in snapshot.companions.values() for k, v in keys.items()
+    )
+
+
+def _strings(value: Any) -> TypeGuard[Mapping[str, str]]:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
 def completed_record(config: Json, config_hash: str, at: str) -> Json | None:
     """``status.lastCompleted`` now that ``config_hash``'s rollout completed; None when status
     already names it (nothing to write)."""
-    current = (config.get("status") or {}).get(LAST_COMPLETED_FIELD)
-    if isinstance(current, Mapping) and current.get("configHash") == config_hash:
+    current = last_completed(config)
+    if current is not None and current.config_hash == config_hash:
         return None
-    return {
-        "configHash": config_hash,
-        "generation": _int((config.get("metadata") or {}).get("generation")),
-        "spec": orjson.dumps(recorded_spec(config), option=orjson.OPT_SORT_KEYS).decode(),
-        INSTALLED: None,  # a merge patch: an adoption's snapshot goes
-        "at": at,
-    }
+    spec = orjson.dumps(recorded_spec(config), option=orjson.OPT_SORT_KEYS).decode()
+    generation = _int((config.get("metadata") or {}).get("generation"))
+    return Completed(config_hash, generation, at, spec=spec).to_json()
 
 
 def adopting(config: Json) -> bool:
@@ -112,71 +180,28 @@ def adoption(
             f"{stale} opted-in workload(s) do not run the installed configuration, so it is no "
             "completed configuration to roll back to"
         )
-    size = sum(len(k) + len(v) for k, v in snapshot.data.items()) + sum(
-        len(k) + len(v) for keys in snapshot.companions.values() for k, v in keys.items()
-    )
+    size = _size(snapshot)
     if size > MAX_SNAPSHOT_CHARS:
         return None, f"the installed configuration is {size} characters, over {MAX_SNAPSHOT_CHARS}"
-    record = {
-        "configHash": installed_hash,
-        "generation": 0,
-        "spec": None,  # a merge patch: nothing of an earlier record stays
-        INSTALLED: {
-            "data": dict(snapshot.data),
-            "companions": {name: dict(keys) for name, keys in snapshot.companions.items()},
-        },
-        "at": at,
-    }
-    return record, ""
+    return Completed(installed_hash, 0, at, installed=snapshot).to_json(), ""
 
 
-def last_completed(config: Json) -> Json | None:
-    """The recorded last completed configuration, if status holds a readable one: a spec
-    (rendered again), or an adopted installation's snapshot (written back)."""
-    record = (config.get("status") or {}).get(LAST_COMPLETED_FIELD)
-    if not isinstance(record, Mapping) or not isinstance(record.get("configHash"), str):
-        return None
-    if isinstance(record.get(INSTALLED), Mapping):
-        return dict(record) if snapshot_of(record) is not None else None
-    if not isinstance(record.get("spec"), str) or len(record["spec"]) > MAX_SPEC_CHARS:
-        return None
-    return dict(record)
-
-
-def snapshot_of(record: Mapping[str, Any]) -> Snapshot | None:
-    """An adoption record's snapshot, if it holds a readable one within bounds."""
-    found = record.get(INSTALLED)
-    if not isinstance(found, Mapping):
-        return None
-    data, companions = found.get("data"), found.get("companions") or {}
-    if not _strings(data) or not isinstance(companions, Mapping):
-        return None
-    if not all(isinstance(k, str) and _strings(v) for k, v in companions.items()):
-        return None
-    snapshot = Snapshot(dict(data), {k: dict(v) for k, v in companions.items()})
-    size = sum(len(v) for v in snapshot.data.values()) + sum(
-        len(v) for keys in snapshot.companions.values() for v in keys.values()
-    )
-    return snapshot if size <= MAX_SNAPSHOT_CHARS else None
-
-
-def _strings(value: Any) -> TypeGuard[Mapping[str, str]]:
-    return isinstance(value, Mapping) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
+def last_completed(config: Json) -> Completed | None:
+    """The recorded last completed configuration, if status holds a readable one."""
+    return Completed.parse((config.get("status") or {}).get(LAST_COMPLETED_FIELD))
 
 
 def settled(config: Json) -> str | None:
     """The hash of the last configuration whose rollout completed, if status records one."""
     found = last_completed(config)
-    return None if found is None else str(found["configHash"])
+    return None if found is None else found.config_hash
 
 
-def start(halt: Halt, target: Json, restarted: Iterable[Workload]) -> Halt:
-    """A halt record turned into a rollback to ``target`` (a ``lastCompleted`` record), with
-    the owners the failed rollout restarted: the ones to bring back."""
+def start(halt: Halt, target: Completed, restarted: Iterable[Workload]) -> Halt:
+    """A halt record turned into a rollback to ``target`` (the last completed configuration),
+    with the owners the failed rollout restarted: the ones to bring back."""
     owners = sorted(str(w) for w in restarted if w.kind != "Pod")[:MAX_LISTED]
-    return halt.rolling_back(str(target["configHash"]), _int(target.get("generation")), owners)
+    return halt.rolling_back(target.config_hash, target.generation, owners)
 
 
 def going_back(
@@ -189,9 +214,8 @@ def going_back(
     records or no longer validates (then it cannot go back). Raises what
     ``reconcile.desired_config`` raises when what is installed now cannot take it."""
     target = _target_in_force(config, halt)
-    snapshot = None if target is None else snapshot_of(target)
-    if snapshot is not None:
-        return restored_config(config, snapshot, current)
+    if target is not None and target.installed is not None:
+        return restored_config(config, target.installed, current)
     back = config_to_render(config, halt)
     return None if back is None else desired_config(back, current)
 
@@ -202,30 +226,30 @@ def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     rollback, its target is not what status records or no longer validates, or is an adopted
     installation (no spec: ``going_back`` writes its snapshot back)."""
     target = _target_in_force(config, halt)
-    if target is None or snapshot_of(target) is not None:
+    if target is None or target.installed is not None:
         return None
     return _going_back(config, target)[0]
 
 
-def _target_in_force(config: Json, halt: Halt | None) -> Json | None:
+def _target_in_force(config: Json, halt: Halt | None) -> Completed | None:
     """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
     if halt is None or halt.rollback is None:
         return None
     target = last_completed(config)
-    if target is None or target["configHash"] != halt.rollback.to_hash:
+    if target is None or target.config_hash != halt.rollback.to_hash:
         return None
     return target
 
 
-def _going_back(config: Json, record: Mapping[str, Any]) -> tuple[Json | None, str]:
+def _going_back(config: Json, record: Completed) -> tuple[Json | None, str]:
     """``config`` with ``record``'s spec (its ``rollout`` as it is now), or None and why not.
     The recorded spec is checked as the webhook and the reconcile check a spec: it passed
     when it was recorded, but a later release may refuse it, and anyone allowed to patch
     status may have written it. An adoption record has no spec: ``config`` as it is."""
-    if isinstance(record.get(INSTALLED), Mapping):
+    if record.installed is not None:
         return config, ""
     try:
-        spec = orjson.loads(record["spec"])
+        spec = orjson.loads(record.spec)
     except orjson.JSONDecodeError:
         return None, "its recorded spec is not JSON"
     if not isinstance(spec, dict):
@@ -238,7 +262,7 @@ def _going_back(config: Json, record: Mapping[str, Any]) -> tuple[Json | None, s
     return going_back, ""
 
 
-def target(config: Json, failed_hash: str) -> tuple[Json | None, str]:
+def target(config: Json, failed_hash: str) -> tuple[Completed | None, str]:
     """Where a failed rollout of ``failed_hash`` goes back to (the ``lastCompleted`` record),
     or None and why it cannot go back."""
     record = last_completed(config)
@@ -246,11 +270,11 @@ def target(config: Json, failed_hash: str) -> tuple[Json | None, str]:
         if (config.get("status") or {}).get(LAST_COMPLETED_FIELD) is not None:
             return None, "status.lastCompleted cannot be read"
         return None, "no earlier configuration of this LinkerdConfig completed its rollout"
-    if record["configHash"] == failed_hash:
+    if record.config_hash == failed_hash:
         return None, "the last configuration that completed its rollout is the one that failed"
     why = _going_back(config, record)[1]
     if why:
-        return None, f"the last completed configuration, {record['configHash']}, {why}"
+        return None, f"the last completed configuration, {record.config_hash}, {why}"
     return record, ""
 
 

@@ -534,7 +534,7 @@ def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, st
             restarted = [w for _, w in observed.restarted.values()]
             record = rollback.start(record, back_to, restarted)
             reason, outcome = Phase.ROLLING_BACK, "failed"
-            back_hash = str(back_to["configHash"])
+            back_hash = back_to.config_hash
             after = f"; rolling back to configuration {back_hash}"
         else:
             after = f" (onFailure: Rollback, but {why_not}: halted instead)"

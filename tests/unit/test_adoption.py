@@ -186,7 +186,8 @@ def test_adoption_is_recorded_once_and_only_for_a_converged_installation() -> No
     }
     recorded = lc(config["spec"], {"lastCompleted": {k: v for k, v in record.items() if v}})
     assert rollback.last_completed(recorded) is not None
-    assert rollback.snapshot_of(recorded["status"]["lastCompleted"]) == snapshot
+    found = rollback.last_completed(recorded)
+    assert found is not None and found.installed == snapshot and found.generation == 0
     assert rollback.settled(recorded) == "h0"
     # Once recorded, or once this LinkerdConfig wrote anything, nothing is adopted again.
     assert rollback.adoption(recorded, "h0", snapshot, 0, "t") == (None, "")

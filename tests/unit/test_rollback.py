@@ -12,6 +12,7 @@ import pytest
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd.formats import Snapshot
 from linkerd_config.linkerd.halt_record import Halt, Rollback
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
 from linkerd_config.linkerd.rollout_phase import Phase
@@ -60,7 +61,7 @@ def test_only_a_readable_last_completed_is_used(stored: Any, readable: bool) -> 
 
 def halt_to(to_hash: str, phase: Phase = Phase.ROLLING_BACK) -> Halt:
     halt = Halt("h1", 3, "", ("deployment/a/web: refused",), "")
-    target = {"configHash": to_hash, "generation": 2}
+    target = rollback.Completed(to_hash, 2, "")
     started = rollback.start(halt, target, [Workload("Deployment", "a", "web")])
     return started if phase == Phase.ROLLING_BACK else started.rolled_back()
 
@@ -86,7 +87,7 @@ def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> 
     halt = Halt("h1", 0, "", (), "2026-11-24T10:00:00Z")
     started = rollback.start(
         halt,
-        {"configHash": "h0", "generation": 2},
+        rollback.Completed("h0", 2, ""),
         [
             Workload("Pod", "a", "bare"),
             Workload("StatefulSet", "b", "db"),
@@ -251,3 +252,17 @@ def test_restore_patch_is_conditional_and_lands_exactly_on_the_old_template() ->
     assert patch["metadata"] == {"resourceVersion": "9"}
     assert apply_merge_patch(failed_template, patch["spec"]["template"]) == old
     assert old["metadata"]["annotations"] == {}  # the failed restart's record is gone
+
+
+def test_the_last_completed_record_reads_back_what_it_writes() -> None:
+    """One parser, one writer, for both kinds of record (a spec, an adopted installation)."""
+    written = rollback.completed_record(config(), "h0", "2026-11-24T00:00:00Z")
+    assert written is not None and written["installed"] is None  # a merge patch: the other goes
+    read = rollback.Completed.parse(written)
+    assert read is not None and read.to_json() == written
+    assert (read.config_hash, read.generation, read.installed) == ("h0", 3, None)
+    snapshot = Snapshot({"values": "linkerdVersion: edge-26.8.3\n"}, {"roots": {"ca": "pem"}})
+    adopted, _ = rollback.adoption(config(), "h9", snapshot, 0, "2026-11-24T00:00:00Z")
+    assert adopted is not None and adopted["spec"] is None
+    back = rollback.Completed.parse(adopted)
+    assert back is not None and back.installed == snapshot and back.to_json() == adopted

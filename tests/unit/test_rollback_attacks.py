@@ -103,10 +103,17 @@ async def test_the_decision_still_holds_until_its_own_write_is_read_back() -> No
     )
 
 
+def completed(record: Json | None) -> rollback.Completed:
+    """A ``lastCompleted`` record as written, read back."""
+    found = rollback.Completed.parse(record)
+    assert found is not None
+    return found
+
+
 def test_one_halt_at_two_phases_is_the_same_halt_another_is_not() -> None:
     config = {"metadata": {"generation": 2}}
     halt = workload_health.halt_record(config, HASH, [("deployment/ns/a", "x")], "T1")
-    started = rollback.start(halt, {"configHash": "h0", "generation": 1}, [])
+    started = rollback.start(halt, rollback.Completed("h0", 1, ""), [])
     assert started.rolled_back().same(started)
     for changed in ({"at": "T2"}, {"generation": 3}, {"resume_token": "1"}, {"config_hash": "h"}):
         assert not started.rolled_back().same(replace(started, **changed))
@@ -308,7 +315,7 @@ def _rolled_back_cluster(fmt: str) -> tuple[Json, ClusterView, str]:
     )
     stored["status"] = {
         rollback.LAST_COMPLETED_FIELD: last,
-        HALT_FIELD: rollback.start(halt, last, []).rolled_back().to_json(),
+        HALT_FIELD: rollback.start(halt, completed(last), []).rolled_back().to_json(),
     }
     cluster = ClusterView(
         configs=[stored],
@@ -397,7 +404,7 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
     )
     config["status"] = {
         rollback.LAST_COMPLETED_FIELD: last,
-        HALT_FIELD: rollback.start(halt, last, []).to_json(),
+        HALT_FIELD: rollback.start(halt, completed(last), []).to_json(),
     }
     written = await controller._to_write(config, asked, current)
     assert written.config_hash == asked.config_hash  # nothing else can be written

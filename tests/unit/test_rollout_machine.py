@@ -270,7 +270,7 @@ def test_after_the_restarts_refusals_are_said_and_counted_out() -> None:
 def rolling_back(
     back: GoingBack, injector: InjectorAnswer | None = None, phase: str = "RollingBack"
 ) -> tuple[Observed, HaltState]:
-    target = {"configHash": OLD_HASH, "generation": 3}
+    target = rollback.Completed(OLD_HASH, 3, "")
     record = rollback.start(halted_record(), target, [A])
     record = record.rolled_back() if phase == "RolledBack" else record
     seen = replace(observed(Row(status=COMPLETED)), going_back=back, injector=injector)
