@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from linkerd_config.kube.json_merge_patch import merge_patch
 from linkerd_config.kube.resource import Json
 
 REVISION_ANNOTATION: Final = "deployment.kubernetes.io/revision"
@@ -16,12 +17,18 @@ TEMPLATE_HASH_LABEL: Final = "pod-template-hash"
 """The Deployment controller's label on a ReplicaSet's pod template (not the Deployment's)."""
 
 
-def controller_uid(obj: Json) -> str | None:
-    """The uid of ``obj``'s controller (its ownerReference with ``controller: true``)."""
+def controller_ref(obj: Json) -> Json | None:
+    """``obj``'s controller: its ownerReference with ``controller: true`` (a copy), if any."""
     for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
         if isinstance(ref, Mapping) and ref.get("controller"):
-            return str(ref.get("uid"))
+            return dict(ref)
     return None
+
+
+def controller_uid(obj: Json) -> str | None:
+    """The uid of ``obj``'s controller."""
+    ref = controller_ref(obj)
+    return None if ref is None else str(ref.get("uid"))
 
 
 def revision(replicaset: Json) -> int:
@@ -54,3 +61,14 @@ def replica_failure(obj: Json) -> str | None:
         ):
             return str(condition.get("message") or "no reason")
     return None
+
+
+def undo_patch(deployment: Json, template: Json) -> Json:
+    """A merge patch bringing ``deployment``'s pod template back to ``template`` (a previous
+    revision's, as ``kubectl rollout undo`` does), on the condition that the Deployment has not
+    changed since it was read."""
+    current = (deployment.get("spec") or {}).get("template") or {}
+    return {
+        "metadata": {"resourceVersion": deployment["metadata"]["resourceVersion"]},
+        "spec": {"template": merge_patch(current, template)},
+    }

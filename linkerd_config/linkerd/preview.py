@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.resource import Json, rfc3339, stored_json
+from linkerd_config.kube.rollout_status import Verdict
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd import rollout_machine as machine
 from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
@@ -383,7 +384,7 @@ def _rollout(
     forgiven = workload_health.halt_state(stored or {}, desired.config_hash).forgiven
     now = time.time()
     restarted = {
-        str(w): (workload_health.Restarted(str(w), now, workload_health.Verdict("done")), w)
+        str(w): (workload_health.Restarted(str(w), now, Verdict("done")), w)
         for w in _restarted_for(view, desired.config_hash)
     }
     observed = machine.Observed(

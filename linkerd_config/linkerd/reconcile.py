@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -374,43 +373,6 @@ def restored(desired: Desired, part: Unmanaged, owner_name: str, name: str = "")
 
 def now_rfc3339() -> str:
     return rfc3339()
-
-
-def set_condition(
-    conditions: list[Json],
-    type_: str,
-    status: bool | None,
-    reason: str,
-    message: str,
-    generation: int,
-    now: str | None = None,
-) -> list[Json]:
-    """A new list with ``type_`` set; lastTransitionTime moves only when status changes."""
-    text = "Unknown" if status is None else ("True" if status else "False")
-    result = [copy.deepcopy(c) for c in conditions if c.get("type") != type_]
-    previous = next((c for c in conditions if c.get("type") == type_), None)
-    if previous is not None and previous.get("status") == text:
-        transition = str(previous["lastTransitionTime"])
-    else:
-        transition = now or now_rfc3339()
-    result.append(
-        {
-            "type": type_,
-            "status": text,
-            "observedGeneration": generation,
-            "lastTransitionTime": transition,
-            "reason": reason,
-            "message": message,
-        }
-    )
-    return sorted(result, key=lambda c: str(c["type"]))
-
-
-def condition(status: Json | None, type_: str) -> Json | None:
-    for c in (status or {}).get("conditions") or []:
-        if c.get("type") == type_:
-            return dict(c)
-    return None
 
 
 PROGRESS_FIELDS = frozenset({"outdatedWorkloads"})

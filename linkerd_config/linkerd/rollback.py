@@ -341,27 +341,3 @@ def restores_to(template: Json, hashes: Iterable[str]) -> bool:
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     recorded = annotations.get(RESTARTED_FOR_ANNOTATION)
     return recorded is None or recorded in set(hashes)
-
-
-def merge_patch(current: Any, wanted: Any) -> Any:
-    """The JSON merge patch (RFC 7386) that turns ``current`` into ``wanted``: a key that
-    ``wanted`` lacks is set to null, objects are patched key by key, anything else replaced."""
-    if not isinstance(current, Mapping) or not isinstance(wanted, Mapping):
-        return copy.deepcopy(wanted)
-    patch: dict[str, Any] = {key: None for key in current if key not in wanted}
-    for key, value in wanted.items():
-        if key not in current:
-            patch[key] = copy.deepcopy(value)
-        elif current[key] != value:
-            patch[key] = merge_patch(current[key], value)
-    return patch
-
-
-def restore_patch(deployment: Json, template: Json) -> Json:
-    """A merge patch bringing ``deployment``'s pod template back to ``template``, on the
-    condition that it has not changed since it was read."""
-    current = (deployment.get("spec") or {}).get("template") or {}
-    return {
-        "metadata": {"resourceVersion": deployment["metadata"]["resourceVersion"]},
-        "spec": {"template": merge_patch(current, template)},
-    }

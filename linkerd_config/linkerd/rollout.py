@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
@@ -227,7 +228,7 @@ def pod_projection(pod: Json) -> Json:
         kept["namespace"] = sys.intern(meta["namespace"])
     kept["labels"] = _kept(meta.get("labels"), POD_LABELS)
     kept["annotations"] = _kept(meta.get("annotations"), POD_ANNOTATIONS)
-    owner = _controller_of(pod)
+    owner = revisions.controller_ref(pod)
     if owner is not None:
         kind, name = str(owner.get("kind")), str(owner.get("name"))
         kept["ownerReferences"] = _shared(
@@ -360,13 +361,6 @@ class Workload:
         return f"{self.kind.lower()}/{self.namespace}/{self.name}"
 
 
-def _controller_of(obj: Json) -> Json | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("controller"):
-            return dict(ref)
-    return None
-
-
 def owning_workload(pod: Json, replicaset: Callable[[str, str], Json | None]) -> Workload:
     """Follow controller references up to the pod's workload: a Deployment (through its
     ReplicaSet), a StatefulSet or a DaemonSet, which the rollout restarts; a pod with no
@@ -375,13 +369,13 @@ def owning_workload(pod: Json, replicaset: Callable[[str, str], Json | None]) ->
     named as the workload, of its kind, and never restarted (``unknown_owner``); so is a
     ReplicaSet the cache does not hold yet, until it does (its pod is not evicted on a guess)."""
     ns = pod["metadata"]["namespace"]
-    ref = _controller_of(pod)
+    ref = revisions.controller_ref(pod)
     if ref is None:
         return Workload("Pod", ns, pod["metadata"]["name"])
     kind, name = str(ref.get("kind")), str(ref.get("name"))
     if kind == "ReplicaSet":
         rs = replicaset(ns, name)
-        parent = _controller_of(rs) if rs is not None else None
+        parent = revisions.controller_ref(rs) if rs is not None else None
         if parent is not None:
             return Workload(str(parent.get("kind")), ns, str(parent.get("name")))
     return Workload(kind, ns, name)

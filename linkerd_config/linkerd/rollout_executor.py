@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.metrics import ComponentMetrics
@@ -529,7 +530,7 @@ class RolloutExecutor:
                         DEPLOYMENTS,
                         workload.namespace,
                         workload.name,
-                        rollback.restore_patch(live, template),
+                        revisions.undo_patch(live, template),
                     )
                 except ApiError as exc:
                     if exc.not_found or exc.conflict:

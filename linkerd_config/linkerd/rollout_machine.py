@@ -30,12 +30,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.kube.rollout_status import Verdict
 from linkerd_config.linkerd import canary, rollback, rollout, workload_health
 from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutPolicy
-from linkerd_config.linkerd.workload_health import HaltState, Restarted, Verdict
+from linkerd_config.linkerd.workload_health import HaltState, Restarted
 
 HEALTH_RECHECK = 5.0
 """While restarted workloads come back, look again at least this often (their informers

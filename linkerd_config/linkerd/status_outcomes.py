@@ -9,6 +9,7 @@ from collections.abc import Callable
 import structlog
 
 from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.conditions import set_condition
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
@@ -22,7 +23,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS,
     READY,
 )
-from linkerd_config.linkerd.reconcile import Desired, progress_only, set_condition, target_of
+from linkerd_config.linkerd.reconcile import Desired, progress_only, target_of
 from linkerd_config.linkerd.rollout_machine import RolloutOutcome
 from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, Guard, evaluate
 from linkerd_config.linkerd.validation import TRUST_ANCHOR

@@ -15,12 +15,13 @@ import pytest
 
 from linkerd_config.kube.labels import LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339
+from linkerd_config.kube.rollout_status import Verdict
 from linkerd_config.linkerd import canary
 from linkerd_config.linkerd.canary import CANARY, OFF, PASSED, UNMATCHED, CanaryRecord, CanarySpec
 from linkerd_config.linkerd.linkerdconfig_resource import RolloutSpec
 from linkerd_config.linkerd.rollout import Workload
 from linkerd_config.linkerd.validation import validate
-from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION, Restarted, Verdict
+from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION, Restarted
 from tests.support.samples import sample
 
 NOW = 1_800_000_000.0

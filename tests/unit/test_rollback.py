@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from linkerd_config.kube import revisions
+from linkerd_config.kube.json_merge_patch import merge_patch
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd.formats import Snapshot
@@ -233,7 +234,7 @@ def test_the_template_gone_back_to_is_the_previous_replicasets(
     ],
 )
 def test_merge_patch_between_two_documents(current: Json, wanted: Json, patch: Json) -> None:
-    assert rollback.merge_patch(current, wanted) == patch
+    assert merge_patch(current, wanted) == patch
     assert apply_merge_patch(current, patch) == wanted
 
 
@@ -248,7 +249,7 @@ def test_restore_patch_is_conditional_and_lands_exactly_on_the_old_template() ->
     deployment = {**DEPLOYMENT, "spec": {"template": failed_template}}
     old = rollback.previous_template(deployment, [rs("new", "2", "h1"), rs("old", "1", None)], "h1")
     assert old is not None
-    patch = rollback.restore_patch(deployment, old)
+    patch = revisions.undo_patch(deployment, old)
     assert patch["metadata"] == {"resourceVersion": "9"}
     assert apply_merge_patch(failed_template, patch["spec"]["template"]) == old
     assert old["metadata"]["annotations"] == {}  # the failed restart's record is gone

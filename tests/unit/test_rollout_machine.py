@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.kube.rollout_status import Verdict
 from linkerd_config.linkerd import canary, rollback, rollout_machine, workload_health
 from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
@@ -30,7 +31,7 @@ from linkerd_config.linkerd.rollout_machine import (
 )
 from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutPolicy
-from linkerd_config.linkerd.workload_health import HaltState, Restarted, Verdict
+from linkerd_config.linkerd.workload_health import HaltState, Restarted
 
 HASH, OLD_HASH, VERSION = "new0000000000000", "old0000000000000", "edge-26.8.5"
 NOW = 1_000_000.0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from linkerd_config.kube.conditions import set_condition
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.reconcile import progress_only, set_condition
+from linkerd_config.linkerd.reconcile import progress_only
 
 NOW = "2026-11-23T00:00:00Z"
 

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 
+from linkerd_config.kube.rollout_status import Verdict, rollout_status
 from linkerd_config.linkerd import workload_health
 from linkerd_config.linkerd.workload_health import (
     Restarted,
-    Verdict,
     gate,
     preflight,
     restart_verdict,
-    rollout_status,
 )
 
 TIMED_OUT = {
@@ -316,7 +315,7 @@ def test_preflight_does_not_skip_what_an_earlier_attempt_of_ours_broke(
 
 # -- whose ReplicaFailure: only the newest revision's halts (issue 37, finding 4) ------------
 
-_FAILING = workload_health.Verdict("failed", "new pods refused: old", replica_failure=True)
+_FAILING = Verdict("failed", "new pods refused: old", replica_failure=True)
 
 
 @pytest.mark.parametrize(
@@ -324,12 +323,12 @@ _FAILING = workload_health.Verdict("failed", "new pods refused: old", replica_fa
     [
         (_FAILING, None, "waiting", workload_health.EARLIER_REVISION),
         (_FAILING, "new pods refused: new", "failed", "new pods refused: new"),
-        (workload_health.Verdict("failed", "deadline"), None, "failed", "deadline"),
-        (workload_health.Verdict("done"), None, "done", ""),
+        (Verdict("failed", "deadline"), None, "failed", "deadline"),
+        (Verdict("done"), None, "done", ""),
     ],
 )
 def test_a_failure_counts_only_when_the_newest_revision_has_it(
-    verdict: workload_health.Verdict, refusal: str | None, state: str, why: str
+    verdict: Verdict, refusal: str | None, state: str, why: str
 ) -> None:
     found = workload_health.of_this_revision(verdict, refusal)
     assert (found.state, found.why) == (state, why)

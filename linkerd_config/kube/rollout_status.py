@@ -1,0 +1,129 @@
+"""A workload's own rollout, as ``kubectl rollout status`` reads it (kubectl's
+``rollout_status.go``, per kind): done, still waiting (and for what), or failed. Pure functions
+over one object; nothing here knows who changed the workload or why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from linkerd_config.kube import revisions
+from linkerd_config.kube.conditions import condition
+from linkerd_config.kube.resource import Json
+
+State = Literal["done", "waiting", "failed"]
+
+TIMED_OUT: Final = "ProgressDeadlineExceeded"
+"""The reason the Deployment controller gives ``Progressing=False`` past its deadline."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A workload's restart: done, still waiting (``why``: what it waits for), or failed
+    (``why``: what a person reads in status and the Event)."""
+
+    state: State
+    why: str = ""
+    replica_failure: bool = False
+    """Failed on the Deployment's ``ReplicaFailure`` condition, which the Deployment
+    controller copies from any of its ReplicaSets, the new one first, then older ones: it
+    says nothing of which revision failed until the newest ReplicaSet is asked
+    (``revisions.replica_failure`` of ``revisions.newest``)."""
+
+    @property
+    def done(self) -> bool:
+        return self.state == "done"
+
+    @property
+    def failed(self) -> bool:
+        return self.state == "failed"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def observed(obj: Json) -> bool:
+    """The controller has seen the newest spec (for a StatefulSet, seen anything at all)."""
+    generation = _int((obj.get("metadata") or {}).get("generation"))
+    observed = _int((obj.get("status") or {}).get("observedGeneration"))
+    return observed > 0 and generation <= observed
+
+
+def rollout_status(kind: str, obj: Json) -> Verdict:
+    """The owner's own rollout, as ``kubectl rollout status`` reads it."""
+    status = obj.get("status") or {}
+    spec = obj.get("spec") or {}
+    if kind == "Deployment":
+        return _deployment(spec, status, observed(obj))
+    if kind == "StatefulSet":
+        return _statefulset(spec, status, observed(obj))
+    if kind == "DaemonSet":
+        return _daemonset(status, observed(obj))
+    raise ValueError(f"no rollout status for kind {kind!r}")
+
+
+def _deployment(spec: Json, status: Json, observed: bool) -> Verdict:
+    if not observed:
+        return Verdict("waiting", "the Deployment controller has not seen the restart yet")
+    progressing = condition(status, "Progressing")
+    if progressing is not None and progressing.get("reason") == TIMED_OUT:
+        return Verdict("failed", _deadline_message(status, progressing))
+    refused = revisions.replica_failure({"status": status})
+    if refused is not None:
+        return Verdict("failed", f"new pods refused: {refused}", replica_failure=True)
+    wanted = _int(spec.get("replicas"), 1)
+    updated = _int(status.get("updatedReplicas"))
+    if updated < wanted:
+        return Verdict("waiting", f"{updated} of {wanted} new replicas updated")
+    old = _int(status.get("replicas")) - updated
+    if old > 0:
+        return Verdict("waiting", f"{old} old replica(s) pending termination")
+    available = _int(status.get("availableReplicas"))
+    if available < updated:
+        return Verdict("waiting", f"{available} of {updated} updated replicas available")
+    return Verdict("done")
+
+
+def _deadline_message(status: Json, progressing: Json) -> str:
+    available = _int(status.get("availableReplicas"))
+    updated = _int(status.get("updatedReplicas"))
+    detail = progressing.get("message") or "no progress"
+    return f"{available} of {updated} new pod(s) available: {detail} ({TIMED_OUT})"
+
+
+def _statefulset(spec: Json, status: Json, observed: bool) -> Verdict:
+    strategy = spec.get("updateStrategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        # OnDelete: a restart changes nothing until someone deletes the pods, and kubectl
+        # cannot tell either; ``preflight`` skips such a workload, so none of ours waits here.
+        return Verdict("done")
+    if not observed:
+        return Verdict("waiting", "the StatefulSet controller has not seen the restart yet")
+    wanted = _int(spec.get("replicas"), 1)
+    ready = _int(status.get("readyReplicas"))
+    if ready < wanted:
+        return Verdict("waiting", f"{wanted - ready} pod(s) not ready")
+    partition = _int(((strategy.get("rollingUpdate") or {}).get("partition")), -1)
+    if partition >= 0:
+        updated = _int(status.get("updatedReplicas"))
+        if updated < wanted - partition:
+            return Verdict("waiting", f"{updated} of {wanted - partition} new pods updated")
+        return Verdict("done")
+    if status.get("updateRevision") != status.get("currentRevision"):
+        updated = _int(status.get("updatedReplicas"))
+        return Verdict("waiting", f"{updated} pod(s) at revision {status.get('updateRevision')}")
+    return Verdict("done")
+
+
+def _daemonset(status: Json, observed: bool) -> Verdict:
+    if not observed:
+        return Verdict("waiting", "the DaemonSet controller has not seen the restart yet")
+    desired = _int(status.get("desiredNumberScheduled"))
+    updated = _int(status.get("updatedNumberScheduled"))
+    if updated < desired:
+        return Verdict("waiting", f"{updated} of {desired} new pods scheduled")
+    available = _int(status.get("numberAvailable"))
+    if available < desired:
+        return Verdict("waiting", f"{available} of {desired} updated pods available")
+    return Verdict("done")
