@@ -237,6 +237,8 @@ class Step:
     outcome: RolloutOutcome
     actions: tuple[Action, ...] = ()
     restarting: RestartPass | None = None
+    head: str = ""
+    """A rollback pass that restores: its message before what the restores say."""
 
     @property
     def ask(self) -> AskInjector | None:
@@ -412,7 +414,7 @@ def _rolling_back(observed: Observed, halt: Halt, policy: RolloutPolicy, back: G
             return Step(rolling_back(said, back.next_try))
         restore = Restore(back.due, section.to_hash)
         bringing = f": bringing {len(back.due)} workload(s) back onto it"
-        return Step(rolling_back(bringing), (restore,))
+        return Step(rolling_back(bringing), (restore,), head=rolling_back("").message)
     checked = workload_health.gate(back.brought_back, observed.now, policy.progress_deadline)
     if checked.failed:
         # Past the deadline on the old configuration too: the rollback stays in force (it
@@ -448,9 +450,7 @@ def _rolling_back(observed: Observed, halt: Halt, policy: RolloutPolicy, back: G
 def after_restores(decided: Step, back: GoingBack, brought: int) -> Step:
     """``decided`` (a rollback pass that restores) once its restores are sent: how many of
     the pending workloads came back onto the configuration gone back to."""
-    message = decided.outcome.message
-    head = message[: message.rindex(": bringing ")]
-    said = f"{head}: brought {brought} of {len(back.pending)} workload(s) back onto it"
+    said = f"{decided.head}: brought {brought} of {len(back.pending)} workload(s) back onto it"
     return replace(decided, outcome=replace(decided.outcome, message=said))
 
 

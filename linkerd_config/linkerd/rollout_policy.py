@@ -80,8 +80,6 @@ class RolloutPolicy:
     """``onFailure: Rollback``: a failed rollout returns to the last completed configuration."""
     canary: CanarySpec | None = None
     """The first passes restart only the canary; None: no canary."""
-    injector_wait: float = RolloutOptions.injector_wait
-    probe_namespace: str = ""
     controller_interval: float = RolloutOptions.restart_interval
     """The controller's own interval: how soon a rollout under way looks again when nothing
     else says when (a spec's interval of 0 included)."""
@@ -99,7 +97,5 @@ class RolloutPolicy:
             paused=spec.paused,
             rollback=spec.rollback,
             canary=spec.canary,
-            injector_wait=options.injector_wait,
-            probe_namespace=options.probe_namespace,
             controller_interval=options.restart_interval,
         )
