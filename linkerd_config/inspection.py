@@ -33,6 +33,7 @@ from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
 from linkerd_config.linkerd.linkerdconfig_resource import KIND, LINKERD_CONFIGS
 from linkerd_config.linkerd.preview import (
     ConfigStatus,
+    NextPass,
     Plan,
     WorkloadLine,
     plan,
@@ -373,6 +374,8 @@ def render_status(report: ConfigStatus) -> str:
         said = _canary_line(rolled.get("canary") or {}, bool(report.stale))
         if said is not None:
             add(f"  Canary: {said}")
+        if report.next_pass is not None:
+            lines.extend(_next_pass(report.next_pass))
     if report.conditions:
         add("  Conditions:")
         lines.extend(
@@ -395,6 +398,18 @@ def render_status(report: ConfigStatus) -> str:
     failing = report.failing
     add(f"  Not healthy: {'; '.join(failing)}" if failing else "  Healthy")
     return "\n".join(lines) + "\n"
+
+
+def _next_pass(upcoming: NextPass) -> list[str]:
+    """The controller's next pass, as its step decides it from what the caches hold."""
+    found = [f"  Next pass ({upcoming.phase}): {upcoming.message}"]
+    first = " once Linkerd's injector is seen injecting it" if upcoming.asks_injector else ""
+    for verb, workloads in (("restarts", upcoming.restarts), ("brings back", upcoming.restores)):
+        if workloads:
+            shown = ", ".join(str(w) for w in workloads[:10])
+            more = f" and {len(workloads) - 10} more" if len(workloads) > 10 else ""
+            found.append(f"    {verb}{first}: {shown}{more}")
+    return found
 
 
 def _row(first: str, *counts: str) -> str:

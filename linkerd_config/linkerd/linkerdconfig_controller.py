@@ -23,6 +23,7 @@ from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import reconcile_decision, rollback
+from linkerd_config.linkerd import rollout_machine as machine
 from linkerd_config.linkerd.configmap_writes import (
     FIELD_MANAGER,
     ConfigMapMetrics,
@@ -181,7 +182,10 @@ class LinkerdConfigController:
                 config, conditions, generation, desired, lost
             )
         self.rollout.found(desired.config_hash)
-        outcome = await self.rollout.roll(rolled, asked, desired)
+        anchors = None
+        if held is not None:
+            anchors = machine.AnchorHold(held.decision.message(), desired.config_hash)
+        outcome = await self.rollout.roll(rolled, asked, desired, anchors)
         return await self.outcomes.applied(
             config, conditions, generation, desired, outcome, self.options.restart_interval, held
         )

@@ -249,7 +249,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
         anchors, holding = _anchors(written, configmaps, old, view, config)
     except BundleError as exc:
         return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
-    rolled = desired
+    rolled, hold = desired, _anchor_hold(anchors, holding)
     if holding is not None and written is desired:
         # A held removal: the keys say what the spec asks (held), the restarts what the
         # controller does meanwhile: roll out the bundle with both anchors.
@@ -275,7 +275,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
         {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
     )
     policy = RolloutPolicy.of(config, defaults)
-    restarts, kept_lines, first = _rollout(view, rolled, policy, config, old)
+    restarts, kept_lines, first = _rollout(view, rolled, policy, config, old, hold)
     return Plan(
         name,
         warnings=tuple(warnings_for(config)),
@@ -332,6 +332,13 @@ def _anchors(
     return (decision if changes else None), holding
 
 
+def _anchor_hold(decision: Decision | None, holding: Desired | None) -> machine.AnchorHold | None:
+    """The guard's hold as the rollout's step reads it (None: no removal held)."""
+    if decision is None or not decision.held:
+        return None
+    return machine.AnchorHold(decision.message(), None if holding is None else holding.config_hash)
+
+
 def _halted(stored: Json | None, config: Json, config_hash: str) -> tuple[str, ...]:
     """The failed workloads of a halt that applying ``config`` would leave in force: the
     stored object's, for the same configuration, when the spec is unchanged (a changed spec
@@ -363,16 +370,13 @@ def _desired(
     return decided
 
 
-def _rollout(
-    view: ClusterView,
-    desired: Desired,
-    policy: RolloutPolicy,
-    config: Json,
-    stored: Json | None = None,
-) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...], Json]:
-    """The workloads restarted, pass by pass, as the controller's step decides them
-    (``rollout_machine.passes``: the canary's first, in passes of their own); the opted-in
-    others; and the canary (``Plan.canary``)."""
+def _observation(
+    view: ClusterView, desired: Desired, config: Json, stored: Json | None, now: float
+) -> tuple[machine.Observed, list[Workload], list[tuple[Workload, str]]]:
+    """What the controller's pass of ``desired``'s rollout would read from these caches
+    (``rollout_machine.Observed``), and the pre-flight's split of what it has still to
+    restart: those it may, and the others with why not. ``stored``: the LinkerdConfig as
+    stored, None when it is not (its records: restarts, evictions, the canary's)."""
     planned = view.rollout_plan(desired)
     todo, skipped = workload_health.preflight_split(
         rollout.pending(planned.workloads, view.record, desired.config_hash),
@@ -380,18 +384,53 @@ def _rollout(
         view.record,
         rollback.settled(stored or {}),
     )
-    said = _canary_first(view, desired.config_hash, policy.canary, stored, todo)
-    forgiven = workload_health.halt_state(stored or {}, desired.config_hash).forgiven
-    now = time.time()
     restarted = {
-        str(w): (workload_health.Restarted(str(w), now, Verdict("done")), w)
-        for w in _restarted_for(view, desired.config_hash)
+        name: (replace(standing, verdict=_unchecked(standing.verdict)), workload)
+        for name, (standing, workload) in workload_health.restarted(
+            view.workloads, desired.config_hash, planned.reasons, now
+        ).items()
     }
+    everyone = [obj for objects in view.workloads.values() for obj in objects.values()]
+    status = (stored or {}).get("status") or {}
     observed = machine.Observed(
         stored or config, desired.config_hash, desired.proxy.version, now, planned, restarted,
-        (), 0, None, None, lambda: (todo, [(str(w), why) for w, why in skipped]),
-        _labels(view), None if stored is None else canary.stored(stored, desired.config_hash),
+        tuple(rollout.restart_times(everyone, desired.config_hash)),
+        machine.evictions_reported(status, desired.config_hash), None, None,
+        machine.fixed_preflight(todo, [(str(w), why) for w, why in skipped]), _labels(view),
+        None if stored is None else canary.stored(stored, desired.config_hash),
     )  # fmt: skip
+    return observed, todo, skipped
+
+
+UNCHECKED_REVISION = (
+    "ReplicaFailure shows on it; the controller asks its newest ReplicaSet whether that is "
+    "this revision's (then the rollout fails) or an earlier one's"
+)
+
+
+def _unchecked(verdict: Verdict) -> Verdict:
+    """A restart's verdict as these caches can tell it: which revision a Deployment's
+    ``ReplicaFailure`` belongs to takes the ReplicaSets' status, which no cache keeps (the
+    controller reads them live: ``workload_health.revision_refusal``)."""
+    return Verdict("waiting", UNCHECKED_REVISION) if verdict.replica_failure else verdict
+
+
+def _rollout(
+    view: ClusterView,
+    desired: Desired,
+    policy: RolloutPolicy,
+    config: Json,
+    stored: Json | None = None,
+    anchors: machine.AnchorHold | None = None,
+) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...], Json]:
+    """The workloads restarted, pass by pass, as the controller's step decides them
+    (``rollout_machine.passes``: the canary's first, in passes of their own); the opted-in
+    others; and the canary (``Plan.canary``)."""
+    observed, todo, skipped = _observation(view, desired, config, stored, time.time())
+    observed = replace(observed, anchors=anchors)
+    planned = observed.plan
+    said = _canary_first(view, desired.config_hash, policy.canary, stored, todo)
+    forgiven = workload_health.halt_state(stored or {}, desired.config_hash).forgiven
     # Listed whether paused or not (``Plan.paused`` says it is held); with a canary that
     # matches nothing, as they would go once one does (``Plan.canary_unmatched``).
     record, unheld = workload_health.HaltState(None, forgiven, {}), replace(policy, paused=False)
@@ -483,6 +522,74 @@ def _labels(view: ClusterView) -> Callable[[Workload], canary.Labels | None]:
 
 
 @dataclass(frozen=True)
+class NextPass:
+    """The rollout's next pass, as the controller's ``step`` decides it from the caches: the
+    phase it leaves the rollout in (the ``DataPlaneUpToDate`` reason) and what it says, the
+    workloads it restarts (or, rolling back, brings back), and whether it asks Linkerd's
+    injector first (those restarts go only if it injects the configuration)."""
+
+    phase: Phase
+    message: str
+    restarts: tuple[Workload, ...] = ()
+    restores: tuple[Workload, ...] = ()
+    asks_injector: bool = False
+
+    def as_json(self) -> Json:
+        return {
+            "phase": str(self.phase),
+            "message": self.message,
+            "restarts": [str(w) for w in self.restarts],
+            "restores": [str(w) for w in self.restores],
+            "asksInjector": self.asks_injector,
+        }
+
+
+def next_pass(
+    observed: machine.Observed, record: workload_health.HaltState, policy: RolloutPolicy
+) -> NextPass:
+    """``rollout_machine.step`` on ``observed``; when the pass would ask the injector first,
+    decided again as if it injects the configuration (``NextPass.asks_injector``)."""
+    decided = machine.step(observed, record, policy)
+    asks = decided.ask is not None
+    if asks:
+        yes = machine.InjectorAnswer(True, "")
+        decided = machine.step(replace(observed, injector=yes), record, policy)
+    restart, restore = decided.restart, decided.restore
+    return NextPass(
+        decided.outcome.reason,
+        decided.outcome.message,
+        () if restart is None else restart.workloads,
+        () if restore is None else restore.workloads,
+        asks,
+    )
+
+
+def _going_back_observation(
+    view: ClusterView, config: Json, failed: Desired, to: Desired, halt: Halt, now: float
+) -> machine.Observed:
+    """What the controller's pass of a rollback would read from these caches: the owners
+    still recording the failed configuration, and once none does, how the ones brought back
+    stand on ``to`` (the configuration gone back to)."""
+    planned = view.rollout_plan(to)
+    restarted = workload_health.restarted(view.workloads, failed.config_hash, planned.reasons, now)
+    pending = [workload for _, workload in restarted.values()]
+    back = machine.going_back(halt, pending, to.config_hash, to.proxy.version, {}, now)
+    if machine.gated(back, failed.config_hash, halt):
+        standing = workload_health.brought_back(
+            back.workloads, view.record, planned.reasons, halt.started_at or now
+        )
+        back = replace(
+            back,
+            brought_back=tuple(
+                replace(s, verdict=_unchecked(s.verdict)) for s, _ in standing.values()
+            ),
+        )
+    return machine.rolling_back(
+        config, failed.config_hash, failed.proxy.version, now, planned, _labels(view), back
+    )
+
+
+@dataclass(frozen=True)
 class ConfigStatus:
     """One LinkerdConfig against the cluster: its ConfigMap, its data plane, its conditions."""
 
@@ -508,6 +615,9 @@ class ConfigStatus:
     """The trust-anchor guard on the bundle still to write (None: it is written)."""
     rolled_back: str = ""
     """The failed rollout is rolling or rolled back: to which configuration, how far."""
+    next_pass: NextPass | None = None
+    """What the controller's next pass of the rollout decides from what the caches hold
+    (``rollout_machine.step``)."""
 
     @property
     def failing(self) -> list[str]:
@@ -555,15 +665,20 @@ class ConfigStatus:
                 "conditions": list(self.conditions),
                 "rollout": self.rollout,
                 "trustAnchors": None if self.anchors is None else self.anchors.as_json(),
+                "nextPass": None if self.next_pass is None else self.next_pass.as_json(),
             }
         )
         return found
 
 
-def status(view: ClusterView, defaults: RolloutOptions) -> list[ConfigStatus]:
-    """Every LinkerdConfig in the cluster against what the cluster holds now."""
+def status(
+    view: ClusterView, defaults: RolloutOptions, now: float | None = None
+) -> list[ConfigStatus]:
+    """Every LinkerdConfig in the cluster against what the cluster holds ``now`` (wall time;
+    by default the clock's)."""
+    at = time.time() if now is None else now
     return [
-        _status_of(config, view, defaults)
+        _status_of(config, view, defaults, at)
         for config in sorted(view.configs, key=lambda c: str(c["metadata"]["name"]))
     ]
 
@@ -590,7 +705,9 @@ def _rolled_back_line(halt: Halt | None, held: Desired | None) -> str:
     return f"{phase} to configuration {held.config_hash} (proxy {held.proxy.version})"
 
 
-def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> ConfigStatus:
+def _status_of(
+    config: Json, view: ClusterView, defaults: RolloutOptions, now: float
+) -> ConfigStatus:
     name = str(config["metadata"]["name"])
     stored = config.get("status") or {}
     conditions = tuple(stored.get("conditions") or ())
@@ -611,6 +728,15 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> Con
         )
     # While rolled back, the ConfigMap and the pods are measured against what was returned
     # to; while a trust-anchor removal is held, against the bundle held on to.
+    policy = RolloutPolicy.of(config, defaults)
+    if halt is not None and halt.rollback is not None:
+        record = workload_health.halt_state(config, desired.config_hash)
+        observed = _going_back_observation(view, config, desired, held or desired, halt, now)
+    else:
+        rolled = desired if holding is None else defaults.restricted(holding)
+        record = workload_health.halt_state(config, rolled.config_hash)
+        observed, _, _ = _observation(view, rolled, config, config, now)
+    upcoming = next_pass(replace(observed, anchors=_anchor_hold(anchors, holding)), record, policy)
     if held is None and holding is not None:
         held = defaults.restricted(holding)
     standing = view.standing(held or desired)  # one pass over the pods: the stale ones
@@ -628,7 +754,6 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> Con
     )
     records = [obj for objects in view.workloads.values() for obj in objects.values()]
     times = rollout.restart_times(records, desired.config_hash)
-    policy = RolloutPolicy.of(config, defaults)
     last = rfc3339(max(times)) if times else None
     return ConfigStatus(
         name,
@@ -656,4 +781,5 @@ def _status_of(config: Json, view: ClusterView, defaults: RolloutOptions) -> Con
             "canary": canary.summary(policy.canary, canary.stored(config, desired.config_hash)),
         },
         anchors=anchors,
+        next_pass=upcoming,
     )

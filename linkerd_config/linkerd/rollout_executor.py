@@ -158,18 +158,6 @@ class _ConfigProgress:
     each of them)."""
 
 
-def evictions_reported(status: Json, config_hash: str) -> int:
-    """The bare pods a LinkerdConfig's status already reports evicted for ``config_hash``.
-
-    An evicted bare pod leaves no record on any workload, so a new leader continues from this
-    count; a count for an older configuration does not carry over to a new one.
-    """
-    if status.get("configHash") != config_hash:
-        return 0
-    count = status.get("evictedPods")
-    return count if isinstance(count, int) and count >= 0 else 0
-
-
 class RolloutExecutor:
     """One pass of a LinkerdConfig's rollout per ``roll``; safe to call at any rate."""
 
@@ -289,13 +277,18 @@ class RolloutExecutor:
         progress.halt_read = (config.get("metadata") or {}).get("resourceVersion")
 
     async def roll(
-        self, config: Json, desired: Desired, effective: Desired | None = None
+        self,
+        config: Json,
+        desired: Desired,
+        effective: Desired | None = None,
+        anchors: machine.AnchorHold | None = None,
     ) -> RolloutOutcome:
         """One pass; its outcome carries the status of the rollout's halt (kept, set, or
         cleared by a resume or a new attempt) whatever the pass found. ``effective``: what
-        the ConfigMap holds instead of ``desired`` while a rollback is in force."""
+        the ConfigMap holds instead of ``desired`` while a rollback is in force; ``anchors``:
+        the trust-anchor guard's hold, when it holds a removal."""
         halt = self.halt_state(config, desired.config_hash)
-        outcome = await self._roll(config, desired, halt, effective or desired)
+        outcome = await self._roll(config, desired, halt, effective or desired, anchors)
         self._gauges(str(config["metadata"]["name"]), outcome.reason)
         return replace(outcome, status={**halt.status, **outcome.status})
 
@@ -305,6 +298,7 @@ class RolloutExecutor:
         desired: Desired,
         halt: workload_health.HaltState,
         effective: Desired,
+        anchors: machine.AnchorHold | None,
     ) -> RolloutOutcome:
         """Observe, decide (``rollout_machine.step``), act."""
         policy = RolloutPolicy.of(config, self.options)
@@ -314,6 +308,7 @@ class RolloutExecutor:
             asked_for = effective
         else:
             observed = await self._observed(config, desired, halt)
+        observed = replace(observed, anchors=anchors)
         decided = machine.step(observed, halt, policy)
         if (ask := decided.ask) is not None:
             progress = self._of(asked_for.config_hash)
@@ -378,36 +373,22 @@ class RolloutExecutor:
     async def _going_back(
         self, config: Json, failed: Desired, effective: Desired, halt: Halt
     ) -> machine.Observed:
-        """What a pass of a rollback reads. The ConfigMap already holds ``effective`` (the
-        last completed configuration: the controller wrote it). Every owner still recording
-        the failed configuration goes back, listed or not (the list is bounded; the records
-        are the truth); the listed ones are health-gated."""
+        """What a pass of a rollback reads (``rollout_machine.going_back``). The ConfigMap
+        already holds ``effective`` (the last completed configuration: the controller wrote
+        it)."""
         plan = self._plan(effective)
-        section = halt.rollback
-        named = () if section is None else section.workloads
-        listed = [w for w in map(rollback.parse_workload, named) if w]
-        pending = sorted(w for _, w in self._restarted(failed.config_hash, plan).values())
-        workloads = sorted({*listed, *pending})
-        tried, now = self._of(failed.config_hash).restores_tried, self.monotonic()
-        recheck = machine.HEALTH_RECHECK
-        due = [w for w in pending if now - tried.get(str(w), float("-inf")) >= recheck]
-        waits = [tried[str(w)] + recheck - now for w in pending if str(w) in tried]
-        standing: list[workload_health.Restarted] = []
-        gated = (
-            not pending
-            and effective.config_hash != failed.config_hash
-            and (section is None or section.phase != Phase.ROLLED_BACK)
+        pending = [w for _, w in self._restarted(failed.config_hash, plan).values()]
+        tried = self._of(failed.config_hash).restores_tried
+        back = machine.going_back(
+            halt, pending, effective.config_hash, effective.proxy.version, tried,
+            self.monotonic(),
+        )  # fmt: skip
+        if machine.gated(back, failed.config_hash, halt):
+            standing = await self._brought_back(list(back.workloads), plan, halt.started_at)
+            back = replace(back, brought_back=tuple(standing))
+        return machine.rolling_back(
+            config, failed.config_hash, failed.proxy.version, self.wall(), plan, self._labels, back
         )
-        if gated:
-            standing = await self._brought_back(workloads, plan, halt.started_at)
-        back = machine.GoingBack(
-            effective.config_hash, effective.proxy.version, tuple(pending), tuple(workloads),
-            tuple(due), min(waits, default=recheck), tuple(standing),
-        )  # fmt: skip
-        return machine.Observed(
-            config, failed.config_hash, failed.proxy.version, self.wall(), plan, {}, (), 0,
-            None, None, lambda: ([], []), self._labels, going_back=back,
-        )  # fmt: skip
 
     def _act(self, config: Json, config_hash: str, actions: Iterable[machine.Action]) -> None:
         """What a pass decided, done: Events, a halt (or the start or end of a rollback)
@@ -581,22 +562,8 @@ class RolloutExecutor:
     ) -> dict[str, tuple[workload_health.Restarted, rollout.Workload]]:
         """The owners restarted for ``config_hash``, by name: how each stands now, and which
         it is (for its Events)."""
-        found: dict[str, tuple[workload_health.Restarted, rollout.Workload]] = {}
-        for kind, store in self.workloads.items():
-            for obj in store.list():
-                if not rollout.already_restarted(obj, config_hash):
-                    continue
-                meta = obj["metadata"]
-                workload = rollout.Workload(kind, meta["namespace"], meta["name"])
-                at = rollout.restart_time(obj)
-                verdict = workload_health.restart_verdict(
-                    kind, obj, plan.reasons.get(workload) or {}
-                )
-                # A record without a readable time starts its deadline now.
-                name = str(workload)
-                standing = workload_health.Restarted(name, at or self.wall(), verdict)
-                found[name] = (standing, workload)
-        return found
+        records = {kind: store.snapshot() for kind, store in self.workloads.items()}
+        return workload_health.restarted(records, config_hash, plan.reasons, self.wall())
 
     async def _brought_back(
         self, workloads: list[rollout.Workload], plan: rollout.RolloutPlan, started: float | None
@@ -604,12 +571,7 @@ class RolloutExecutor:
         """How each workload a rollback brings back stands (its deadline from the rollback's
         start)."""
         at = started or self.wall()
-        back: dict[str, tuple[workload_health.Restarted, rollout.Workload]] = {}
-        for w in workloads:
-            obj = self._record(w)
-            if obj is not None:
-                verdict = workload_health.restart_verdict(w.kind, obj, plan.reasons.get(w) or {})
-                back[str(w)] = (workload_health.Restarted(str(w), at, verdict), w)
+        back = workload_health.brought_back(workloads, self._record, plan.reasons, at)
         return [standing for standing, _ in (await self._of_this_revision(back)).values()]
 
     async def _of_this_revision(
@@ -691,7 +653,8 @@ class RolloutExecutor:
     def _evictions(self, config: Json, config_hash: str) -> tuple[int, float | None]:
         key = (config["metadata"]["name"], config_hash)
         if key not in self._evicted:
-            self._evicted[key] = (evictions_reported(config.get("status") or {}, config_hash), 0.0)
+            reported = machine.evictions_reported(config.get("status") or {}, config_hash)
+            self._evicted[key] = (reported, 0.0)
         count, at = self._evicted[key]
         return count, (at or None)
 

@@ -10,6 +10,9 @@ is an action whose answer is observed, and the pass is decided again with it.
 
 A pass, in order (each rule stops the pass where it applies):
 
+0. the trust-anchor guard holds a removal (``Observed.anchors``) and what the pass would
+   restart or bring back workloads onto is not the configuration that keeps every anchor in
+   use: nothing is (``ANCHOR_HELD``; a halt stays a halt);
 1. a halt in force: nothing is restarted (``HALTED``);
 2. a restarted workload failed (its own rollout failed, or it missed ``progressDeadline``,
    on this attempt's evidence): the attempt halts, or rolls back with ``onFailure: Rollback``
@@ -22,6 +25,29 @@ A pass, in order (each rule stops the pass where it applies):
    passes) and the pace (``batch`` per ``interval``) choose this pass's restarts;
 7. Linkerd's injector must be seen injecting the configuration this pass (the Mesh rule);
 8. restart them (``Restart``); what the API server said is folded in by ``after_restarts``.
+
+The safety rules this keeps, whatever the faults between passes (a new leader deciding from
+the record alone, caches that lag, refused writes, the injector down or on the old proxy,
+admission refusing new pods, a hold of the guard coming and going):
+
+* **Trust**: while the guard holds a removal, no restart or restore onto a configuration
+  other than the one that keeps every anchor in use (rule 0; the guard's own decision keeps
+  every anchor a running meshed pod relies on in what is written:
+  ``trust_anchor_guard.decide``).
+* **Mesh**: no restart or restore unless the injector was seen injecting the configuration
+  this pass (rule 7, and the rollback's own question): a meshed workload never comes back
+  without its proxy.
+* **Once**: each workload is restarted at most once per configuration (its record on the
+  owner, ``rollout.pending``), across leaders; a rollback's restores are counted apart.
+* **Halt**: no restart after a halt of the same attempt (rule 1); a halt only on this
+  attempt's evidence (the revision our restart made: ``workload_health.of_this_revision``,
+  or a deadline from our restart).
+* **Progress**: every wait names what it waits for in its message, and moves on by itself
+  when its cause is gone; only ``HALTED`` and ``ROLLED_BACK`` wait for a person.
+
+``tests/unit/test_rollout_invariants.py`` checks them with a hypothesis stateful test of the
+executor on a simulated cluster; ``tests/unit/test_rollout_machine.py`` has a table row for
+each rule.
 """
 
 from __future__ import annotations
@@ -41,6 +67,10 @@ from linkerd_config.linkerd.workload_health import HaltState, Restarted
 HEALTH_RECHECK = 5.0
 """While restarted workloads come back, look again at least this often (their informers
 wake the reconcile on every change; this bounds the wait for a deadline to pass)."""
+
+HELD_ELSEWHERE = (
+    "a trust-anchor removal is held meanwhile; ConfigMapSynced names the pods it waits for"
+)
 
 RESUME_HINT = (
     "Fix the workloads, then change the LinkerdConfig's spec (a new attempt) or annotate it "
@@ -88,6 +118,18 @@ class GoingBack:
 
 
 @dataclass(frozen=True)
+class AnchorHold:
+    """The trust-anchor guard's answer this pass (``trust_anchor_guard.evaluate``) when it
+    holds a removal some meshed pod still needs."""
+
+    waits_for: str
+    """The hold, as ``ConfigMapSynced`` says it: what it drops, the pods that still need it."""
+    holding_hash: str | None
+    """The configuration that keeps every anchor in use (the spec with the bundle held on
+    to), written and rolled out meanwhile; None when there is none: nothing may restart."""
+
+
+@dataclass(frozen=True)
 class Observed:
     """What the executor read for one pass of one configuration (its caches, and what it
     asked the API server and the injector). The callables read the same caches on demand:
@@ -124,11 +166,83 @@ class Observed:
     going_back: GoingBack | None = None
     """While a rollback is in force: what it reads (``config_hash`` and ``version`` are the
     failed configuration's, ``plan`` the stale workloads of the one gone back to)."""
+    anchors: AnchorHold | None = None
+    """The trust-anchor guard's hold, when it holds a removal (None: it does not)."""
+
+    @property
+    def onto(self) -> str:
+        """The configuration this pass would restart (or bring back) workloads onto."""
+        return self.config_hash if self.going_back is None else self.going_back.to_hash
 
     @property
     def counts(self) -> tuple[int, int, int]:
         """Stale workloads, restarts for this configuration (owners and bare pods), bare pods."""
         return (len(self.plan.workloads), len(self.restart_times) + self.evicted, self.evicted)
+
+
+def evictions_reported(status: Json, config_hash: str) -> int:
+    """The bare pods a LinkerdConfig's status already reports evicted for ``config_hash``.
+
+    An evicted bare pod leaves no record on any workload, so a new leader continues from this
+    count; a count for an older configuration does not carry over to a new one.
+    """
+    if status.get("configHash") != config_hash:
+        return 0
+    count = status.get("evictedPods")
+    return count if isinstance(count, int) and count >= 0 else 0
+
+
+def going_back(
+    halt: Halt,
+    pending: Iterable[Workload],
+    to_hash: str,
+    to_version: str,
+    tried: Mapping[str, float],
+    now: float,
+) -> GoingBack:
+    """What a rollback pass reads, but how the workloads brought back stand (the caller
+    reads that when ``gated``): every owner still recording the failed configuration
+    (``pending``) goes back, listed or not (the record's list is bounded; the owners' records
+    are the truth); the listed ones and those are health-gated. ``tried``: when each was last
+    tried (on ``now``'s clock): tried again ``HEALTH_RECHECK`` later at the soonest."""
+    section = halt.rollback
+    named = () if section is None else section.workloads
+    listed = [w for w in map(rollback.parse_workload, named) if w]
+    waiting = sorted(pending)
+    due = [w for w in waiting if now - tried.get(str(w), float("-inf")) >= HEALTH_RECHECK]
+    waits = [tried[str(w)] + HEALTH_RECHECK - now for w in waiting if str(w) in tried]
+    return GoingBack(
+        to_hash, to_version, tuple(waiting), tuple(sorted({*listed, *waiting})), tuple(due),
+        min(waits, default=HEALTH_RECHECK),
+    )  # fmt: skip
+
+
+def gated(back: GoingBack, failed_hash: str, halt: Halt) -> bool:
+    """Whether a rollback pass health-gates the workloads brought back (``brought_back``):
+    none is pending, there is a configuration to go back to, and it is not rolled back yet."""
+    section = halt.rollback
+    return (
+        not back.pending
+        and back.to_hash != failed_hash
+        and (section is None or section.phase != Phase.ROLLED_BACK)
+    )
+
+
+def rolling_back(
+    config: Json,
+    failed_hash: str,
+    failed_version: str,
+    now: float,
+    plan: RolloutPlan,
+    labels: Callable[[Workload], canary.Labels | None],
+    back: GoingBack,
+) -> Observed:
+    """A rollback pass's observation: ``config_hash`` and ``version`` are the failed
+    configuration's, ``plan`` the stale workloads of the one gone back to."""
+    return Observed(
+        config, failed_hash, failed_version, now, plan, {}, (), 0, None, None,
+        lambda: ([], []), labels, going_back=back,
+    )  # fmt: skip
 
 
 # -- what comes out ----------------------------------------------------------------------------
@@ -260,6 +374,14 @@ def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
     """This pass of ``observed``'s configuration: see the module's docstring."""
     counts, version = observed.counts, observed.version
     halted = record.halted
+    rolling_back = halted is not None and halted.rollback is not None
+    anchors = observed.anchors
+    if (
+        anchors is not None
+        and anchors.holding_hash != observed.onto
+        and (halted is None or rolling_back)
+    ):
+        return _anchor_held(observed, halted, anchors)
     if halted is not None and halted.rollback is not None and observed.going_back is not None:
         return _rolling_back(observed, halted, policy, observed.going_back)
     if halted is not None:
@@ -284,9 +406,12 @@ def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
         completed = rollback.completed_record(
             observed.config, observed.config_hash, rfc3339(observed.now)
         )
+        done = f"every opted-in pod runs proxy {version}"
+        if anchors is not None:
+            done += f" and the trust bundle held on to ({HELD_ELSEWHERE})"
         return Step(
             RolloutOutcome(
-                *counts, Phase.DONE, f"every opted-in pod runs proxy {version}",
+                *counts, Phase.DONE, done,
                 status={} if completed is None else {rollback.LAST_COMPLETED_FIELD: completed},
             )
         )  # fmt: skip
@@ -487,7 +612,7 @@ def passes(
     )  # fmt: skip
     found: list[Pass] = []
     for _ in range(MAX_PASSES):
-        seen = replace(seen, preflight=_fixed(list(ready), list(skipped)))
+        seen = replace(seen, preflight=fixed_preflight(list(ready), list(skipped)))
         decided = step(seen, record, policy)
         kept = [a.record for a in decided.actions if isinstance(a, CanaryKept)]
         seen = replace(seen, canary_record=kept[-1] if kept else seen.canary_record)
@@ -515,10 +640,27 @@ def passes(
     return found, decided.outcome
 
 
-def _fixed(
+def fixed_preflight(
     ready: list[Workload], skipped: list[tuple[str, str]]
 ) -> Callable[[], tuple[list[Workload], list[tuple[str, str]]]]:
+    """``Observed.preflight`` when its answer is already known."""
     return lambda: (ready, skipped)
+
+
+def _anchor_held(observed: Observed, halted: Halt | None, anchors: AnchorHold) -> Step:
+    """The Trust rule: while the guard holds a removal, nothing is restarted (or brought
+    back) onto a configuration other than the one that keeps every anchor in use. What is
+    held, and for which pods, is the guard's message; a halt or rollback record is kept."""
+    plan = observed.plan
+    return Step(
+        RolloutOutcome(
+            len(plan.workloads), len(observed.restart_times) + observed.evicted,
+            observed.evicted, Phase.ANCHOR_HELD,
+            f"nothing restarted onto configuration {observed.onto}: {anchors.waits_for}",
+            requeue_after=None,
+            status={} if halted is None else {workload_health.HALT_FIELD: halted.to_json()},
+        )
+    )  # fmt: skip
 
 
 def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, str], ...]) -> Step:
@@ -625,9 +767,12 @@ def _rolling(
     status: Json | None = None,
 ) -> RolloutOutcome:
     plan = observed.plan
+    held = (
+        "" if observed.anchors is None else f" and the trust bundle held on to ({HELD_ELSEWHERE})"
+    )
     message = (
         f"{len(plan.workloads)} workload(s) ({plan.stale_pods} pod(s)) not yet on proxy "
-        f"{observed.version}; restarted {total} for this configuration. {why}"
+        f"{observed.version}{held}; restarted {total} for this configuration. {why}"
     ).strip()
     return RolloutOutcome(
         len(plan.workloads),

@@ -19,6 +19,8 @@ new one, or the resume annotation, starts over from ``ROLLING``)::
     ROLLING ──a restarted workload failed──▶ ROLLING_BACK    (onFailure: Rollback)
     ROLLING_BACK ──every workload back and healthy──▶ ROLLED_BACK
     ROLLING_BACK ◀─▶ ROLLBACK_STUCK     a workload not healthy on the old one either
+    any but HALTED ◀─▶ ANCHOR_HELD      the trust-anchor guard holds a removal and no
+                                        bundle keeping every anchor in use is rolled out
 
 ``HALTED`` and ``ROLLED_BACK`` end the attempt: only a person moves it on (a new spec, or the
 resume annotation). The halt and the rollback are kept in the LinkerdConfig's status
@@ -53,6 +55,10 @@ class Phase(StrEnum):
     and the workloads the attempt restarted are being brought back onto it."""
     ROLLED_BACK = "RolledBack"
     """Every workload the failed attempt restarted is back and healthy."""
+    ANCHOR_HELD = "TrustAnchorRemovalHeld"
+    """The trust-anchor guard holds a removal some meshed pod still needs, and what this pass
+    would restart onto is not the bundle that keeps every anchor in use: nothing is
+    restarted (the Trust rule). With that bundle rolled out instead, the rollout goes on."""
     ROLLBACK_STUCK = "RollbackNotHealthy"
     """Rolling back, but a workload brought back is past its deadline on the old
     configuration too; the rollback stays in force."""

@@ -21,7 +21,13 @@ from linkerd_config.kube.conditions import condition
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.rollout_status import Verdict, observed, rollout_status
 from linkerd_config.linkerd.halt_record import FIELD, Halt
-from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, unknown_owner
+from linkerd_config.linkerd.rollout import (
+    RESTARTED_FOR_ANNOTATION,
+    Workload,
+    already_restarted,
+    restart_time,
+    unknown_owner,
+)
 
 W = TypeVar("W")
 
@@ -146,6 +152,48 @@ class Restarted:
     """How status and Events name it (``deployment/ns/name``)."""
     restarted_at: float
     verdict: Verdict
+
+
+def restarted(
+    records: Mapping[str, Mapping[str, Json]],
+    config_hash: str,
+    stale: Mapping[Workload, Mapping[str, int]],
+    now: float,
+) -> dict[str, tuple[Restarted, Workload]]:
+    """The owners whose record says they were restarted for ``config_hash`` (``records``:
+    kind -> ``namespace/name`` -> the cached owner), by name: how each stands
+    (``restart_verdict``; ``stale``: each workload's pods not on the configuration yet, by
+    why) and which it is. A record without a readable time starts its deadline ``now``. What
+    the controller's pass and ``status`` both read."""
+    found: dict[str, tuple[Restarted, Workload]] = {}
+    for kind, objects in records.items():
+        for key, obj in objects.items():
+            if not already_restarted(obj, config_hash):
+                continue
+            workload = Workload(kind, *key.split("/", 1))
+            verdict = restart_verdict(kind, obj, stale.get(workload) or {})
+            at = restart_time(obj)
+            standing = Restarted(str(workload), now if at is None else at, verdict)
+            found[str(workload)] = (standing, workload)
+    return found
+
+
+def brought_back(
+    workloads: Iterable[Workload],
+    record: Callable[[Workload], Json | None],
+    stale: Mapping[Workload, Mapping[str, int]],
+    started: float,
+) -> dict[str, tuple[Restarted, Workload]]:
+    """How each workload a rollback brings back stands on the configuration gone back to
+    (``record``: its cached owner; ``stale`` as for ``restarted``), its deadline from the
+    rollback's start (``started``)."""
+    found: dict[str, tuple[Restarted, Workload]] = {}
+    for workload in workloads:
+        obj = record(workload)
+        if obj is not None:
+            verdict = restart_verdict(workload.kind, obj, stale.get(workload) or {})
+            found[str(workload)] = (Restarted(str(workload), started, verdict), workload)
+    return found
 
 
 @dataclass(frozen=True)

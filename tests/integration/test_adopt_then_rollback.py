@@ -100,6 +100,12 @@ async def test_the_first_upgrade_rolls_back_to_the_adopted_installation(
         (mine,) = [r for r in report if r["linkerdConfig"] == NAME]
         assert mine["rolledBack"].startswith("rolled back to configuration ")
         assert mine["rolledBack"].endswith(f"(proxy {installed_proxy})")
+        upcoming = mine["nextPass"]  # the controller's step on what status read
+        assert (upcoming["phase"], upcoming["restarts"], upcoming["restores"]) == (
+            "RolledBack",
+            [],
+            [],
+        ), upcoming
 
 
 async def adopted_and_rolled_back(

@@ -200,6 +200,11 @@ async def test_a_removal_is_held_while_a_pod_needs_the_anchor_then_proceeds(
         assert code == 2
         (report,) = [r for r in reports if r["linkerdConfig"] == NAME]
         assert report["trustAnchors"]["hold"]["pods"] == [holder]
+        # The next pass, as the controller's step decides it: the opted-in pods are on the
+        # bundle held on to, so nothing restarts, and it says the removal is held.
+        upcoming = report["nextPass"]
+        assert (upcoming["phase"], upcoming["restarts"]) == ("UpToDate", []), upcoming
+        assert "a trust-anchor removal is held meanwhile" in upcoming["message"]
         events = (await kube.request("GET", EVENTS.path("default")))["items"]
         warned = [
             e for e in events if e["reason"] == HELD_REASON and e["involvedObject"]["name"] == NAME

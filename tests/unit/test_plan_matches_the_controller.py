@@ -15,7 +15,7 @@ from linkerd_config.kube.resource import Json
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.api_conversion import to_hub
 from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.preview import plan
+from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
@@ -111,3 +111,80 @@ def test_plan_lists_the_passes_the_controller_makes(rollout: Json) -> None:
     planned = planned_passes(config, sim)
     assert sum(map(len, planned)) == len(NAMES)
     assert controller_passes(config, sim, clock) == planned
+
+
+def cluster_view(sim: SimCluster, stored: Json) -> ClusterView:
+    cm = install_configmap()
+    return ClusterView(
+        configs=[stored],
+        configmaps={f"linkerd/{cm['metadata']['name']}": cm},
+        pods=sim.pods.list(),
+        namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
+        replicasets=sim.replicasets.snapshot(),
+        workloads={"Deployment": sim.deployments.snapshot()},
+        config_namespace="linkerd",
+    )
+
+
+@pytest.mark.parametrize(
+    "rollout",
+    [
+        {"maxRestartsPerPass": 2, "restartInterval": "5s"},
+        {"maxRestartsPerPass": 3, "restartInterval": "1m"},
+        {"maxRestartsPerPass": 2, "canary": CANARY},
+        {"maxRestartsPerPass": 10},
+        {"maxRestartsPerPass": 2, "paused": True},
+    ],
+    ids=["two-a-pass", "three-a-pass", "canary-first", "one-pass", "paused"],
+)
+def test_status_says_what_each_pass_of_the_controller_does(rollout: Json) -> None:
+    """Before every pass, ``linkerd-config status`` (over the same caches and the stored
+    status) names the phase the controller's pass then leaves the rollout in and the
+    workloads it restarts: both are the same ``step``."""
+    clock = FakeClock(1_700_000_000.0)
+    sim = SimCluster(NAMES, clock, old=OLD)
+    sim.injector_version = NEW
+    hub = to_hub(linkerdconfig(rollout))
+    cm = install_configmap()
+    desired = desired_config(hub, current_data({cm["metadata"]["name"]: cm}, target_of(hub)))
+    executor = RolloutExecutor(
+        sim,  # type: ignore[arg-type]
+        Recorder(),  # type: ignore[arg-type]
+        DEFAULTS,
+        pods=sim.pods,
+        namespaces=sim.namespaces,
+        replicasets=sim.replicasets,
+        workloads={"Deployment": sim.deployments, "StatefulSet": Store(), "DaemonSet": Store()},
+        wall=clock,
+        monotonic=clock,
+    )
+    status_now: Json = {}
+    seen: list[str] = []
+    loop = asyncio.new_event_loop()
+    try:
+        for version in range(1, 200):
+            meta = {**hub["metadata"], "generation": 1, "resourceVersion": str(version)}
+            stored = {**hub, "metadata": meta, "status": status_now}
+            (report,) = status(cluster_view(sim, stored), DEFAULTS, clock.now)
+            said = report.next_pass
+            assert said is not None, report.problem
+            before = len(sim.restarts)
+            executor.found(desired.config_hash)
+            outcome: Any = loop.run_until_complete(executor.roll(stored, desired))
+            sent = sorted(r.workload for r in sim.restarts[before:])
+            assert (said.phase, sorted(w.name for w in said.restarts)) == (outcome.reason, sent)
+            if not sent:  # (a pass that restarts says so once they are sent)
+                assert said.message == outcome.message
+            seen.append(said.phase)
+            status_now = merged_status(status_now, outcome.status)
+            if outcome.reason in ("UpToDate", "Paused"):
+                break
+            clock.now += 1.0
+            sim.controllers_act()
+            sim.sync()
+    finally:
+        loop.close()
+    expected_last = "Paused" if rollout.get("paused") else "UpToDate"
+    assert seen[-1] == expected_last
+    if "canary" in rollout:
+        assert "Canary" in seen

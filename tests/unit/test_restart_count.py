@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linkerd_config.linkerd.rollout_executor import evictions_reported
+from linkerd_config.linkerd.rollout_machine import evictions_reported
 
 
 def test_the_same_configuration_continues_the_count() -> None:

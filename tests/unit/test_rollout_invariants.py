@@ -11,11 +11,14 @@ lingering, new generations.
 * **Halt**: no restart for an attempt (configuration and generation) after its halt; a halt
   only on this attempt's evidence: the newest revision's own refusal, or a deadline passed
   since our restart.
-* **Progress**: once the faults are gone, the rollout completes by itself (no deadlock), or
-  a halt says what failed.
+* **Trust**: while the trust-anchor guard holds a removal, no restart is sent onto any
+  configuration but the one that keeps every anchor in use (none, when there is none).
+* **Progress**: once the faults are gone (the hold lifted too), the rollout completes by
+  itself (no deadlock), or a halt says what failed.
 
-The trust-anchor rule (Trust) has its own property test, on the guard's decision
-(``test_trust_anchor_guard_properties.py``).
+The guard's own decision (which bundle may be written, whatever it learns of the current one)
+has its own property test (``test_trust_anchor_guard_properties.py``); here the rollout is
+given its hold at any point, on this configuration, on another, or with no bundle at all.
 
 CI runs a bounded, derandomized search (``make test``); ``make property`` runs a longer one
 (``ROLLOUT_PROPERTY_EXAMPLES``).
@@ -37,6 +40,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_machine import AnchorHold
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.clock import FakeClock
@@ -67,6 +71,8 @@ class RolloutMachine(RuleBasedStateMachine):
         self.version = 1
         self.k = 0
         self.status: Json = {}
+        self.anchors: AnchorHold | None = None
+        """The trust-anchor guard's hold, when it holds a removal."""
         self.halted_at: dict[tuple[str, int], int] = {}
         """(hash, generation) -> how many restarts had been sent when its halt was seen."""
         self.executor = self._leader()
@@ -113,7 +119,12 @@ class RolloutMachine(RuleBasedStateMachine):
         attempt = (config_hash, self.generation)
         before = len(self.sim.restarts)
         self.executor.found(config_hash)
-        outcome = self.loop.run_until_complete(self.executor.roll(self.config(), self.desired))
+        outcome = self.loop.run_until_complete(
+            self.executor.roll(self.config(), self.desired, anchors=self.anchors)
+        )
+        if self.anchors is not None:
+            onto = {r.config_hash for r in self.sim.restarts[before:]}
+            assert onto <= {self.anchors.holding_hash}, f"Trust: restarted onto {onto} while held"
         new = merged_status(self.status, outcome.status)
         if new != self.status:
             self.status, self.version = new, self.version + 1
@@ -204,6 +215,18 @@ class RolloutMachine(RuleBasedStateMachine):
     def leader_changes(self) -> None:
         self.executor = self._leader()
 
+    @rule(onto=st.sampled_from(["no bundle", "this one", "another"]))
+    def anchor_removal_held(self, onto: str) -> None:
+        """The guard holds a removal: the bundle that keeps every anchor is this
+        configuration's (the controller rolls it out), another's, or there is none."""
+        holding = {"no bundle": None, "this one": self.desired.config_hash}.get(onto, "h-other")
+        self.anchors = AnchorHold("4 meshed pod(s) still need the anchor dropped", holding)
+        self._reconcile()  # the guard is asked on a reconcile: this one holds
+
+    @rule()
+    def anchor_hold_lifted(self) -> None:
+        self.anchors = None
+
     @rule()
     def new_attempt(self) -> None:
         """A new generation (the spec changed, the configuration not): a halt ends."""
@@ -232,6 +255,7 @@ class RolloutMachine(RuleBasedStateMachine):
         self.sim.injector_up, self.sim.injector_version = True, self.desired.proxy.version
         self.sim.refusing.clear()
         self.sim.failing_writes = 0
+        self.anchors = None
         outcome: Json = {}
         for _ in range(60):
             self.sim.controllers_act()

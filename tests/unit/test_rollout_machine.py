@@ -18,6 +18,7 @@ from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.rollout import RolloutPlan, Workload
 from linkerd_config.linkerd.rollout_machine import (
     HEALTH_RECHECK,
+    AnchorHold,
     AskInjector,
     Emit,
     GoingBack,
@@ -44,6 +45,10 @@ DONE, WAITING, FAILED = (
 YES = InjectorAnswer(True, "Linkerd's injector injects it")
 NOT_YET = InjectorAnswer(False, "the proxy injector does not inject it yet", retry_after=1.5)
 NO_HALT = HaltState(None, frozenset(), {})
+HELD = "ConfigMap linkerd/linkerd-identity-trust-roots not written: ... 4 meshed pod(s) ..."
+HELD_NO_BUNDLE = AnchorHold(HELD, None)
+HELD_ON_THIS = AnchorHold(HELD, HASH)
+HELD_ON_ANOTHER = AnchorHold(HELD, OLD_HASH)
 
 
 def config(status: Json | None = None) -> Json:
@@ -76,6 +81,7 @@ class Row:
     injector: InjectorAnswer | None = None
     status: Json = field(default_factory=dict)
     halt: HaltState = NO_HALT
+    anchors: AnchorHold | None = None
 
 
 def observed(row: Row) -> Observed:
@@ -92,7 +98,7 @@ def observed(row: Row) -> Observed:
         RolloutPlan(len(row.stale), row.stale, {w: {"stale": 1} for w in row.stale}),
         restarted, row.restart_times, 0, None, None,
         lambda: (list(ready), list(row.skipped)), lambda _: ({}, {}),
-        injector=row.injector,
+        injector=row.injector, anchors=row.anchors,
     )  # fmt: skip
 
 
@@ -183,6 +189,41 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
         Row(stale=(B,), restarted={A: (DONE, NOW - 5)}, restart_times=(NOW - 5,)),
         POLICY,
         Phase.ROLLING,
+        [],
+    ),
+    (
+        "Trust: a removal held with no bundle to hold on to: nothing restarts",
+        Row(stale=(A, B, C), injector=YES, anchors=HELD_NO_BUNDLE),
+        POLICY,
+        Phase.ANCHOR_HELD,
+        [],
+    ),
+    (
+        "Trust: a removal held, another configuration holds every anchor: nothing restarts",
+        Row(stale=(A, B, C), injector=YES, anchors=HELD_ON_ANOTHER),
+        POLICY,
+        Phase.ANCHOR_HELD,
+        [],
+    ),
+    (
+        "Trust: a removal held, this one holds every anchor: the holders come onto it",
+        Row(stale=(A, B, C), injector=YES, anchors=HELD_ON_THIS),
+        POLICY,
+        Phase.ROLLING,
+        ["Restart"],
+    ),
+    (
+        "Trust: the bundle held on to rolled out: done, the hold still said",
+        Row(restarted={A: (DONE, NOW - 5)}, anchors=HELD_ON_THIS),
+        POLICY,
+        Phase.DONE,
+        [],
+    ),
+    (
+        "Trust: a halt stays a halt while a removal is held",
+        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {}), anchors=HELD_NO_BUNDLE),
+        POLICY,
+        Phase.HALTED,
         [],
     ),
     (
@@ -367,6 +408,46 @@ def test_a_pass_of_a_rollback(
     decided = rollout_machine.step(seen, record, BACK)
     assert decided.outcome.reason == phase, decided.outcome.message
     assert kinds(decided.actions) == actions
+
+
+@pytest.mark.parametrize(
+    ("anchors", "phase", "actions"),
+    [
+        (HELD_NO_BUNDLE, Phase.ANCHOR_HELD, []),
+        (HELD_ON_THIS, Phase.ANCHOR_HELD, []),  # the failed one's: not what goes back
+        (AnchorHold(HELD, OLD_HASH), Phase.ROLLING_BACK, ["Restore"]),
+    ],
+    ids=["no-bundle-held-on-to", "held-on-the-failed-one", "held-on-the-one-gone-back-to"],
+)
+def test_a_rollback_brings_back_only_onto_the_bundle_a_held_removal_keeps(
+    anchors: AnchorHold, phase: Phase, actions: list[str]
+) -> None:
+    """The Trust rule in a rollback: while the guard holds a removal, workloads are brought
+    back only onto the configuration that keeps every anchor in use; the record is kept."""
+    seen, record = rolling_back(GONE_BACK, YES)
+    decided = rollout_machine.step(replace(seen, anchors=anchors), record, BACK)
+    assert decided.outcome.reason == phase, decided.outcome.message
+    assert kinds(decided.actions) == actions
+    assert decided.outcome.status[workload_health.HALT_FIELD] == record.halted.to_json()  # type: ignore[union-attr]
+    if phase == Phase.ANCHOR_HELD:
+        assert HELD in decided.outcome.message
+
+
+def test_a_removal_held_names_what_it_waits_for_in_every_phase() -> None:
+    """The Progress rule under a hold: what the rollout says names the hold while it rolls
+    the bundle held on to, and once that is done."""
+    rolling = rollout_machine.step(
+        observed(Row(stale=(A, B, C), injector=YES, anchors=HELD_ON_THIS)), NO_HALT, POLICY
+    )
+    done = rollout_machine.step(
+        observed(Row(restarted={A: (DONE, NOW - 5)}, anchors=HELD_ON_THIS)), NO_HALT, POLICY
+    )
+    held = rollout_machine.step(
+        observed(Row(stale=(A, B, C), injector=YES, anchors=HELD_NO_BUNDLE)), NO_HALT, POLICY
+    )
+    assert rollout_machine.HELD_ELSEWHERE in rolling.outcome.message
+    assert rollout_machine.HELD_ELSEWHERE in done.outcome.message
+    assert HELD in held.outcome.message and HASH in held.outcome.message
 
 
 def test_a_rollback_restores_onto_its_target_and_says_how_many_came_back() -> None:
