@@ -1,11 +1,12 @@
 """A simulated cluster for the rollout executor's property tests: Deployments with their
 ReplicaSets (numbered revisions) and pods, the Deployment controller's part (a restart makes
-a new revision; admission may refuse its pods; an older revision's ReplicaFailure lingers on
-the Deployment for one step, as the real controller leaves it until that ReplicaSet is scaled
-down), Linkerd's injector (up and injecting some version, or down: pods admitted without a
-proxy, under Linkerd's ``failurePolicy: Ignore``), and the executor's view of it: caches
-that lag until synced, a writer with optimistic concurrency (a stale resourceVersion is a
-conflict) and API errors on demand.
+a new revision, except while the Deployment is paused; a new replica count scales the
+running one, to zero included; admission may refuse its pods; an older revision's
+ReplicaFailure lingers on the Deployment for one step, as the real controller leaves it until
+that ReplicaSet is scaled down), Linkerd's injector (up and injecting some version, or down:
+pods admitted without a proxy, under Linkerd's ``failurePolicy: Ignore``), and the executor's
+view of it: caches that lag until synced, a writer with optimistic concurrency (a stale
+resourceVersion is a conflict) and API errors on demand.
 
 It also keeps the evidence the invariants are judged on: every restart we sent (and what
 the injector did at that moment), every pod created without a proxy because of one.
@@ -51,6 +52,12 @@ class Workload:
     """(pod name, the proxy version it runs, None: no proxy)."""
     lingering: str = ""
     """An older revision's ReplicaFailure the Deployment still shows (one step)."""
+    paused: bool = False
+    """``spec.paused``: the Deployment controller scales it but rolls out no new template."""
+    template: int = 0
+    """How many times its pod template changed (our restarts)."""
+    rolled: int = 0
+    """The template its newest revision was made from."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +100,19 @@ class SimCluster:
     # -- Kubernetes' side ------------------------------------------------------------------
 
     def controllers_act(self) -> None:
-        """The Deployment controller (and admission, and the injector) act on every change."""
+        """The Deployment controller (and admission, and the injector) act on every change:
+        a new template makes a new revision (not while paused); a new replica count alone
+        scales the running revision (its new pods as the injector injects them now)."""
         for w in self.workloads.values():
             w.lingering = ""
             if w.generation <= w.observed:
                 continue
+            if w.paused or w.template == w.rolled:
+                w.observed = w.generation
+                w.resource_version += 1
+                self._scale(w)
+                continue
+            w.rolled = w.template
             previous = w.revisions[-1]
             record = w.annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
             revision = Revision(previous.number + 1, record)
@@ -114,6 +129,11 @@ class SimCluster:
                 self.unmeshed_by_us.append(w.name)
             w.pods = [(self._pod_name(w), proxy) for _ in range(w.replicas)]
 
+    def _scale(self, w: Workload) -> None:
+        kept = w.pods[: w.replicas]
+        proxy = self.injector_version if self.injector_up else None
+        w.pods = kept + [(self._pod_name(w), proxy) for _ in range(w.replicas - len(kept))]
+
     def status_of(self, w: Workload) -> Json:
         newest = w.revisions[-1]
         conditions = []
@@ -123,7 +143,8 @@ class SimCluster:
                 {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
                  "message": failure}
             )  # fmt: skip
-        updated = 0 if newest.failed else w.replicas
+        unrolled = w.template != w.rolled  # paused since a restart: not rolled out yet
+        updated = 0 if newest.failed or unrolled else w.replicas
         return {
             "observedGeneration": w.observed,
             "replicas": w.replicas,
@@ -144,6 +165,7 @@ class SimCluster:
             },
             "spec": {
                 "replicas": w.replicas,
+                "paused": w.paused,
                 "template": {
                     "metadata": {"labels": {"app": w.name}, "annotations": dict(w.annotations)},
                     "spec": {"containers": [{"name": "app", "image": "app"}]},
@@ -227,6 +249,7 @@ class SimCluster:
             raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
         wanted = patch["spec"]["template"]["metadata"]["annotations"]
         w.annotations.update(wanted)
+        w.template += 1
         w.generation += 1
         w.resource_version += 1
         injects = self.injector_version if self.injector_up else None

@@ -3,7 +3,8 @@ drives the rollout executor against a simulated cluster (``tests/support/rollout
 and injects faults at any point between passes: leader changes (a new executor from status
 alone), caches that lag, conflicts and API errors, Linkerd's injector down or still on the old
 proxy, admission refusing a workload's new pods, an earlier revision's ReplicaFailure
-lingering, new generations.
+lingering, new generations, Deployments paused, resumed and scaled (to zero included) by
+someone else at any point of their restart.
 
 * **Mesh**: no restart is sent unless the injector was just seen injecting the desired proxy
   (a restart while it is down brings the workload back without a proxy).
@@ -29,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import Counter
+from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -207,6 +209,27 @@ class RolloutMachine(RuleBasedStateMachine):
     def admission_admits(self, name: str) -> None:
         self.sim.refusing.discard(name)
 
+    @rule(name=st.sampled_from(NAMES))
+    def workload_paused(self, name: str) -> None:
+        """Someone pauses a Deployment (``spec.paused``), before or after our restart."""
+        self._spec_changed(name, paused=True)
+
+    @rule(name=st.sampled_from(NAMES))
+    def workload_resumed(self, name: str) -> None:
+        self._spec_changed(name, paused=False)
+
+    @rule(name=st.sampled_from(NAMES), replicas=st.integers(0, 3))
+    def workload_scaled(self, name: str, replicas: int) -> None:
+        """Scaled by a person or an HPA, to zero included, at any point of its restart."""
+        self._spec_changed(name, replicas=replicas)
+
+    def _spec_changed(self, name: str, **changes: Any) -> None:
+        w = self.sim.workloads[name]
+        for field_name, value in changes.items():
+            setattr(w, field_name, value)
+        w.generation += 1
+        w.resource_version += 1
+
     @rule(count=st.integers(1, 3))
     def api_errors(self, count: int) -> None:
         self.sim.failing_writes = count
@@ -256,6 +279,9 @@ class RolloutMachine(RuleBasedStateMachine):
         self.sim.refusing.clear()
         self.sim.failing_writes = 0
         self.anchors = None
+        for w in self.sim.workloads.values():
+            if w.paused:
+                self._spec_changed(w.name, paused=False)
         outcome: Json = {}
         for _ in range(60):
             self.sim.controllers_act()
