@@ -23,6 +23,9 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.rollout_executor import RolloutExecutor
+from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.clock import FakeClock
 
@@ -284,3 +287,31 @@ def merged_status(status: Json, outcome_status: Json) -> Json:
 def halted(status: Json, config_hash: str) -> bool:
     record = status.get(HALT_FIELD)
     return isinstance(record, dict) and record.get("configHash") == config_hash
+
+
+def executor_on(sim: SimCluster, clock: FakeClock, options: RolloutOptions) -> RolloutExecutor:
+    """A rollout executor (a leader) over ``sim``'s caches and writer, on ``clock``."""
+    return RolloutExecutor(
+        sim,  # type: ignore[arg-type]
+        Recorder(),  # type: ignore[arg-type]
+        options,
+        pods=sim.pods,
+        namespaces=sim.namespaces,
+        replicasets=sim.replicasets,
+        workloads={"Deployment": sim.deployments, "StatefulSet": Store(), "DaemonSet": Store()},
+        wall=clock,
+        monotonic=clock,
+    )
+
+
+def view_of(sim: SimCluster, configs: list[Json], configmap: Json) -> ClusterView:
+    """``sim``'s caches as ``plan`` and ``status`` read them, with Linkerd's ``configmap``."""
+    return ClusterView(
+        configs=configs,
+        configmaps={f"linkerd/{configmap['metadata']['name']}": configmap},
+        pods=sim.pods.list(),
+        namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
+        replicasets=sim.replicasets.snapshot(),
+        workloads={"Deployment": sim.deployments.snapshot()},
+        config_namespace="linkerd",
+    )

@@ -12,15 +12,12 @@ from typing import Any
 import pytest
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.api_conversion import to_hub
-from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support.clock import FakeClock
-from tests.support.rollout_sim import Recorder, SimCluster, merged_status
+from tests.support.rollout_sim import SimCluster, executor_on, merged_status, view_of
 from tests.support.samples import install_configmap, sample
 
 OLD, NEW = "edge-19.12.1", "edge-19.12.3"
@@ -36,17 +33,7 @@ def linkerdconfig(rollout: Json) -> Json:
 
 
 def planned_passes(config: Json, sim: SimCluster) -> list[set[str]]:
-    cm = install_configmap()
-    view = ClusterView(
-        configs=[],
-        configmaps={f"linkerd/{cm['metadata']['name']}": cm},
-        pods=sim.pods.list(),
-        namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
-        replicasets=sim.replicasets.snapshot(),
-        workloads={"Deployment": sim.deployments.snapshot()},
-        config_namespace="linkerd",
-    )
-    found = plan(config, view, DEFAULTS)
+    found = plan(config, view_of(sim, [], install_configmap()), DEFAULTS)
     assert found.problem is None, found.problem
     passes: dict[int, set[str]] = {}
     for line in found.restarts:
@@ -58,17 +45,8 @@ def controller_passes(config: Json, sim: SimCluster, clock: FakeClock) -> list[s
     hub = to_hub(config)
     cm = install_configmap()
     desired = desired_config(hub, current_data({cm["metadata"]["name"]: cm}, target_of(hub)))
-    executor = RolloutExecutor(
-        sim,  # type: ignore[arg-type]
-        Recorder(),  # type: ignore[arg-type]
-        RolloutOptions(max_restarts_per_pass=DEFAULTS.max_restarts_per_pass),
-        pods=sim.pods,
-        namespaces=sim.namespaces,
-        replicasets=sim.replicasets,
-        workloads={"Deployment": sim.deployments, "StatefulSet": Store(), "DaemonSet": Store()},
-        wall=clock,
-        monotonic=clock,
-    )
+    options = RolloutOptions(max_restarts_per_pass=DEFAULTS.max_restarts_per_pass)
+    executor = executor_on(sim, clock, options)
     status: Json = {}
     passes: list[set[str]] = []
     loop = asyncio.new_event_loop()
@@ -113,19 +91,6 @@ def test_plan_lists_the_passes_the_controller_makes(rollout: Json) -> None:
     assert controller_passes(config, sim, clock) == planned
 
 
-def cluster_view(sim: SimCluster, stored: Json) -> ClusterView:
-    cm = install_configmap()
-    return ClusterView(
-        configs=[stored],
-        configmaps={f"linkerd/{cm['metadata']['name']}": cm},
-        pods=sim.pods.list(),
-        namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
-        replicasets=sim.replicasets.snapshot(),
-        workloads={"Deployment": sim.deployments.snapshot()},
-        config_namespace="linkerd",
-    )
-
-
 @pytest.mark.parametrize(
     "rollout",
     [
@@ -147,17 +112,7 @@ def test_status_says_what_each_pass_of_the_controller_does(rollout: Json) -> Non
     hub = to_hub(linkerdconfig(rollout))
     cm = install_configmap()
     desired = desired_config(hub, current_data({cm["metadata"]["name"]: cm}, target_of(hub)))
-    executor = RolloutExecutor(
-        sim,  # type: ignore[arg-type]
-        Recorder(),  # type: ignore[arg-type]
-        DEFAULTS,
-        pods=sim.pods,
-        namespaces=sim.namespaces,
-        replicasets=sim.replicasets,
-        workloads={"Deployment": sim.deployments, "StatefulSet": Store(), "DaemonSet": Store()},
-        wall=clock,
-        monotonic=clock,
-    )
+    executor = executor_on(sim, clock, DEFAULTS)
     status_now: Json = {}
     seen: list[str] = []
     loop = asyncio.new_event_loop()
@@ -165,7 +120,7 @@ def test_status_says_what_each_pass_of_the_controller_does(rollout: Json) -> Non
         for version in range(1, 200):
             meta = {**hub["metadata"], "generation": 1, "resourceVersion": str(version)}
             stored = {**hub, "metadata": meta, "status": status_now}
-            (report,) = status(cluster_view(sim, stored), DEFAULTS, clock.now)
+            (report,) = status(view_of(sim, [stored], install_configmap()), DEFAULTS, clock.now)
             said = report.next_pass
             assert said is not None, report.problem
             before = len(sim.restarts)

@@ -37,7 +37,6 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
@@ -46,7 +45,7 @@ from linkerd_config.linkerd.rollout_machine import AnchorHold
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.workload_health import HALT_FIELD
 from tests.support.clock import FakeClock
-from tests.support.rollout_sim import NEW, Recorder, SimCluster, halted, merged_status
+from tests.support.rollout_sim import NEW, SimCluster, executor_on, halted, merged_status
 
 NAMES = ["app-0", "app-1", "app-2", "app-3"]
 
@@ -80,21 +79,7 @@ class RolloutMachine(RuleBasedStateMachine):
         self.executor = self._leader()
 
     def _leader(self) -> RolloutExecutor:
-        return RolloutExecutor(
-            self.sim,  # type: ignore[arg-type]
-            Recorder(),  # type: ignore[arg-type]
-            RolloutOptions(injector_wait=30.0),
-            pods=self.sim.pods,
-            namespaces=self.sim.namespaces,
-            replicasets=self.sim.replicasets,
-            workloads={
-                "Deployment": self.sim.deployments,
-                "StatefulSet": Store(),
-                "DaemonSet": Store(),
-            },
-            wall=self.clock,
-            monotonic=self.clock,
-        )
+        return executor_on(self.sim, self.clock, RolloutOptions(injector_wait=30.0))
 
     def config(self) -> Json:
         return {
