@@ -71,16 +71,15 @@ def controller_passes(config: Json, sim: SimCluster, clock: FakeClock) -> list[s
     raise AssertionError(f"the rollout did not complete: {passes}")
 
 
-@pytest.mark.parametrize(
-    "rollout",
-    [
-        {"maxRestartsPerPass": 2, "restartInterval": "5s"},
-        {"maxRestartsPerPass": 3, "restartInterval": "1m"},
-        {"maxRestartsPerPass": 2, "canary": CANARY},
-        {"maxRestartsPerPass": 10},
-    ],
-    ids=["two-a-pass", "three-a-pass", "canary-first", "one-pass"],
-)
+ROLLOUTS = {
+    "two-a-pass": {"maxRestartsPerPass": 2, "restartInterval": "5s"},
+    "three-a-pass": {"maxRestartsPerPass": 3, "restartInterval": "1m"},
+    "canary-first": {"maxRestartsPerPass": 2, "canary": CANARY},
+    "one-pass": {"maxRestartsPerPass": 10},
+}
+
+
+@pytest.mark.parametrize("rollout", list(ROLLOUTS.values()), ids=list(ROLLOUTS))
 def test_plan_lists_the_passes_the_controller_makes(rollout: Json) -> None:
     clock = FakeClock(1_700_000_000.0)
     sim = SimCluster(NAMES, clock, old=OLD)
@@ -91,17 +90,10 @@ def test_plan_lists_the_passes_the_controller_makes(rollout: Json) -> None:
     assert controller_passes(config, sim, clock) == planned
 
 
-@pytest.mark.parametrize(
-    "rollout",
-    [
-        {"maxRestartsPerPass": 2, "restartInterval": "5s"},
-        {"maxRestartsPerPass": 3, "restartInterval": "1m"},
-        {"maxRestartsPerPass": 2, "canary": CANARY},
-        {"maxRestartsPerPass": 10},
-        {"maxRestartsPerPass": 2, "paused": True},
-    ],
-    ids=["two-a-pass", "three-a-pass", "canary-first", "one-pass", "paused"],
-)
+WITH_PAUSED = {**ROLLOUTS, "paused": {"maxRestartsPerPass": 2, "paused": True}}
+
+
+@pytest.mark.parametrize("rollout", list(WITH_PAUSED.values()), ids=list(WITH_PAUSED))
 def test_status_says_what_each_pass_of_the_controller_does(rollout: Json) -> None:
     """Before every pass, ``linkerd-config status`` (over the same caches and the stored
     status) names the phase the controller's pass then leaves the rollout in and the
