@@ -38,7 +38,7 @@ lock: $(STAMP) ## re-resolve requirements/*.lock from pyproject.toml's bounds
 venv: $(STAMP) ## create .venv with the package and its dev tools
 
 binaries: $(STAMP) ## find or build the control plane and Linkerd's injector + CLI (cached)
-	$(PY) -m linkerd_config.devcluster.ensure
+	$(PY) -m devcluster.ensure
 
 test: binaries ## all tests: unit, and integration against the local control plane
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
@@ -106,13 +106,13 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 
 DEV_CLUSTER_ARGS ?=
 dev-cluster-up: binaries ## start the local control plane in the background; DEV_CLUSTER_ARGS='--real-node --with=cert-manager ...'
-	$(PY) -m linkerd_config dev-cluster up $(DEV_CLUSTER_ARGS)
+	$(PY) -m devcluster up $(DEV_CLUSTER_ARGS)
 
 dev-cluster-down: $(STAMP) ## stop it and remove its files
-	$(PY) -m linkerd_config dev-cluster down
+	$(PY) -m devcluster down
 
 dev-cluster-status: $(STAMP) ## print the local control plane's state (server, kubeconfig, pids)
-	$(PY) -m linkerd_config dev-cluster status
+	$(PY) -m devcluster status
 
 # ---- for people with a real cluster (current kubeconfig) ----------------------------------
 KUBECTL ?= kubectl
@@ -164,7 +164,7 @@ run: $(STAMP) ## run the controller locally against the current kubeconfig (ENAB
 # the cache folder unless CONTAINERS_CONF is set: see devcluster/container_image.py.
 CONTAINER_TOOL ?=
 PYTHON_IMAGE ?=
-CONTAINER_IMAGE = $(PY) -m linkerd_config.devcluster.container_image --tool '$(CONTAINER_TOOL)'
+CONTAINER_IMAGE = $(PY) -m devcluster.container_image --tool '$(CONTAINER_TOOL)'
 
 docker-build: $(STAMP) ## build the controller image IMG (default linkerd-config:latest) with CONTAINER_TOOL
 	$(CONTAINER_IMAGE) build '$(IMG)' $(if $(PYTHON_IMAGE),--python-image '$(PYTHON_IMAGE)')
@@ -214,7 +214,7 @@ undeploy: ## remove what deploy installed, except the CRD (your LinkerdConfigs) 
 	fi
 
 # The chart (manifests/chart) with the pinned helm (built on first use, like the control plane).
-HELM = $(PY) -m linkerd_config.devcluster.helm_cli
+HELM = $(PY) -m devcluster.helm_cli
 helm-deploy: $(STAMP) ## helm upgrade --install the chart with image IMG (name:tag) into namespace linkerd; HELM_ARGS for more
 	@img='$(IMG)' && last="$${img##*/}" && \
 	case "$$img" in *@*) echo "make $@: IMG must be name:tag for the chart (controllerImage, controllerImageVersion)" >&2; exit 1 ;; esac && \

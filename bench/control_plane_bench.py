@@ -10,7 +10,7 @@ import statistics
 import time
 from pathlib import Path
 
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
 RESULTS = Path(__file__).parent / "results" / "control_plane.json"
 RUNS = 3

@@ -32,8 +32,8 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster import pinned
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer, Transform, keep_fields, strip_managed_fields
 from linkerd_config.kube.kubeconfig import load_access

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS

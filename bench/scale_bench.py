@@ -55,15 +55,15 @@ import aiohttp
 import orjson
 
 from bench import informer_bench
-from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.binaries import (
+from devcluster import pinned
+from devcluster.binaries import (
     BinaryUnavailableError,
     build_lock,
     cache_root,
     go_build,
     go_toolchain,
 )
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
@@ -152,7 +152,7 @@ def ensure_go_peer() -> Path:
         if f"\t{module} {staging}\n" not in sources["go.mod"].decode():
             raise BinaryUnavailableError(
                 f"bench/go_peer/go.mod must require {module} {staging} "
-                f"(Kubernetes {pinned.KUBERNETES}, linkerd_config/devcluster/pinned.py)"
+                f"(Kubernetes {pinned.KUBERNETES}, devcluster/pinned.py)"
             )
     digest = hashlib.sha256()
     for name, data in sources.items():

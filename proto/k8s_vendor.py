@@ -28,8 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from linkerd_config.devcluster import pinned  # noqa: E402
-from linkerd_config.devcluster.binaries import go_module_dir, go_toolchain  # noqa: E402
+from devcluster import pinned  # noqa: E402
+from devcluster.binaries import go_module_dir, go_toolchain  # noqa: E402
 
 PROTO_ROOT = REPO / "proto"
 SHAPES = REPO / "linkerd_config" / "kube" / "k8s_api" / "json_shapes.json"

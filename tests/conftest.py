@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd.linkerdconfig_resource import (

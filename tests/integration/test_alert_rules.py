@@ -28,10 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.devcluster.binaries import ensure_helm
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.prometheus import find_promtool
-from linkerd_config.devcluster.third_party_crds import crd_path
+from devcluster.binaries import ensure_helm
+from devcluster.cluster import LocalControlPlane
+from devcluster.prometheus import find_promtool
+from devcluster.third_party_crds import crd_path
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, ApiResource
 from tests.support.alert_rules import REPO, alerting_rules, write_rules_file

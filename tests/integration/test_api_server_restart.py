@@ -18,8 +18,8 @@ import time
 
 import pytest
 
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.linkerdconfig_resource import (

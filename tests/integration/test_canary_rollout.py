@@ -27,9 +27,9 @@ from typing import Any
 
 import pytest
 
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_install import render_install
 from linkerd_config.app import App
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, Json
 from linkerd_config.linkerd import canary, rollout

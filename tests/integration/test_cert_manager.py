@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from linkerd_config.devcluster import third_party_crds
-from linkerd_config.devcluster.binaries import BinaryUnavailableError
-from linkerd_config.devcluster.cert_manager import ensure_cert_manager, start_cert_manager
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster import third_party_crds
+from devcluster.binaries import BinaryUnavailableError
+from devcluster.cert_manager import ensure_cert_manager, start_cert_manager
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.resource import CRDS
 from tests.support import in_cluster
 

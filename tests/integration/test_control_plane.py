@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
-from linkerd_config.devcluster import cluster, service
-from linkerd_config.devcluster.cluster import KWOK_NODE, LocalControlPlane
+from devcluster import cluster, service
+from devcluster.cluster import KWOK_NODE, LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient, token_access
 from linkerd_config.kube.resource import CRDS, DEPLOYMENTS, PODS, REPLICASETS, ApiResource
 from tests.support.waiting import eventually

@@ -38,9 +38,9 @@ from typing import Any
 
 import pytest
 
+from devcluster.cluster import LocalControlPlane, free_port
+from devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
-from linkerd_config.devcluster.prometheus import Prometheus, PrometheusError, ScrapeJob
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.leader import micro_time

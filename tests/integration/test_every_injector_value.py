@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.linkerd_install import render_install
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
-from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, PODS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS

@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.devcluster.binaries import ensure_helm
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.binaries import ensure_helm
+from devcluster.cluster import LocalControlPlane
 
 pytestmark = pytest.mark.integration
 

@@ -30,7 +30,7 @@ import aiohttp
 import pytest
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
+from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
+from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access

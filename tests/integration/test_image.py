@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from linkerd_config.devcluster.container_image import (
+from devcluster.container_image import (
     ContainerToolError,
     container_tool,
     is_podman,
@@ -164,3 +164,22 @@ def test_nothing_but_tmp_is_writable(image: Built) -> None:
     out = _ok(image.run("-c", script, options=image.as_deployed(user="0"), entrypoint="sh"))
     refusals = [line for line in out.splitlines() if line.endswith("Read-only file system")]
     assert len(refusals) == len(folders), out
+
+
+def test_the_image_holds_no_development_cluster(image: Built) -> None:
+    """Issue 38: only the controller and its CLI; nothing that builds Kubernetes or runs a
+    kubelet, and no development command in the CLI."""
+    script = (
+        "import importlib.util, linkerd_config, pathlib;"
+        "print(importlib.util.find_spec('devcluster'), importlib.util.find_spec('tests'));"
+        "root = pathlib.Path(linkerd_config.__file__).parent;"
+        "print(sorted(str(p) for p in root.rglob('*') if 'devcluster' in str(p)"
+        " or p.suffix == '.go'))"
+    )
+    out = _ok(image.run("-c", script, options=image.as_deployed(), entrypoint="python"))
+    assert out.split() == ["None", "None", "[]"], out
+    found = _ok(image.run("-c", "find / -xdev -name '*devcluster*' -o -name '*.go' | head -5",
+                          options=image.as_deployed(), entrypoint="sh"))  # fmt: skip
+    assert found.strip() == "", found
+    usage = _ok(image.run("--help", options=image.as_deployed()))
+    assert "dev-cluster" not in usage and "{run,plan,status,convert}" in usage, usage

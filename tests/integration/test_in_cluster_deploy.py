@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from linkerd_config.devcluster import real_node, third_party_crds
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.devcluster.prometheus import Prometheus, ScrapeJob
+from devcluster import real_node, third_party_crds
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.prometheus import Prometheus, ScrapeJob
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
@@ -314,7 +314,7 @@ KEPT = {
 async def test_make_deploy_with_cert_manager(
     cluster: LocalControlPlane, kube: KubeClient, image: str
 ) -> None:
-    from linkerd_config.devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
+    from devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
 
     start_cert_manager(cluster)
     before = snapshot(cluster)
@@ -393,7 +393,7 @@ async def test_switching_webhooks_off_on_off_keeps_every_object(
     (webhooks on) → `make undeploy` or `make helm-undeploy`, then `make install` + `make run`
     again, objects of both versions stored along the way: after each switch every object
     reads, unchanged, in both versions."""
-    from linkerd_config.devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
+    from devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
 
     on, off = SWITCHES[tool]
     if tool == "kustomize":

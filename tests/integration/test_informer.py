@@ -21,7 +21,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.kubeconfig import load_access

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import (
     EVENTS,

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.linkerd_binaries import ensure_linkerd
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "injector_values_edge-26.8.3.json"
 PATHS: list[dict[str, Any]] = json.loads(FIXTURE.read_text())["paths"]

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import KubeClient

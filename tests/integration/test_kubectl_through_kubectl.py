@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS

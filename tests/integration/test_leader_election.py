@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.events import AGGREGATE_PREFIX, EventRecorder
 from linkerd_config.kube.kubeconfig import load_access

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
+from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.informer import Informer

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.devcluster import third_party_crds
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster import third_party_crds
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
 from linkerd_config.linkerd.linkerdconfig_resource import crd as linkerdconfig_crd

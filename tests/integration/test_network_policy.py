@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from linkerd_config.devcluster.binaries import ensure_binaries, ensure_helm
+from devcluster.binaries import ensure_binaries, ensure_helm
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "manifests" / "chart"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS
 from linkerd_config.linkerd import rollout

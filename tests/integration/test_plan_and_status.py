@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_install import render_install
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, SERVICE_ACCOUNTS
 from linkerd_config.linkerd import rollout

@@ -11,7 +11,7 @@ import time
 import pytest
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, PODS, Json
 from linkerd_config.linkerd.linkerdconfig_resource import (

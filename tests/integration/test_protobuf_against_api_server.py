@@ -17,7 +17,7 @@ import orjson
 from aiohttp import web
 from structlog.testing import capture_logs
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube import protobuf_wire as pw
 from linkerd_config.kube.client import APPLICATION_JSON, MERGE_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer

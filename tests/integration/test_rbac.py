@@ -36,8 +36,8 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, token_access
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.kubeconfig import load_access

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import CONTENT_TYPES, KubeClient
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.kubeconfig import load_access

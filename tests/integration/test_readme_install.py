@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from devcluster import module_command
 from tests.support import in_cluster
 
 pytestmark = pytest.mark.integration
@@ -56,7 +57,7 @@ def test_readme_install_block_runs(tmp_path: Path) -> None:
         )
     finally:
         subprocess.run(
-            [str(in_cluster.REPO / ".venv/bin/linkerd-config"), "dev-cluster", "down"],
+            [*module_command("devcluster"), "down"],
             env=env,
             capture_output=True,
             timeout=120,

@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster import real_node
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster import real_node
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
 pytestmark = pytest.mark.integration
 
 _OWNER = """
 import json, sys, time
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 cp = LocalControlPlane(ControlPlaneOptions(real_node=True), progress=lambda m: None)
 cp.start()
 pod = {"metadata": {"name": "sleeper", "namespace": "linkerd"},

@@ -30,14 +30,14 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import (
+from devcluster.cluster import (
     ControlPlaneOptions,
     LocalControlPlane,
     free_port,
     write_kubeconfig,
 )
-from linkerd_config.devcluster.proxy_injector import ProxyInjector
+from devcluster.proxy_injector import ProxyInjector
+from linkerd_config.app import App, build, running
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access

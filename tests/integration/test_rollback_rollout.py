@@ -23,8 +23,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import App
-from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
 from linkerd_config.linkerd import rollout

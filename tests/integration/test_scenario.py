@@ -14,8 +14,8 @@ from typing import Any
 import orjson
 import pytest
 
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS
 from linkerd_config.linkerd import rollout

@@ -19,8 +19,8 @@ import aiohttp
 import pytest
 import yaml
 
+from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import NAMESPACES, SERVICE_ACCOUNTS, ApiResource

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.app import App
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, PODS, Json

@@ -25,8 +25,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS, Json
 from linkerd_config.linkerd import rollout

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.linkerd_install import render_install
 from linkerd_config.app import App
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, PODS, Json

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, STATEFULSETS, Json
 from linkerd_config.linkerd import rollout

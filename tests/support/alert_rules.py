@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.devcluster.prometheus import Prometheus
+from devcluster.prometheus import Prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILE = REPO / "manifests" / "components" / "alerts" / "prometheus_rule.yaml"

@@ -7,7 +7,7 @@ import datetime
 import json
 from typing import Any
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 
 Entry = dict[str, Any]
 

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import yaml
 
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
+from devcluster.linkerd_install import render_install
+from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.app import build, running
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
-from linkerd_config.devcluster.linkerd_install import render_install
-from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access

@@ -19,9 +19,9 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import render_install
-from linkerd_config.devcluster.proxy_injector import ProxyInjector
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_install import render_install
+from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import KubeClient
 from tests.support import scenario
 from tests.support.samples import sample

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster.cluster import LocalControlPlane, free_port
+from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CRDS
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS

@@ -38,6 +38,6 @@ SECOND_TRUST_ANCHOR = (SAMPLES / "second_trust_anchor.pem").read_text()
 def modern_install() -> list[dict[str, Any]]:
     """linkerd-config and linkerd-identity-trust-roots as Linkerd edge-26.8.3's own
     `linkerd install --ignore-cluster` rendered them (regenerated with
-    `python -m linkerd_config.devcluster.linkerd_install edge-26.8.3`)."""
+    `python -m devcluster.linkerd_install edge-26.8.3`)."""
     text = (FIXTURES / "linkerd-config_edge-26.8.3.yaml").read_text()
     return [doc for doc in yaml.safe_load_all(text) if doc]

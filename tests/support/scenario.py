@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_install import LinkerdInstall
+from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.app import App, build, running
-from linkerd_config.devcluster.cluster import LocalControlPlane
-from linkerd_config.devcluster.linkerd_install import LinkerdInstall
-from linkerd_config.devcluster.proxy_injector import ProxyInjector
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import rollout

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from linkerd_config.devcluster.cluster import LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import SERVICE_ACCOUNTS
 

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from linkerd_config.devcluster.kwok_stages import STAGES
+from devcluster.kwok_stages import STAGES
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import PODS
 from tests.support.waiting import eventually

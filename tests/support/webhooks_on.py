@@ -9,7 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from linkerd_config.devcluster.cluster import free_port
+from devcluster.cluster import free_port
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.linkerd.webhooks import webhook_configurations

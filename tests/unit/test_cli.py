@@ -3,14 +3,16 @@ wrong in words, not Python's."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from devcluster import service
+from devcluster.__main__ import build_parser as dev_cluster_parser
 from linkerd_config.cli import build_parser, main
-from linkerd_config.devcluster import service
 from linkerd_config.settings import SettingsError, parse
 
 KUBECONFIG = ["--kubeconfig", "/dev/null"]
@@ -54,8 +56,7 @@ def test_errors_are_words_not_python(argv: list[str], env: dict[str, str], expec
 
 
 def test_dev_cluster_help_says_what_each_action_does() -> None:
-    dev = build_parser()._subparsers._group_actions[0].choices["dev-cluster"]  # type: ignore[union-attr]
-    text = dev.format_help()
+    text = dev_cluster_parser().format_help()
     for action, words in (
         ("up", "start it"),
         ("status", "print its state"),
@@ -81,6 +82,13 @@ def test_down_leaves_no_files_behind(tmp_path: Path) -> None:
         (state / name).write_text('{"supervisor_pid": 999999999}' if name == "state.json" else "x")
     assert service.down(state) is False  # nothing running: just the leftovers to clean
     assert not state.exists()
+
+
+def test_the_product_command_lists_no_development_command() -> None:
+    """The local control plane is ``python -m devcluster``, never the product's CLI."""
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert set(sub.choices) == {"run", "plan", "status", "convert"}
+    assert "dev-cluster" not in build_parser().format_help()
 
 
 def test_the_module_entry_point_is_the_same_command() -> None:

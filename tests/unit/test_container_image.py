@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from linkerd_config.devcluster import container_image
+from devcluster import container_image
 
 
 @pytest.mark.parametrize(

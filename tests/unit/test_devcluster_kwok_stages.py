@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from linkerd_config.devcluster import kwok_stages
-from linkerd_config.devcluster.binaries import KWOK_STAGE_CRD, KWOK_STAGE_SETS
+from devcluster import kwok_stages
+from devcluster.binaries import KWOK_STAGE_CRD, KWOK_STAGE_SETS
 
 
 def stage(name: str, kind: str = "Pod") -> dict[str, object]:

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster import linkerd_binaries, pinned
-from linkerd_config.devcluster.binaries import BinaryUnavailableError
-from linkerd_config.devcluster.configmap_volume import DATA_LINK, project
-from linkerd_config.devcluster.proxy_injector import legacy_webhook_configuration, on_loopback
+from devcluster import linkerd_binaries, pinned
+from devcluster.binaries import BinaryUnavailableError
+from devcluster.configmap_volume import DATA_LINK, project
+from devcluster.proxy_injector import legacy_webhook_configuration, on_loopback
 
 
 def test_projection_swaps_the_whole_set_at_once(tmp_path: Path) -> None:

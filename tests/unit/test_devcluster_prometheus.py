@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from linkerd_config.devcluster import binaries, pinned
-from linkerd_config.devcluster.prometheus import (
+from devcluster import binaries, pinned
+from devcluster.prometheus import (
     PrometheusError,
     ScrapeJob,
     find_prometheus,

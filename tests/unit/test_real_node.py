@@ -7,13 +7,12 @@ import hashlib
 import io
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from linkerd_config.devcluster import real_node
+from devcluster import module_command, real_node
 
 
 def test_a_machine_without_the_parts_is_told_what_is_missing_on_one_line(
@@ -96,8 +95,7 @@ def test_dev_cluster_up_says_on_one_line_what_the_machine_lacks(tmp_path: Path) 
     env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}
     state = tmp_path / "state"
     proc = subprocess.run(
-        [sys.executable, "-m", "linkerd_config", "dev-cluster", "up", "--real-node",
-         "--state-dir", str(state)],
+        [*module_command("devcluster"), "up", "--real-node", "--state-dir", str(state)],
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert proc.returncode == 1

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from linkerd_config.devcluster import system_packages
-from linkerd_config.devcluster.system_packages import PACKAGES, ensure, install_command, missing
+from devcluster import system_packages
+from devcluster.system_packages import PACKAGES, ensure, install_command, missing
 
 
 def test_what_is_missing_is_what_is_not_installed() -> None:

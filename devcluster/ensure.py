@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from linkerd_config.devcluster import pinned, real_node, system_packages
-from linkerd_config.devcluster.binaries import (
+from devcluster import pinned, real_node, system_packages
+from devcluster.binaries import (
     NODE_BINARIES,
     ensure_binaries,
     ensure_helm,
     ensure_prometheus,
 )
-from linkerd_config.devcluster.cert_manager import ensure_cert_manager
-from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.cert_manager import ensure_cert_manager
+from devcluster.linkerd_binaries import ensure_linkerd
 
 
 def main() -> None:

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from linkerd_config.devcluster import container_image
-from linkerd_config.devcluster.binaries import Progress, build_lock, cache_root
+from devcluster import container_image
+from devcluster.binaries import Progress, build_lock, cache_root
 
 if TYPE_CHECKING:
-    from linkerd_config.devcluster.cluster import LocalControlPlane
+    from devcluster.cluster import LocalControlPlane
 
 NODE_NAME = "real-node-0"
 NODE_LABEL = "linkerd-config.dev/node"

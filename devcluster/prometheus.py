@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster.binaries import BinaryUnavailableError, ensure_prometheus
-from linkerd_config.devcluster.cluster import LOOPBACK, free_port
-from linkerd_config.devcluster.processes import ManagedProcess
+from devcluster.binaries import BinaryUnavailableError, ensure_prometheus
+from devcluster.cluster import LOOPBACK, free_port
+from devcluster.processes import ManagedProcess
 
 Json = dict[str, Any]
 

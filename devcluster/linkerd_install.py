@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.devcluster.binaries import BinaryUnavailableError, Progress
-from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.binaries import BinaryUnavailableError, Progress
+from devcluster.linkerd_binaries import ensure_linkerd
 
 Obj = dict[str, Any]
 
@@ -76,7 +76,7 @@ def main() -> None:
     print(
         f"# Rendered by Linkerd {tag}'s own CLI, `linkerd install --ignore-cluster`: the two\n"
         "# ConfigMaps its proxy injector reads. Regenerate with\n"
-        f"# `python -m linkerd_config.devcluster.linkerd_install {tag}`."
+        f"# `python -m devcluster.linkerd_install {tag}`."
     )
     print(yaml.safe_dump_all(rendered.configmaps, sort_keys=False), end="")
 

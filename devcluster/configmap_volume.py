@@ -13,7 +13,7 @@ projected ``--delay`` seconds after it was seen (the latest content then), and e
 is appended to ``--record`` as one JSON line, so a test can tell when the injector could first
 have seen a configuration.
 
-Run: ``python -m linkerd_config.devcluster.configmap_volume --kubeconfig KC --namespace NS
+Run: ``python -m devcluster.configmap_volume --kubeconfig KC --namespace NS
 --delay SECONDS --record FILE NAME=DIR [NAME=DIR ...]``.
 """
 

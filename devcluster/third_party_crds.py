@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.binaries import (
+from devcluster import pinned
+from devcluster.binaries import (
     BinaryUnavailableError,
     go_module_dir,
     go_toolchain,
 )
 
 if TYPE_CHECKING:
-    from linkerd_config.devcluster.cluster import LocalControlPlane
+    from devcluster.cluster import LocalControlPlane
 
 DOWNLOAD_TIMEOUT = 600.0
 

@@ -54,8 +54,8 @@ from pathlib import Path
 
 import yaml
 
-from linkerd_config.devcluster import pinned, third_party_crds
-from linkerd_config.devcluster.binaries import (
+from devcluster import pinned, third_party_crds
+from devcluster.binaries import (
     BinaryUnavailableError,
     Progress,
     build_lock,
@@ -64,7 +64,7 @@ from linkerd_config.devcluster.binaries import (
     go_module_dir,
     go_toolchain,
 )
-from linkerd_config.devcluster.cluster import ControlPlaneError, LocalControlPlane
+from devcluster.cluster import ControlPlaneError, LocalControlPlane
 from linkerd_config.kube.resource import NAMESPACES
 
 MODULE = "github.com/cert-manager/cert-manager"
@@ -282,7 +282,7 @@ def _create_namespace(cp: LocalControlPlane, name: str) -> None:
 
 
 def main() -> None:
-    """``python -m linkerd_config.devcluster.cert_manager``: build (or find) both binaries."""
+    """``python -m devcluster.cert_manager``: build (or find) both binaries."""
     for name, path in ensure_cert_manager(lambda line: print(line, file=sys.stderr)).items():
         print(f"cert-manager {name}: {path}", flush=True)
 

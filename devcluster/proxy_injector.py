@@ -19,16 +19,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 
-from linkerd_config.devcluster.binaries import Progress
-from linkerd_config.devcluster.cluster import LOOPBACK, LocalControlPlane, free_port
-from linkerd_config.devcluster.linkerd_binaries import ensure_linkerd, release
+from devcluster import module_command
+from devcluster.binaries import Progress
+from devcluster.cluster import LOOPBACK, LocalControlPlane, free_port
+from devcluster.linkerd_binaries import ensure_linkerd, release
 from linkerd_config.kube.certs import KeyPair
 
 WEBHOOK_CONFIGURATION = "linkerd-proxy-injector-webhook-config"
@@ -195,9 +195,7 @@ class ProxyInjector:
         self.plane.launch_component(
             self._names[0],
             [
-                sys.executable,
-                "-m",
-                "linkerd_config.devcluster.configmap_volume",
+                *module_command("devcluster.configmap_volume"),
                 f"--kubeconfig={kubeconfig}",
                 f"--namespace={self.namespace}",
                 f"--delay={self.projection_delay}",

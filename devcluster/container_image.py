@@ -2,7 +2,7 @@
 and, where no container registry is reachable, ``make docker-build-local``, whose base image
 is made here from Debian's packages with mmdebstrap (cached in the tool's image store).
 
-CLI, for the Makefile: ``python -m linkerd_config.devcluster.container_image CMD``
+CLI, for the Makefile: ``python -m devcluster.container_image CMD``
 
 - ``tool``: print the container tool (``CONTAINER_TOOL``, else docker when its engine
   answers, else podman);
@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from linkerd_config.devcluster.binaries import Progress, build_lock, cache_root
+from devcluster.binaries import Progress, build_lock, cache_root
 
 LOCAL_BASE = "localhost/linkerd-config-python:3.11-bookworm"
 """The base ``docker-build-local`` makes: Debian bookworm's Python (3.11), as the published
@@ -158,7 +158,7 @@ def podman_conf_text() -> str:
     Firecracker VM) when installed; cgroupfs (no systemd to ask there)."""
     nofile, nproc = _podman_limits()
     lines = [
-        "# Written by linkerd_config.devcluster.container_image for podman on this machine,",
+        "# Written by devcluster.container_image for podman on this machine,",
         "# which may not raise resource limits. Used only while CONTAINERS_CONF is unset.",
         "[containers]",
         f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]',
@@ -283,7 +283,7 @@ def ensure_base(tool: str | None = None, progress: Progress = print) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m linkerd_config.devcluster.container_image")
+    parser = argparse.ArgumentParser(prog="python -m devcluster.container_image")
     parser.add_argument("--tool", default=None, help="docker or podman (default: detected)")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("tool", help="print the container tool")

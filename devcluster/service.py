@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster import cert_manager, third_party_crds
-from linkerd_config.devcluster import real_node as real_node_module
-from linkerd_config.devcluster.addons import ADDONS
-from linkerd_config.devcluster.binaries import cache_root
-from linkerd_config.devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster import cert_manager, module_command, third_party_crds
+from devcluster import real_node as real_node_module
+from devcluster.addons import ADDONS
+from devcluster.binaries import cache_root
+from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
 
 class DevClusterError(RuntimeError):
@@ -84,7 +84,7 @@ def up(
     state_dir.mkdir(parents=True, exist_ok=True)
     _state_file(state_dir).unlink(missing_ok=True)
     log_path = state_dir / "supervisor.log"
-    argv = [sys.executable, "-m", "linkerd_config.devcluster.service", str(state_dir)]
+    argv = [*module_command("devcluster.service"), str(state_dir)]
     if not workloads:
         argv.append("--no-workloads")
     if real_node:

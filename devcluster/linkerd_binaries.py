@@ -24,8 +24,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from linkerd_config.devcluster import pinned
-from linkerd_config.devcluster.binaries import (
+from devcluster import pinned
+from devcluster.binaries import (
     BinaryUnavailableError,
     Progress,
     build_lock,
@@ -33,7 +33,7 @@ from linkerd_config.devcluster.binaries import (
     go_build,
     go_toolchain,
 )
-from linkerd_config.devcluster.pinned import LinkerdRelease
+from devcluster.pinned import LinkerdRelease
 
 SOURCE_ENV = "LINKERD2_SOURCE"
 PREBUILT_ENV = "LINKERD_BIN_DIR"

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.devcluster import kwok_stages, pinned, real_node
-from linkerd_config.devcluster.binaries import (
+from devcluster import kwok_stages, pinned, real_node
+from devcluster.binaries import (
     NODE_BINARIES,
     Progress,
     ensure_binaries,
     ensure_kwok_manifests,
 )
-from linkerd_config.devcluster.processes import ManagedProcess
+from devcluster.processes import ManagedProcess
 from linkerd_config.kube.certs import KeyPair, TinyCA, signing_key
 from linkerd_config.kube.resource import CRDS
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from linkerd_config.devcluster.binaries import KWOK_STAGE_CRD, KWOK_STAGE_SETS
+from devcluster.binaries import KWOK_STAGE_CRD, KWOK_STAGE_SETS
 from linkerd_config.kube.resource import ApiResource
 
 Json = dict[str, Any]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from linkerd_config.devcluster import pinned
+from devcluster import pinned
 
 Progress = Callable[[str], None]
 

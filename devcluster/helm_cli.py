@@ -1,4 +1,4 @@
-"""``python -m linkerd_config.devcluster.helm_cli ARGS``: the pinned helm (built on first use)
+"""``python -m devcluster.helm_cli ARGS``: the pinned helm (built on first use)
 with ARGS, so `make helm-deploy` needs no helm on PATH."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 
-from linkerd_config.devcluster.binaries import ensure_helm
+from devcluster.binaries import ensure_helm
 
 
 def main() -> None:
