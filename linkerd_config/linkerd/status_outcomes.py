@@ -9,12 +9,12 @@ from collections.abc import Callable
 import structlog
 
 from linkerd_config.kube.client import ApiError
-from linkerd_config.kube.conditions import set_condition
+from linkerd_config.kube.conditions import Progress, set_condition, with_progress
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd import reconcile_decision
+from linkerd_config.linkerd import readiness, reconcile_decision
 from linkerd_config.linkerd.api_conversion import STORAGE_VERSION, served_field, served_text
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONFIGMAP_SYNCED,
@@ -38,6 +38,23 @@ _CONSEQUENCES = {
     ),
 }
 """What the controller adds to a refusal's fact (``reconcile_decision``)."""
+
+
+def as_kstatus_reads(config: Json, status: Json, stand: Progress | None = None) -> Json:
+    """``status`` with its conditions as kstatus reads them: ``Reconciling`` or ``Stalled``
+    from where the LinkerdConfig stands (``readiness.progress``, or ``stand``), ``Ready``
+    Unknown while reconciling. A status without conditions is left as it is: its
+    ``observedGeneration`` moves only with conditions said for that generation (kstatus would
+    otherwise read the last generation's Ready as this one's)."""
+    conditions = status.get("conditions")
+    if not isinstance(conditions, list):
+        return status
+    generation = int(config["metadata"].get("generation", 0))
+    stored = list((config.get("status") or {}).get("conditions") or [])
+    found = with_progress(
+        conditions, stand or readiness.progress(conditions), READY, generation, stored
+    )
+    return {**status, "conditions": found}
 
 
 class StatusOutcomes:
@@ -116,6 +133,7 @@ class StatusOutcomes:
             **outcome.status,
             **({} if held is None else held.status_changes(config.get("status") or {})),
         }
+        status_now = as_kstatus_reads(config, status_now)
         name = config["metadata"]["name"]
         since = self.monotonic() - self.written.get(name, float("-inf"))
         wait = restart_interval - since
@@ -194,7 +212,13 @@ class StatusOutcomes:
             conditions, CONFIGMAP_SYNCED, False, "WriteFailed", message, generation
         )
         conditions = set_condition(conditions, READY, False, "WriteFailed", message, generation)
-        await self.update(config, {"observedGeneration": generation, "conditions": conditions})
+        # Retried with backoff either way; a refusal only a person can lift (RBAC, a policy,
+        # validation: a 4xx other than a conflict, a timeout or throttling) is said Stalled.
+        transient = exc.status >= 500 or exc.status in (408, 409, 429)
+        stand = Progress.RECONCILING if transient else Progress.STALLED
+        await self.update(
+            config, {"observedGeneration": generation, "conditions": conditions}, stand
+        )
         return Result(requeue=True)
 
     async def dependency_lost(
@@ -297,14 +321,20 @@ class StatusOutcomes:
         )
         conditions = set_condition(conditions, READY, False, HELD_REASON, message, generation)
         patch = {"observedGeneration": generation, "conditions": conditions}
-        written = await self.patch_status_quietly(config, {**patch, **guard.status_changes(stored)})
+        # Nothing is written, so nothing is rolled: only a person (or the holders' own
+        # restarts) lifts it, whatever DataPlaneUpToDate still says of an earlier pass.
+        written = await self.patch_status_quietly(
+            config, {**patch, **guard.status_changes(stored)}, Progress.STALLED
+        )
         return Result(requeue=not written)
 
-    async def patch_status_quietly(self, config: Json, status: Json) -> bool:
-        """``_update_status`` for the guard's fields, a refusal logged (False: retry) rather
-        than reported as a refused ConfigMap write, which it is not."""
+    async def patch_status_quietly(
+        self, config: Json, status: Json, stand: Progress | None = None
+    ) -> bool:
+        """``update`` for the guard's fields, a refusal logged (False: retry) rather than
+        reported as a refused ConfigMap write, which it is not."""
         try:
-            await self.update(config, status)
+            await self.update(config, status, stand)
         except ApiError as exc:
             log.error(
                 "status write refused",
@@ -335,7 +365,11 @@ class StatusOutcomes:
         await self.update(config, {"observedGeneration": generation, "conditions": conditions})
         return Result()
 
-    async def update(self, config: Json, status: Json) -> None:
+    async def update(self, config: Json, status: Json, stand: Progress | None = None) -> None:
+        """Patch ``status`` into the LinkerdConfig's status, unless it holds it already; its
+        conditions as kstatus reads them (``as_kstatus_reads``; ``stand``: where it stands,
+        when its conditions alone do not say)."""
+        status = as_kstatus_reads(config, status, stand)
         current = config.get("status") or {}
         if all(current.get(k) == v for k, v in status.items()):
             return

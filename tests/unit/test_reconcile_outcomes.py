@@ -8,6 +8,7 @@ import copy
 import hashlib
 from typing import Any
 
+import pytest
 import yaml
 
 from linkerd_config.kube.client import ApiError
@@ -92,12 +93,22 @@ async def test_drift_is_applied_and_the_rest_preserved_then_nothing_more() -> No
     assert (len(writer.applied), len(writer.statuses)) == before
 
 
-async def test_a_refused_write_is_reported_and_retried_with_backoff() -> None:
+@pytest.mark.parametrize(
+    ("code", "ready", "kstatus_condition"),
+    [(422, "False", "Stalled"), (403, "False", "Stalled"), (500, "Unknown", "Reconciling"),
+     (409, "Unknown", "Reconciling"), (429, "Unknown", "Reconciling")],
+)  # fmt: skip
+async def test_a_refused_write_is_reported_and_retried_with_backoff(
+    code: int, ready: str, kstatus_condition: str
+) -> None:
+    """Retried either way; a refusal only a person lifts (RBAC, a policy) is Stalled, which
+    fails a Flux wait at once; a transient one is Reconciling."""
     ctl, writer, recorder = controller(config(), configmap=install_configmap())
-    writer.refuse = ApiError(422, "PATCH", "/x", {"reason": "Invalid", "message": "frozen"}, None)
+    writer.refuse = ApiError(code, "PATCH", "/x", {"reason": "X", "message": "frozen"}, None)
     assert await ctl.reconcile("edge-19.12.3") == Result(requeue=True)
     status = writer.statuses[-1]
-    assert conditions(status)["Ready"] == ("False", "WriteFailed")
+    assert conditions(status)["Ready"] == (ready, "WriteFailed")
+    assert conditions(status)[kstatus_condition] == ("True", "WriteFailed")
     assert conditions(status)["ConfigMapSynced"] == ("False", "WriteFailed")
     assert ("Warning", "ConfigMapWriteFailed") in recorder.events
 
