@@ -98,6 +98,7 @@ generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + ch
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \
 	   manifests/components/alerts/prometheus_rule.yaml manifests/chart/files/
 	$(PY) proto/generate.py
+	$(PY) manifests/components/argocd-health/argocd_cm.py
 	$(PY) -c 'from linkerd_config.linkerd.formats.field_table import write_docs_table as w; w("docs/user-guide.md")'
 	{ echo "# The seed sample (../edge_19.12.3.yaml) as v1alpha2, written by make generate with"; \
 	  echo "# linkerd-config convert. For a cluster with the webhooks off, which stores only v1alpha2."; \

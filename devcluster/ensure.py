@@ -11,6 +11,7 @@ from devcluster.binaries import (
 )
 from devcluster.cert_manager import ensure_cert_manager
 from devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.status_readers import ensure_status_readers
 
 
 def main() -> None:
@@ -24,6 +25,9 @@ def main() -> None:
         print(f"{name}: {path}", flush=True)
     for name, path in ensure_cert_manager().items():
         print(f"cert-manager {name}: {path}", flush=True)
+    print(
+        f"status-readers (kstatus, Flux's wait, gopher-lua): {ensure_status_readers()}", flush=True
+    )
     missing = real_node.missing_requirements()
     if missing:
         # The real node's tests will fail with the same list; everything else works.

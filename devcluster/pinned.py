@@ -31,6 +31,16 @@ CERT_MANAGER = "1.21.2"
 """The cert-manager module whose CRDs (Issuer, Certificate) the manifests tests dry-run our
 objects against (``deploy/crds/``), fetched as a Go module."""
 
+KSTATUS = "0.37.2"
+"""``sigs.k8s.io/cli-utils``, whose ``pkg/kstatus/status`` Helm 4's ``--wait`` reads status by."""
+
+FLUX_SSA = "0.78.0"
+"""``github.com/fluxcd/pkg/ssa``: the wait kustomize-controller runs for ``wait: true`` (on
+Flux's kstatus fork, ``github.com/fluxcd/cli-utils``, which it requires)."""
+
+GOPHER_LUA = "1.1.2"
+"""``github.com/yuin/gopher-lua``: the Lua VM Argo CD runs health checks in."""
+
 GO_DIRECTIVE = "1.24.0"
 """Copied from Kubernetes' go.mod with its godebug line, so runtime defaults match upstream."""
 

@@ -490,7 +490,12 @@ def _version(version: str, *, refuse: bool = False) -> dict[str, Any]:
                     "kind": {"type": "string"},
                     "metadata": {"type": "object"},
                     "spec": spec_schema(version),
-                    "status": status_schema(),
+                    # A LinkerdConfig no controller has seen reads as not observed yet:
+                    # kstatus (Flux's and Helm 4's waits) takes an object without
+                    # status.observedGeneration as Current, so a new one would be "ready"
+                    # before anything was written. Defaulted on every read, this one is
+                    # InProgress (generation 1, observed 0) until the controller says more.
+                    "status": {**status_schema(), "default": {"observedGeneration": 0}},
                 },
                 required=["spec"],
             )
