@@ -51,6 +51,30 @@ def _inspect(args: argparse.Namespace) -> int:
     return inspection.status_command(settings, args.output)
 
 
+def _check(args: argparse.Namespace) -> int:
+    """``check``: as ``linkerd check`` runs an extension's (its flags, ``--output=json``)."""
+    namespace = args.linkerd_namespace
+    argv = [f"--namespace={namespace}", f"--config-namespace={namespace}"]
+    argv += [f"--kubeconfig={args.kubeconfig}"] if args.kubeconfig else []
+    argv += [f"--context={args.context}"] if args.context else []
+    try:
+        settings = settings_module.parse(argv)
+    except settings_module.SettingsError as exc:
+        print(f"linkerd-config check: {exc}", file=sys.stderr)
+        return 1
+    from linkerd_config import extension  # noqa: PLC0415
+    from linkerd_config.logs import configure_logging  # noqa: PLC0415
+
+    configure_logging("error", "console")
+    return extension.check_command(settings, args)
+
+
+def _extension_metadata(_args: argparse.Namespace) -> int:
+    from linkerd_config import extension  # noqa: PLC0415
+
+    return extension.metadata_command()
+
+
 def _convert(args: argparse.Namespace) -> int:
     from linkerd_config import inspection  # noqa: PLC0415
 
@@ -110,6 +134,37 @@ def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
         "--to", choices=["v1alpha2", "v1alpha1"], default="v1alpha2", help="default v1alpha2"
     )
     convert.set_defaults(func=_convert)
+
+    check = sub.add_parser(
+        "check",
+        help="Linkerd's check, for this controller (linkerd check runs it); exit 1 on an error",
+        description="The controller's health as `linkerd check` shows an extension's: the CRD "
+        "and its versions, one leader, the controller's pods, the webhooks (registered, a "
+        "valid caBundle, answering), and for each LinkerdConfig its ConfigMaps, its rollout "
+        "(not halted, not rolled back), its data plane, trust-anchor holds and Ready. "
+        "Category linkerd-config-controller. Takes the flags `linkerd check` passes.",
+        epilog="exit status: 0 no error (warnings allowed), 1 an error",
+    )
+    check.add_argument("--kubeconfig", help="the kubeconfig (default: as kubectl finds it)")
+    check.add_argument("--context", help="the kubeconfig context")
+    check.add_argument(
+        "-L", "--linkerd-namespace", default="linkerd",
+        help="Linkerd's namespace: the controller's Lease, pods and ConfigMaps (default linkerd)",
+    )  # fmt: skip
+    check.add_argument(
+        "-o", "--output", choices=["table", "json"], default="table", help="default table"
+    )
+    check.add_argument("--as", dest="as_user", help="impersonation: not supported")
+    check.add_argument("--as-group", dest="as_group", action="append", help=argparse.SUPPRESS)
+    for ignored in ("--api-addr", "--namespace", "--verbose", "--proxy", "--wait"):
+        check.add_argument(ignored, help=argparse.SUPPRESS)  # linkerd check's, not ours
+    check.set_defaults(func=_check)
+
+    metadata = sub.add_parser(
+        "_extension-metadata",
+        help="for Linkerd's CLI: this extension's name, and that linkerd check runs it",
+    )
+    metadata.set_defaults(func=_extension_metadata)
 
     return parser
 

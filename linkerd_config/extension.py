@@ -312,9 +312,9 @@ async def observe(settings: Settings, options: RolloutOptions) -> Observed:
     client = KubeClient(access, user_agent="linkerd-config-check", timeouts=Timeouts(30.0, 10.0))
     unreadable: dict[str, str] = {}
 
-    async def get(what: str, path: str) -> Json | None:
+    async def get(what: str, path: str, **params: str) -> Json | None:
         try:
-            found: Json = await client.request("GET", path)
+            found: Json = await client.request("GET", path, params=params or None)
         except ApiError as exc:
             if not exc.not_found:
                 unreadable[what] = f"cannot read it: {exc.status} {exc.message}"
@@ -322,11 +322,9 @@ async def observe(settings: Settings, options: RolloutOptions) -> Observed:
         return found
 
     async with client:
-        crd = await get("crd", CRDS.path(name=LINKERD_CONFIGS.crd_name))
+        crd = await get("crd", CRDS.path(name=str(LINKERD_CONFIGS)))
         lease = await get("lease", LEASES.path(settings.namespace, LEASE))
-        pods = await get(
-            "pods", PODS.path(settings.namespace) + f"?labelSelector={CONTROLLER_SELECTOR}"
-        )
+        pods = await get("pods", PODS.path(settings.namespace), labelSelector=CONTROLLER_SELECTOR)
         webhooks = []
         for resource, name in zip(
             (MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS),
@@ -370,7 +368,10 @@ def check_command(settings: Settings, args: argparse.Namespace) -> int:
     """``check [--output table|json]``: Linkerd's ``CheckOutput``; exit 1 when a check
     errs (warnings do not), as ``linkerd check`` does."""
     out, err = sys.stdout, sys.stderr
-    impersonating = [flag for flag in ("as_user", "as_group") if getattr(args, flag, None)]
+    # linkerd check passes every flag it has a value for: --as-group=[] (an empty list, as
+    # pflag prints one) is no impersonation.
+    groups = [g for g in getattr(args, "as_group", None) or () if g not in ("", "[]")]
+    impersonating = bool(getattr(args, "as_user", None) or groups)
     try:
         if impersonating:
             raise CommandError("--as and --as-group (impersonation) are not supported")
@@ -392,7 +393,8 @@ def check_command(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if success else EXIT_FAILED
 
 
-SYMBOLS = {SUCCESS: "√", WARNING: "‼", ERROR: "×"}
+SYMBOLS = {SUCCESS: "\u221a", WARNING: "\u203c", ERROR: "\u00d7"}
+"""Linkerd's: a check mark, a double exclamation mark, a multiplication sign."""
 
 
 def render(found: list[Check], success: bool) -> str:

@@ -15,6 +15,11 @@ Each state is read by all three at the moment it is reached:
   with ``onFailure: Rollback``): Failed; Flux's wait fails at once, not at its timeout;
   Degraded.
 
+And Linkerd's own CLI (edge-26.8.3, built here) with ``linkerd-config`` on PATH, as a
+Linkerd user runs it: ``linkerd config status`` runs ours; ``linkerd check`` runs our checks
+(category ``linkerd-config-controller``, read through Linkerd's own parser of extension
+output): no error once the rollout is done, the halted rollout an error.
+
 Legacy format with the webhooks off, values format with ours on: the conditions are the
 controller's in both modes.
 """
@@ -24,12 +29,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devcluster.cluster import LocalControlPlane
+from devcluster.linkerd_binaries import ensure_linkerd
 from devcluster.status_readers import StatusReaders, ensure_status_readers
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import NAMESPACES, Json
@@ -75,6 +84,44 @@ class Readers:
         )
 
 
+class LinkerdCli:
+    """Linkerd's CLI with our ``linkerd-config`` (the installed console script) on PATH."""
+
+    def __init__(self, cp: LocalControlPlane, folder: Path) -> None:
+        self.binary = ensure_linkerd("edge-26.8.3", "linkerd")
+        self.kubeconfig = cp.kubeconfig
+        bin_dir = folder / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "linkerd-config").symlink_to(Path(sys.executable).parent / "linkerd-config")
+        self.env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(folder)}
+        self.said: list[Json] = []
+        """The last ``linkerd check``'s failing checks of ours, as printed."""
+
+    async def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run, [str(self.binary), *args], env=self.env, capture_output=True,
+            text=True, timeout=240, check=False,
+        )  # fmt: skip
+
+    async def our_checks(self) -> tuple[int, dict[str, str]]:
+        """``linkerd check -o json``: its exit code, and our category's checks (description
+        -> result) as Linkerd printed them (one JSON document per category run)."""
+        done = await self.run(
+            "check", f"--kubeconfig={self.kubeconfig}", "--wait=5s", "--output=json"
+        )
+        found: dict[str, str] = {}
+        decoder, text, at = json.JSONDecoder(), done.stdout, 0
+        while (at := text.find("{", at)) >= 0:
+            document, end = decoder.raw_decode(text, at)
+            for category in document.get("categories") or ():
+                if category["categoryName"] == "linkerd-config-controller":
+                    found.update({c["description"]: c["result"] for c in category["checks"]})
+                    self.said = [c for c in category["checks"] if c["result"] != "success"]
+            at = end
+        assert found, f"no linkerd-config-controller category:\n{done.stdout}\n{done.stderr}"
+        return done.returncode, found
+
+
 async def opted_in_proxies(kube: KubeClient) -> set[str | None]:
     found: set[str | None] = set()
     for namespace in (PACED, FRAGILE):
@@ -97,6 +144,7 @@ async def test_kstatus_flux_and_argo_cd_read_each_state_of_a_rollout(
 ) -> None:
     cp, kube = own_control_plane, own_kube
     readers = Readers(cp, kube, tmp_path)
+    linkerd_cli = LinkerdCli(cp, tmp_path)
     flags: tuple[str, ...] = ()
     serving: contextlib.AbstractAsyncContextManager[None] = contextlib.nullcontext()
     if webhooks == "webhooks-on":
@@ -111,13 +159,13 @@ async def test_kstatus_flux_and_argo_cd_read_each_state_of_a_rollout(
             if flags:
                 serving = webhooks_on.in_effect(kube, ca_pem, port)
             async with serving:
-                await states(kube, readers, fmt)
+                await states(kube, readers, fmt, linkerd_cli)
     assert [s[0] for s in readers.seen] == [
         "applied", "rolling", "done", "paused", "halted", "rolled-back",
     ]  # fmt: skip
 
 
-async def states(kube: KubeClient, readers: Readers, fmt: Format) -> None:
+async def states(kube: KubeClient, readers: Readers, fmt: Format, cli: LinkerdCli) -> None:
     # 1. A spec change is InProgress at once: the API server's own answer to the apply.
     applied = await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.good, PACE))
     assert await readers.read("applied", applied) == ("InProgress", "Progressing")
@@ -131,6 +179,16 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format) -> None:
     assert waited["ready"] is True, waited
     assert await opted_in_proxies(kube) == {fmt.good}
     assert await readers.read("done") == ("Current", "Healthy")
+    # Through Linkerd's CLI: `linkerd config status` is ours; `linkerd check` shows our
+    # checks, none an error (the core checks of a Linkerd control plane this local one does
+    # not run fail on their own: not ours to judge).
+    said = await cli.run("config", "status", f"--kubeconfig={cli.kubeconfig}", "-o", "json")
+    assert said.returncode == 0, said.stderr
+    (mine,) = [r for r in json.loads(said.stdout) if r["linkerdConfig"] == NAME]
+    assert mine["healthy"] is True and mine["proxyVersion"] == fmt.good
+    _, ours = await cli.our_checks()
+    assert "error" not in ours.values(), cli.said
+    assert ours[f"LinkerdConfig {NAME}: no rollout halted or rolled back"] == "success"
 
     # 3. Paused: a hold a person chose. InProgress; Flux waits out its timeout; Suspended.
     await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.broken, {**PACE, "paused": True}))
@@ -150,6 +208,12 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format) -> None:
         assert failed["seconds"] < FLUX_TIMEOUT / 2, failed
         assert await ready_reason(kube, "RolloutHalted") is not None
         assert await readers.read("halted") == ("Failed", "Degraded")
+        code, ours = await cli.our_checks()
+        assert code == 1
+        assert ours[f"LinkerdConfig {NAME}: no rollout halted or rolled back"] == "error", cli.said
+        assert ours[f"LinkerdConfig {NAME}: Ready"] == "error", ours
+        said = await cli.run("config", "status", f"--kubeconfig={cli.kubeconfig}")
+        assert said.returncode == 1 and "HALTED" in said.stdout, said  # ours exits 2
 
         # 5. Rolled back (a new attempt, onFailure: Rollback): the same, fail fast.
         await scenario.apply_linkerdconfig(

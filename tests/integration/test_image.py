@@ -182,4 +182,4 @@ def test_the_image_holds_no_development_cluster(image: Built) -> None:
                           options=image.as_deployed(), entrypoint="sh"))  # fmt: skip
     assert found.strip() == "", found
     usage = _ok(image.run("--help", options=image.as_deployed()))
-    assert "dev-cluster" not in usage and "{run,plan,status,convert}" in usage, usage
+    assert "dev-cluster" not in usage and "{run,plan,status,convert,check," in usage, usage

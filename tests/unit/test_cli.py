@@ -87,7 +87,7 @@ def test_down_leaves_no_files_behind(tmp_path: Path) -> None:
 def test_the_product_command_lists_no_development_command() -> None:
     """The local control plane is ``python -m devcluster``, never the product's CLI."""
     (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    assert set(sub.choices) == {"run", "plan", "status", "convert"}
+    assert set(sub.choices) == {"run", "plan", "status", "convert", "check", "_extension-metadata"}
     assert "dev-cluster" not in build_parser().format_help()
 
 
