@@ -38,7 +38,7 @@ from linkerd_config.linkerd.api_conversion import (
 from linkerd_config.linkerd.canary import problems as canary_problems
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.formats import FieldError, FormatError, HelmValuesFormat, guess
-from linkerd_config.linkerd.formats.field_grammar import quantity_value
+from linkerd_config.linkerd.formats.field_grammar import character_problem, quantity_value
 from linkerd_config.linkerd.formats.field_table import HUB_SECTIONS, spec_leaves
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLOUT_DURATION, spec_schema
 from linkerd_config.linkerd.reconcile import owner_among, target_of
@@ -70,11 +70,10 @@ _PORT_FIELDS: Final = ("adminPort", "controlPort", "inboundPort", "outboundPort"
 _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 # Every string field is checked against the CRD schema's own bounds (maxLength, enum) and
-# for control characters: Unicode category Cc and lone surrogates, which no Linkerd setting
-# holds. A multi-line field (the PEM bundle) keeps tab, line feed and carriage return.
+# for control and format characters (Cc, Cf, U+2028/U+2029) and lone surrogates, which no
+# Linkerd setting holds. A multi-line field (the PEM bundle) keeps tab, line feed and
+# carriage return.
 _SPEC_SCHEMA: Final = spec_schema(V1ALPHA1)  # the hub's shape
-_CONTROL: Final = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
-_CONTROL_MULTILINE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
 _MULTILINE: Final = frozenset({TRUST_ANCHOR})
 # Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
 # END rescans the rest of the text from every unmatched BEGIN).
@@ -534,13 +533,7 @@ def _string_problem(value: Any, schema: Mapping[str, Any], path: str) -> str | N
     limit = schema.get("maxLength")
     if isinstance(limit, int) and len(value) > limit:
         return f"is longer than {limit} characters"
-    control = (_CONTROL_MULTILINE if path in _MULTILINE else _CONTROL).search(value)
-    if control is not None:
-        return (
-            f"must not contain control characters (U+{ord(control.group()):04X} at "
-            f"character {control.start() + 1})"
-        )
-    return None
+    return character_problem(value, multiline=path in _MULTILINE)
 
 
 def _schema_at(path: str) -> Mapping[str, Any]:

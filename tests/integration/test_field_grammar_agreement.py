@@ -391,6 +391,9 @@ def hostile(node: Json, valid_example: Any) -> list[Any]:
         else:  # an object's items: a member missing, of a wrong type, or unknown
             found += [[{**item, "name": ""}], [{"value": "x"}], [{**item, "value": 1}]]
             found += [[{**item, "valueFrom": "x"}], [{**item, "extra": 1}], [item, item]]
+            # names Kubernetes refuses in a container's env (issue 39, finding 3)
+            found += [[{**item, "name": n}] for n in ("A\nB", "1A", "A=B", "\ufeffA", "{{ x }}")]
+            found += [[{**item, "name": n}] for n in ("A.B-1", "_X", "\u2028")]
     if kind == "object":
         found += [{"a": "b"}, {"a": {"b": "c"}}, {"a": 1}, {"": ""}, {"a": "x" * 5000}]
     if kind == "number":

@@ -122,7 +122,12 @@ def named(errors: list[Any], path: str) -> bool:
     return any(e.field in (wanted, path.removesuffix("[]")) for e in errors)
 
 
-CONTROL = st.characters(categories=["Cc"])
+FORMAT = st.sampled_from(
+    ["\u00ad", "\u200b", "\u200d", "\u200e", "\u2028", "\u2029", "\u202e", "\u2060", "\ufeff"]
+)
+"""Format characters (Cf) and the line and paragraph separators: invisible, or line breaks
+to YAML 1.1 readers (issue 39, finding 3)."""
+CONTROL = st.characters(categories=["Cc"]) | FORMAT
 NOT_LINE_CONTROL = CONTROL.filter(lambda c: c not in "\t\n\r")
 
 
@@ -138,7 +143,7 @@ def test_every_string_field_has_an_example_and_a_bound() -> None:
 @pytest.mark.parametrize("path", sorted(FIELDS))
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
-def test_every_string_field_refuses_control_characters(
+def test_every_string_field_refuses_control_and_format_characters(
     fmt: str, path: str, data: st.DataObject
 ) -> None:
     obj = base(fmt)
@@ -183,8 +188,9 @@ def test_the_debug_image_name_is_checked_like_the_proxy_image_name(fmt: str, nam
         ("spec.proxy.debugImageVersion", "no tag!", "is not an image tag"),
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,10.0.0.0/33", "network 2, '10.0.0.0/33'"),
         ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,,", "network 2, ''"),
-        # Python's str.strip() removes U+2028 (Go's net.ParseCIDR would not): refused.
-        ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,fd00::/8\u2028", "network 2"),
+        # Python's str.strip() removes U+2028 (Go's net.ParseCIDR would not): refused, as
+        # the line separator it is to YAML 1.1 readers.
+        ("spec.proxy.destinationGetNetworks", "10.0.0.0/8,fd00::/8\u2028", "U+2028"),
         ("spec.rollout.onFailure", "Retry", "must be one of Halt, Rollback"),
         ("spec.rollout.canary.selector", "app=web!", "is not a label value"),
         ("spec.rollout.canary.namespaceSelector", "env in ()", "in needs at least one value"),
@@ -213,3 +219,30 @@ def test_a_version_of_five_thousand_digits_is_an_answer_not_a_crash(fmt: str) ->
         parse_version(huge)
     errors = validate(with_value(base(fmt), "spec.global.version", huge))
     assert FieldError("spec.global.version", "is longer than 64 characters") in errors
+
+
+ENV_NAMES_REFUSED = [
+    "A\nB", "A\x00B", "A\tB", "A\u2028B", "\ufeffA", "{{ .Values.x }}", "1ABC", "A=B", "A B",
+    "\u00e9t\u00e9", "",
+]  # fmt: skip
+ENV_NAMES_ADMITTED = ["FOO", "foo_bar", "_X", "A.B-1", "-dash", "LINKERD2_PROXY_LOG"]
+
+
+@pytest.mark.parametrize("field", ["additionalEnv", "experimentalEnv"])
+@pytest.mark.parametrize("name", ENV_NAMES_REFUSED)
+def test_an_env_var_name_kubernetes_refuses_is_refused(field: str, name: str) -> None:
+    """Issue 39, finding 3: admitted, every injected pod would be refused (Kubernetes'
+    ``IsEnvVarName``); the error names the entry."""
+    obj = base("values")  # a values-only field: at its hub path, spec.values.*
+    proxy = obj["spec"].setdefault("values", {}).setdefault("proxy", {})
+    proxy[field] = [{"name": "OK", "value": "1"}, {"name": name, "value": "x"}]
+    errors = validate(obj)
+    assert [e.field for e in errors] == [f"spec.values.proxy.{field}[1]"], errors
+
+
+@pytest.mark.parametrize("field", ["additionalEnv", "experimentalEnv"])
+def test_env_var_names_kubernetes_admits_are_admitted(field: str) -> None:
+    obj = base("values")
+    proxy = obj["spec"].setdefault("values", {}).setdefault("proxy", {})
+    proxy[field] = [{"name": n, "value": "x"} for n in ENV_NAMES_ADMITTED]
+    assert validate(obj) == []

@@ -47,6 +47,7 @@ __all__ = [
     "RATIO",
     "STRING_MAP",
     "Grammar",
+    "character_problem",
     "count",
     "enum",
     "free_object",
@@ -59,8 +60,20 @@ __all__ = [
 # PEM bundle) keeps tab, line feed and carriage return. RE2 and Python both read \xNN as a
 # code point; lone surrogates cannot reach the API server (its JSON decoder replaces them)
 # but can reach a unit test, so Python refuses them too.
-_NO_CONTROL: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"
-_NO_CONTROL_MULTILINE: Final = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*$"
+#
+# Nor format characters (Unicode category Cf) and the line and paragraph separators: invisible
+# in a pod spec, a template or a log (a byte-order mark, zero-width spaces and joiners, the
+# bidirectional overrides that make text read other than it is), and U+2028/U+2029, which
+# YAML 1.1 readers take for line breaks. Written literally in the patterns: RE2 and Python
+# both read a literal code point in a class, and neither shares the other's escape for one.
+FORMAT_CHARACTERS: Final = (
+    "\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb"
+)
+_NO_CONTROL: Final = f"^[^\\x00-\\x1f\\x7f-\\x9f{FORMAT_CHARACTERS}]*$"
+_NO_CONTROL_MULTILINE: Final = (
+    f"^[^\\x00-\\x08\\x0b\\x0c\\x0e-\\x1f\\x7f-\\x9f{FORMAT_CHARACTERS}]*$"
+)
+_FORMAT: Final = re.compile(f"[{FORMAT_CHARACTERS}]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
@@ -220,7 +233,7 @@ class Grammar:
                 if self.min_length == 1
                 else f"is shorter than {self.min_length}"
             )
-        control = _control(value, self.multiline)
+        control = character_problem(value, self.multiline)
         if control is not None:
             return control
         if self.enum:
@@ -232,12 +245,20 @@ class Grammar:
         return self.explain(value) if self.explain is not None else None
 
 
-def _control(value: str, multiline: bool) -> str | None:
+def character_problem(value: str, multiline: bool = False) -> str | None:
+    """A control or format character (or a lone surrogate) in ``value``, said with where it
+    is; None when there is none. A multi-line value keeps tab, line feed and carriage return."""
     allowed = "\t\n\r" if multiline else ""
     for index, char in enumerate(value):
         point = ord(char)
         if (point < 0x20 or 0x7F <= point <= 0x9F) and char not in allowed:
             return f"must not contain control characters (U+{point:04X} at character {index + 1})"
+    invisible = _FORMAT.search(value)
+    if invisible is not None:
+        return (
+            f"must not contain format characters (U+{ord(invisible.group()):04X} at character "
+            f"{invisible.start() + 1}: invisible, or a line break to some YAML readers)"
+        )
     surrogate = _SURROGATE.search(value)
     if surrogate is not None:
         return f"must not contain a lone surrogate (at character {surrogate.start() + 1})"
@@ -669,6 +690,11 @@ STRING_MAP: Final = Grammar(
 
 
 _ENV_VAR_KEYS: Final = frozenset({"name", "value", "valueFrom"})
+ENV_VAR_NAME: Final = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+"""An environment variable's name as Kubernetes validates it (``IsEnvVarName``, the rule
+every supported Kubernetes applies; 1.32+ may relax it): anything else, and every injected
+pod would be refused."""
+_ENV_VAR_NAME: Final = _compiled(ENV_VAR_NAME)
 
 
 def _env_var_explain(value: Mapping[str, Any]) -> str | None:
@@ -680,6 +706,14 @@ def _env_var_explain(value: Mapping[str, Any]) -> str | None:
     name = value.get("name")
     if not isinstance(name, str) or not name:
         return "needs a name"
+    if len(name) > 256:
+        return "name is longer than 256 characters"
+    if not _ENV_VAR_NAME.fullmatch(name):
+        return (
+            f"name {_show(name)} is not an environment variable name Kubernetes admits "
+            "(letters, digits, '_', '-' and '.', not starting with a digit): every injected "
+            "pod would be refused"
+        )
     if value.get("value") is not None and not isinstance(value.get("value"), str):
         return "value must be a string"
     if value.get("valueFrom") is not None and not isinstance(value.get("valueFrom"), Mapping):
@@ -698,7 +732,12 @@ ENV_VARS: Final = Grammar(
         shape={
             "required": ["name"],
             "properties": {
-                "name": {"type": "string", "minLength": 1, "maxLength": 256},
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": 256,
+                    "pattern": ENV_VAR_NAME,
+                },
                 "value": {"type": "string"},
                 "valueFrom": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
             },
