@@ -6,6 +6,7 @@ import argparse
 import gc
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from linkerd_config import settings as settings_module
 
@@ -81,14 +82,26 @@ def _convert(args: argparse.Namespace) -> int:
     return inspection.convert_command(args.filename, args.to)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits 1, not 2: 2 is what ``plan`` and ``status`` answer
+    for "changes" (issue 39, finding 6), and every other failure of every command is 1."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}\n")
+
+
+USAGE_ERROR = 1
+
+
 def build_parser(prog: str = "linkerd-config") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=prog,
         description="Declarative Linkerd configuration: reconcile LinkerdConfig objects into "
         "the linkerd-config ConfigMap and roll the data plane.",
     )
     parser.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser(
         "run",

@@ -96,6 +96,30 @@ async def _merged_access(paths: str, context: str | None) -> ClusterAccess:
 _FILE_KEYS: Final = ("certificate-authority", "client-certificate", "client-key", "tokenFile")
 
 
+MAX_KUBECONFIG_BYTES: Final = 16 * 1024 * 1024
+"""A kubeconfig (or a file it names) larger is refused unread: real ones are kilobytes (a few
+megabytes with many clusters and embedded certificates); parsing hundreds of megabytes took a
+minute and gigabytes of memory (issue 39, finding 6)."""
+
+
+def _read(path: Path, what: str = "kubeconfig") -> bytes:
+    """``path``'s bytes, refused when over ``MAX_KUBECONFIG_BYTES`` (read no further)."""
+    with path.open("rb") as handle:
+        data = handle.read(MAX_KUBECONFIG_BYTES + 1)
+    if len(data) > MAX_KUBECONFIG_BYTES:
+        raise AccessError(
+            f"{what} {path} is larger than {MAX_KUBECONFIG_BYTES // (1024 * 1024)} MiB: not read"
+        )
+    return data
+
+
+def _parsed(path: Path) -> Any:
+    try:
+        return yaml.safe_load(_read(path)) or {}
+    except yaml.YAMLError as exc:
+        raise AccessError(f"kubeconfig {path} is not YAML: {exc}") from exc
+
+
 def merge_kubeconfigs(files: list[Path]) -> dict[str, Any]:
     """kubectl's merge of several kubeconfig files: for clusters, users and contexts the
     first file to define a name wins, as does the first current-context; a relative file
@@ -103,7 +127,7 @@ def merge_kubeconfigs(files: list[Path]) -> dict[str, Any]:
     merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
     seen: dict[str, set[str]] = {section: set() for section in merged}
     for path in files:
-        config = yaml.safe_load(path.read_text()) or {}
+        config = _parsed(path)
         if not isinstance(config, dict):
             raise AccessError(f"kubeconfig {path} is not a mapping")
         if not merged.get("current-context") and config.get("current-context"):
@@ -125,7 +149,10 @@ def merge_kubeconfigs(files: list[Path]) -> dict[str, Any]:
 def from_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess | None:
     """``context`` of ``path``, else its current context; None when its user needs the
     client library."""
-    return from_config(yaml.safe_load(path.read_text()) or {}, path, context)
+    config = _parsed(path)
+    if not isinstance(config, dict):
+        raise AccessError(f"kubeconfig {path} is not a mapping")
+    return from_config(config, path, context)
 
 
 def from_config(
@@ -195,7 +222,7 @@ def _bytes(entry: dict[str, Any], key: str, base: Path) -> bytes | None:
     if entry.get(f"{key}-data"):
         return base64.b64decode(entry[f"{key}-data"])
     if entry.get(key):
-        return (base / str(entry[key])).read_bytes()
+        return _read(base / str(entry[key]), f"the kubeconfig's {key}")
     return None
 
 

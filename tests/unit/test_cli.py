@@ -120,3 +120,35 @@ def test_plan_and_status_say_what_is_wrong_and_exit_1(
     )
     assert main(["status", "--kubeconfig", str(kubeconfig)]) == 1
     assert "cannot reach the API server at https://127.0.0.1:9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["plan"], ["status", "--bogus"], ["plan", "-f", "x", "-o", "xml"], ["nope"], []],
+    ids=["plan-without-f", "unknown-flag", "bad-output", "unknown-command", "no-command"],
+)
+def test_a_usage_error_exits_1_not_2_which_means_changes(argv: list[str]) -> None:
+    """Issue 39, finding 6: argparse's 2 read as "changes" in a pipeline."""
+    done = subprocess.run(
+        [sys.executable, "-m", "linkerd_config", *argv],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    assert "error:" in done.stderr and done.stdout == ""
+
+
+async def test_a_huge_kubeconfig_is_refused_unread(tmp_path: Path) -> None:
+    """Issue 39, finding 6: 300 MB took a minute and 659 MB to parse; over 16 MiB is refused
+    at once, naming the file."""
+    from linkerd_config.kube.kubeconfig import (  # noqa: PLC0415
+        MAX_KUBECONFIG_BYTES,
+        AccessError,
+        load_access,
+    )
+
+    huge = tmp_path / "kubeconfig"
+    with huge.open("wb") as handle:
+        handle.write(b"apiVersion: v1\n# ")
+        handle.truncate(MAX_KUBECONFIG_BYTES + 1)  # sparse: nothing to read but the refusal
+    with pytest.raises(AccessError, match=f"kubeconfig {huge} is larger than 16 MiB"):
+        await load_access(str(huge), None)
