@@ -13,6 +13,13 @@ Answers are cached, bounded, for the delegating defaults (tokens 1 min either wa
 a minute, not two per scrape. Tokens are cached under a keyed hash, never as themselves.
 A review that cannot be made (API server unreachable, timed out, refused the review itself)
 is :class:`ReviewError`: neither an allow nor a deny, and never cached.
+
+Reviews the caches cannot answer are sent at most ``review_qps`` per second (a burst of
+``review_burst``), whatever the request rate: a caller sending a new junk token per request
+would otherwise turn each request into an API call (28,117 requests made 28,128 in 20 s,
+issue 39, finding 4), in the priority-and-fairness flow the controller's Lease renewals use.
+Over the limit, :class:`ReviewLimited`: the request is answered 429 with Retry-After, and a
+scraper whose answer is cached is not slowed at all.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
+from linkerd_config.kube.ratelimit import TokenBucket
 from linkerd_config.kube.resource import Json
 
 AUTHENTICATED_GROUP = "system:authenticated"
@@ -127,6 +135,18 @@ class CacheTTLs:
     denied: float = 30.0
 
 
+class ReviewLimited(ReviewError):
+    """Over the rate of reviews sent to the API server: try again after ``retry_after``."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"too many reviews: try again in {retry_after:.1f}s")
+        self.retry_after = retry_after
+
+
+REVIEW_QPS = 5.0
+REVIEW_BURST = 20
+
+
 class DelegatedAuth:
     """Authenticates bearer tokens and authorizes non-resource requests with the API server."""
 
@@ -138,6 +158,8 @@ class DelegatedAuth:
         ttls: CacheTTLs | None = None,
         max_entries: int = 1024,
         clock: Callable[[], float] = time.monotonic,
+        review_qps: float = REVIEW_QPS,
+        review_burst: int = REVIEW_BURST,
     ) -> None:
         self.reviews = reviews
         self.timeout = timeout
@@ -146,6 +168,13 @@ class DelegatedAuth:
         self._hash_key = secrets.token_bytes(32)
         self._tokens: TTLCache[bytes, _Authentication] = TTLCache(max_entries, clock)
         self._access: TTLCache[tuple[UserInfo, str, str], Decision] = TTLCache(max_entries, clock)
+        self._clock = clock
+        self._reviews = TokenBucket(review_qps, review_burst, clock())
+        """Reviews sent (token and access alike): the API server's cost, bounded."""
+
+    def _may_review(self) -> None:
+        if not self._reviews.allow(self._clock()):
+            raise ReviewLimited(1.0 / self._reviews.qps)
 
     async def authenticate(self, token: str) -> UserInfo | None:
         """The token's user, or None when the API server says it is not valid."""
@@ -153,6 +182,7 @@ class DelegatedAuth:
         cached = self._tokens.get(key)
         if cached is not None:
             return cached.user
+        self._may_review()
         try:
             status = await self.reviews.review_token(token, timeout=self.timeout)
         except Exception as exc:  # unreachable, timed out, 403 on tokenreviews: no answer
@@ -170,6 +200,7 @@ class DelegatedAuth:
         cached = self._access.get(key)
         if cached is not None:
             return cached
+        self._may_review()
         spec: Json = {
             "user": user.name,
             "groups": list(user.groups),

@@ -11,13 +11,19 @@ review cannot be made the answer is 500, never the metrics.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from linkerd_config.kube.delegated_auth import DelegatedAuth, ReviewError, bearer_token
+from linkerd_config.kube.delegated_auth import (
+    DelegatedAuth,
+    ReviewError,
+    ReviewLimited,
+    bearer_token,
+)
 from linkerd_config.kube.serving import Handler
 
 log = structlog.get_logger(__name__)
@@ -77,6 +83,14 @@ def _report(checks: dict[str, Check], request: web.Request) -> web.Response:
     return web.Response(text=text, status=200 if healthy else 500)
 
 
+def _limited(exc: ReviewLimited) -> web.Response:
+    return web.Response(
+        status=429,
+        headers={"Retry-After": str(max(1, math.ceil(exc.retry_after)))},
+        text="Too many requests to review; retry later\n",
+    )
+
+
 def guarded(auth: DelegatedAuth, handler: Handler) -> Handler:
     """``handler`` behind authentication (401) and authorization (403) by the API server;
     the verb is the request's method in lower case and the path its URL path, as in
@@ -89,6 +103,9 @@ def guarded(auth: DelegatedAuth, handler: Handler) -> Handler:
             return _unauthorized()
         try:
             user = await auth.authenticate(token)
+        except ReviewLimited as exc:
+            log.debug("token review limited", path=request.path, remote=request.remote)
+            return _limited(exc)
         except ReviewError as exc:
             log.error("authentication failed", path=request.path, error=str(exc))
             return web.Response(status=500, text="Authentication failed\n")
@@ -98,6 +115,9 @@ def guarded(auth: DelegatedAuth, handler: Handler) -> Handler:
         verb = request.method.lower()
         try:
             decision = await auth.authorize(user, verb, request.path)
+        except ReviewLimited as exc:
+            log.debug("access review limited", user=user.name, path=request.path)
+            return _limited(exc)
         except ReviewError as exc:
             log.error("authorization failed", user=user.name, path=request.path, error=str(exc))
             return web.Response(status=500, text=f"Authorization for user {user.name} failed\n")

@@ -24,8 +24,11 @@ from linkerd_config.kube.admission import ReloadingCertificate
 from linkerd_config.kube.certs import TinyCA, self_signed_serving_pair, write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.delegated_auth import (
+    REVIEW_BURST,
+    REVIEW_QPS,
     CacheTTLs,
     DelegatedAuth,
+    ReviewLimited,
     TTLCache,
     UserInfo,
     bearer_token,
@@ -446,3 +449,38 @@ def test_metrics_secure_settings() -> None:
     )
     with pytest.raises(SettingsError, match="--metrics-cert-dir = '/certs' is used only with"):
         parse([*KUBECONFIG, "--metrics-cert-dir", "/certs"], env={})
+
+
+async def test_a_flood_of_junk_tokens_costs_the_api_server_a_bounded_number_of_reviews(
+    reviews: FakeReviews, clock: FakeClock
+) -> None:
+    """Issue 39, finding 4: a new junk token per request was one TokenReview per request
+    (28,117 requests, 28,128 API calls in 20 s). Now at most the burst, then the rate; the
+    token whose answer is cached is not slowed; over the rate, ``ReviewLimited``."""
+    auth = DelegatedAuth(reviews, clock=clock)
+    assert await auth.authenticate(GOOD) is not None  # cached from now on
+    before, limited = reviews.calls, 0
+    for second in range(20):
+        for n in range(100):  # 100 requests a second, each with a token never seen
+            try:
+                assert await auth.authenticate(f"junk-{second}-{n}") is None
+            except ReviewLimited as exc:
+                limited += 1
+                assert exc.retry_after == 1.0 / REVIEW_QPS
+        assert await auth.authenticate(GOOD) is not None
+        clock.now += 1.0
+    sent = reviews.calls - before
+    assert sent <= REVIEW_BURST + REVIEW_QPS * 20, sent
+    assert limited == 2000 - sent
+
+
+async def test_over_the_review_rate_a_request_is_429_with_retry_after(
+    reviews: FakeReviews, clock: FakeClock
+) -> None:
+    auth = DelegatedAuth(reviews, clock=clock, review_qps=1.0, review_burst=1)
+    app = Probes(metrics_registry()).metrics_app(auth)
+    async with TestClient(TestServer(app)) as client:
+        assert (await scrape(client, "junk-1"))[0] == 401  # reviewed: the one token there was
+        async with client.get("/metrics", headers={"Authorization": "Bearer junk-2"}) as resp:
+            assert (resp.status, resp.headers.get("Retry-After")) == (429, "1")
+        assert reviews.calls == 1
