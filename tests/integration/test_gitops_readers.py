@@ -199,15 +199,7 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format, cli: LinkerdCl
 
     # 4. Halted: the new proxy refused in one namespace. Failed; Flux's wait fails at once.
     async with scenario.proxy_refused(kube, FRAGILE, fmt.broken):
-        await scenario.apply_linkerdconfig(
-            kube, NAME, fmt.spec(fmt.broken, {**PACE, "onFailure": "Halt"})
-        )
-        failed = await readers.flux_wait()
-        assert failed["ready"] is False, failed
-        assert failed["error"].startswith("failed early due to stalled resources"), failed
-        assert failed["seconds"] < FLUX_TIMEOUT / 2, failed
-        assert await ready_reason(kube, "RolloutHalted") is not None
-        assert await readers.read("halted") == ("Failed", "Degraded")
+        await fails_fast(kube, readers, fmt, "Halt", "RolloutHalted", "halted")
         code, ours = await cli.our_checks()
         assert code == 1
         assert ours[f"LinkerdConfig {NAME}: no rollout halted or rolled back"] == "error", cli.said
@@ -216,12 +208,19 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format, cli: LinkerdCl
         assert said.returncode == 1 and "HALTED" in said.stdout, said  # ours exits 2
 
         # 5. Rolled back (a new attempt, onFailure: Rollback): the same, fail fast.
-        await scenario.apply_linkerdconfig(
-            kube, NAME, fmt.spec(fmt.broken, {**PACE, "onFailure": "Rollback"})
-        )
-        failed = await readers.flux_wait()
-        assert failed["ready"] is False, failed
-        assert failed["error"].startswith("failed early due to stalled resources"), failed
-        assert failed["seconds"] < FLUX_TIMEOUT / 2, failed
-        assert await ready_reason(kube, "RolledBack") is not None
-        assert await readers.read("rolled-back") == ("Failed", "Degraded")
+        await fails_fast(kube, readers, fmt, "Rollback", "RolledBack", "rolled-back")
+
+
+async def fails_fast(
+    kube: KubeClient, readers: Readers, fmt: Format, on_failure: str, reason: str, what: str
+) -> None:
+    """``fmt.broken`` applied with ``onFailure``: Flux's wait fails at once (fail-fast, well
+    before its timeout) on the rollout's failure (``reason``); kstatus Failed, Degraded."""
+    spec = fmt.spec(fmt.broken, {**PACE, "onFailure": on_failure})
+    await scenario.apply_linkerdconfig(kube, NAME, spec)
+    failed = await readers.flux_wait()
+    assert failed["ready"] is False, failed
+    assert failed["error"].startswith("failed early due to stalled resources"), failed
+    assert failed["seconds"] < FLUX_TIMEOUT / 2, failed
+    assert await ready_reason(kube, reason) is not None
+    assert await readers.read(what) == ("Failed", "Degraded")
