@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -344,9 +345,30 @@ class _ValuesDumper(yaml.SafeDumper):
     own habit), multi-line strings as literal blocks."""
 
 
+_NOT_PLAIN: Final = re.compile(
+    r"""
+    [-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*(?:[eE][-+]?[0-9]+)?   # decimal, float, exponent: 1e3, .5
+    | [-+]?0[xXoObB][0-9a-fA-F_]+                       # hex, YAML 1.2 octal 0o17, binary
+    | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?  # YAML 1.1 base 60: 1:30
+    | [-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)
+    | y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE
+    | on|On|ON|off|Off|OFF|null|Null|NULL|~|<<|=
+    | [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt\ ].*)?         # timestamps
+    """,
+    re.VERBOSE,
+)
+"""Plain scalars some YAML reader takes for a number, a boolean, a null, a timestamp or a
+merge key: YAML 1.1 (PyYAML, Helm's go-yaml v2), YAML 1.2 (go-yaml v3: ``0o17``) and Go's
+float syntax (``1e3``, which PyYAML reads as a string). Linkerd's ``config.Values`` read
+``identityTrustDomain: 1e3`` as "1000" and ``name: 0o17`` as "15" (issue 39, finding 2).
+A string matching it is written quoted, which every reader reads as the same string."""
+
+
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    quoted = "'" if _NOT_PLAIN.fullmatch(value) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=quoted)
 
 
 _ValuesDumper.add_representer(str, _string)
