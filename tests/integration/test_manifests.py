@@ -196,6 +196,8 @@ def test_overlays_keep_every_object_in_its_own_namespace(rendered: dict[str, str
             "ClusterRoleBinding",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
             "Namespace",
         }
         # Where the injector is asked (dry-run pod creates): its own namespace and Role.

@@ -130,6 +130,20 @@ RBAC_RESOURCES: dict[str, ApiResource] = {
     ),
     "Role": ApiResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     "RoleBinding": ApiResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    "ValidatingAdmissionPolicy": ApiResource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicy",
+        namespaced=False,
+    ),
+    "ValidatingAdmissionPolicyBinding": ApiResource(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingadmissionpolicybindings",
+        "ValidatingAdmissionPolicyBinding",
+        namespaced=False,
+    ),
 }
 
 
@@ -1339,6 +1353,64 @@ async def stale_deployment(kube: KubeClient, namespace: str, name: str) -> set[s
 
 def template_annotations(obj: Obj) -> dict[str, str]:
     return obj["spec"]["template"]["metadata"].get("annotations") or {}
+
+
+async def test_what_rbac_cannot_name_the_admission_policy_refuses(
+    world: World, baseline: None
+) -> None:
+    """Issue 39, finding 5, with manifests/rbac/least_privilege.yaml: as the ServiceAccount,
+    a real pod in the probe namespace (RBAC allows the create a dry run needs, and so a
+    privileged pod with the host's filesystem) is refused, its dry run is not; a Lease of
+    another name cannot be created; an Event not its own cannot be patched."""
+    admin = world.admin
+    pod: Obj = {
+        "metadata": {"name": "rbac-probe"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+    }
+    foreign: Obj = {
+        "metadata": {"name": "rbac-foreign-event"},
+        "involvedObject": {"kind": "Namespace", "name": "kube-system", "apiVersion": "v1"},
+        "reason": "Other", "message": "not ours", "type": "Warning",
+        "source": {"component": "someone-else"},
+    }  # fmt: skip
+    await scenario.create(admin, EVENTS.path("default"), foreign)
+    try:
+        async with as_service_account(world) as sa:
+
+            async def refused(request: Callable[[], Awaitable[Obj]], said: str) -> None:
+                async def attempt() -> str | None:  # the policy takes a moment to be in force
+                    try:
+                        await request()
+                    except ApiError as exc:
+                        return exc.message if said in exc.message else None
+                    return None
+
+                await eventually(attempt, timeout=30, what=said)
+
+            await refused(
+                lambda: sa.request("POST", PODS.path(PROBE_NAMESPACE), body=pod),
+                "may only dry-run pods",
+            )
+            await sa.request("POST", PODS.path(PROBE_NAMESPACE), params=DRY_RUN, body=pod)
+            await refused(
+                lambda: sa.request(
+                    "POST", LEASES.path("linkerd"), params=DRY_RUN,
+                    body={"metadata": {"name": "rbac-not-its-own"}},
+                ),
+                "may create no Lease but its own",
+            )  # fmt: skip
+            await refused(
+                lambda: sa.request(
+                    "PATCH", EVENTS.path("default", "rbac-foreign-event"), params=DRY_RUN,
+                    body={"message": "rewritten"}, content_type=MERGE_PATCH,
+                ),
+                "may change no Event but its own",
+            )  # fmt: skip
+        assert (await admin.request("GET", PODS.path(PROBE_NAMESPACE)))["items"] == []
+        event = await admin.request("GET", EVENTS.path("default", "rbac-foreign-event"))
+        assert event["message"] == "not ours"
+    finally:
+        await admin.request("DELETE", EVENTS.path("default", "rbac-foreign-event"))
 
 
 async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
