@@ -367,7 +367,7 @@ async def observe(settings: Settings, options: RolloutOptions) -> Observed:
 def check_command(settings: Settings, args: argparse.Namespace) -> int:
     """``check [--output table|json]``: Linkerd's ``CheckOutput``; exit 1 when a check
     errs (warnings do not), as ``linkerd check`` does."""
-    out, err = sys.stdout, sys.stderr
+    out = sys.stdout
     # linkerd check passes every flag it has a value for: --as-group=[] (an empty list, as
     # pflag prints one) is no impersonation.
     groups = [g for g in getattr(args, "as_group", None) or () if g not in ("", "[]")]
@@ -389,7 +389,6 @@ def check_command(settings: Settings, args: argparse.Namespace) -> int:
         out.write(json.dumps(document, indent=2) + "\n")
     else:
         out.write(render(found, success))
-    del err
     return 0 if success else EXIT_FAILED
 
 

@@ -651,11 +651,9 @@ def _anchor_held(observed: Observed, halted: Halt | None, anchors: AnchorHold) -
     """The Trust rule: while the guard holds a removal, nothing is restarted (or brought
     back) onto a configuration other than the one that keeps every anchor in use. What is
     held, and for which pods, is the guard's message; a halt or rollback record is kept."""
-    plan = observed.plan
     return Step(
         RolloutOutcome(
-            len(plan.workloads), len(observed.restart_times) + observed.evicted,
-            observed.evicted, Phase.ANCHOR_HELD,
+            *observed.counts, Phase.ANCHOR_HELD,
             f"nothing restarted onto configuration {observed.onto}: {anchors.waits_for}",
             requeue_after=None,
             status={} if halted is None else {workload_health.HALT_FIELD: halted.to_json()},

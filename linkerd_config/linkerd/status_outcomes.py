@@ -209,9 +209,11 @@ class StatusOutcomes:
             problem=exc.message,
         )
         conditions = set_condition(
-            conditions, CONFIGMAP_SYNCED, False, "WriteFailed", message, generation
+            conditions, CONFIGMAP_SYNCED, False, readiness.WRITE_FAILED, message, generation
         )
-        conditions = set_condition(conditions, READY, False, "WriteFailed", message, generation)
+        conditions = set_condition(
+            conditions, READY, False, readiness.WRITE_FAILED, message, generation
+        )
         # Retried with backoff either way; a refusal only a person can lift (RBAC, a policy,
         # validation: a 4xx other than a conflict, a timeout or throttling) is said Stalled.
         transient = exc.status >= 500 or exc.status in (408, 409, 429)
@@ -241,17 +243,17 @@ class StatusOutcomes:
         )
         previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
         if previous.get("message") != message:
-            self.recorder.record(config, "Warning", "ConfigMapMissing", message)
+            self.recorder.record(config, "Warning", readiness.CONFIGMAP_MISSING, message)
             log.error(
                 "configmap missing",
                 linkerdconfig=config["metadata"]["name"],
                 configmaps=lost,
             )
         conditions = set_condition(
-            conditions, CONFIGMAP_SYNCED, False, "ConfigMapMissing", message, generation
+            conditions, CONFIGMAP_SYNCED, False, readiness.CONFIGMAP_MISSING, message, generation
         )
         conditions = set_condition(
-            conditions, READY, False, "ConfigMapMissing", message, generation
+            conditions, READY, False, readiness.CONFIGMAP_MISSING, message, generation
         )
         await self.update(config, {"observedGeneration": generation, "conditions": conditions})
         return Result()

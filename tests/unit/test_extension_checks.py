@@ -24,7 +24,14 @@ from linkerd_config.linkerd.rollout import Workload
 from linkerd_config.settings import parse
 from tests.support.anchors import trust_anchor
 
-NOW = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.UTC)
+NOW = datetime.datetime.now(datetime.UTC)
+"""The checks' clock: now, because the certificates below are made now (valid from 5 min ago)."""
+
+
+def stamp(seconds_ago: float) -> str:
+    return (NOW - datetime.timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 CA = base64.b64encode(trust_anchor("webhook.ca").encode()).decode()
 CRD: Json = {
     "spec": {
@@ -38,7 +45,7 @@ CRD: Json = {
 LEASE: Json = {
     "spec": {
         "holderIdentity": "linkerd-config-7d9f-x",
-        "renewTime": "2026-11-27T11:59:58.000000Z",
+        "renewTime": stamp(2),
         "leaseDurationSeconds": 15,
     }
 }
@@ -79,7 +86,7 @@ CASES: list[tuple[str, dict[str, object], str, str]] = [
      "the LinkerdConfig CRD serves v1alpha1, v1alpha2", "error"),
     ("no leader ever", {"lease": None}, "the controller has a leader", "error"),
     ("the leader gone",
-     {"lease": {"spec": {**LEASE["spec"], "renewTime": "2026-11-27T11:58:00Z"}}},
+     {"lease": {"spec": {**LEASE["spec"], "renewTime": stamp(120)}}},
      "the controller has a leader", "error"),
     ("run locally: no pod", {"pods": []}, "the controller's pods are ready", "warning"),
     ("a pod not ready", {"pods": [{"metadata": {"name": "p"}, "status": {}}]},
