@@ -45,6 +45,7 @@ _PACKAGES = {
     "controller": "./controller/cmd",
     "linkerd": "./cli",
     "strict-values": "./linkerd-config-strict-values",
+    "yaml-to-json": "./linkerd-config-yaml-to-json",
 }
 # A reader of linkerd-config's values as Linkerd's own type, strictly (an unknown key or a
 # wrong type is an error, where the injector would drop or fail): placed in the source tree,
@@ -78,6 +79,160 @@ func main() {
 \tos.Stdout.Write(out)
 }
 """
+
+
+# How Linkerd's generic reader takes a YAML text (what Helm applies to values, and what
+# config.Values reads before its struct): sigs.k8s.io/yaml's YAMLToJSON (go.yaml.in/yaml/v2
+# into interface{}, keys made strings), at the version Linkerd pins. Reads a JSON list of texts
+# on stdin; writes one answer each: the JSON (or the error), YAMLToJSONStrict's error, whether
+# making keys strings merged two keys (fewer JSON members than YAML entries), and each value's
+# Go type beside its text (YAMLToJSON's JSON has 1000 for int 1000 and float 1000 alike).
+_YAML_TO_JSON_MAIN = """package main
+
+import (
+    "encoding/json"
+    "fmt"
+    "io"
+    "os"
+    "strconv"
+
+    yamlv2 "go.yaml.in/yaml/v2"
+    "sigs.k8s.io/yaml"
+)
+
+type answer struct {
+    JSON        json.RawMessage `json:"json,omitempty"`
+    Error       string          `json:"error,omitempty"`
+    StrictError string          `json:"strictError,omitempty"`
+    Merged      bool            `json:"merged"`
+    Typed       interface{}     `json:"typed,omitempty"`
+}
+
+func main() {
+    data, err := io.ReadAll(os.Stdin)
+    if err != nil {
+        fmt.Fprintln(os.Stderr, err)
+        os.Exit(2)
+    }
+    var texts []string
+    if err := json.Unmarshal(data, &texts); err != nil {
+        fmt.Fprintln(os.Stderr, err)
+        os.Exit(2)
+    }
+    answers := make([]answer, len(texts))
+    for i, text := range texts {
+        answers[i] = read([]byte(text))
+    }
+    out, err := json.Marshal(answers)
+    if err != nil {
+        fmt.Fprintln(os.Stderr, err)
+        os.Exit(2)
+    }
+    os.Stdout.Write(out)
+}
+
+func read(text []byte) (a answer) {
+    out, err := yaml.YAMLToJSON(text)
+    if err != nil {
+        a.Error = err.Error()
+    } else {
+        a.JSON = out
+    }
+    if _, err := yaml.YAMLToJSONStrict(text); err != nil {
+        a.StrictError = err.Error()
+    }
+    var raw interface{}
+    if yamlv2.Unmarshal(text, &raw) != nil || a.Error != "" {
+        return a
+    }
+    var generic interface{}
+    if json.Unmarshal(out, &generic) != nil {
+        return a
+    }
+    a.Merged = entries(raw) != entries(generic)
+    a.Typed = typed(raw)
+    return a
+}
+
+func entries(v interface{}) int {
+    n := 0
+    switch t := v.(type) {
+    case map[interface{}]interface{}:
+        for _, c := range t {
+            n += 1 + entries(c)
+        }
+    case map[string]interface{}:
+        for _, c := range t {
+            n += 1 + entries(c)
+        }
+    case []interface{}:
+        for _, c := range t {
+            n += entries(c)
+        }
+    }
+    return n
+}
+
+func typed(v interface{}) interface{} {
+    switch t := v.(type) {
+    case map[interface{}]interface{}:
+        out := map[string]interface{}{}
+        for k, c := range t {
+            out[keyString(k)] = typed(c)
+        }
+        return out
+    case []interface{}:
+        out := make([]interface{}, len(t))
+        for i, c := range t {
+            out[i] = typed(c)
+        }
+        return out
+    case nil:
+        return []string{"null", ""}
+    case bool:
+        return []string{"bool", strconv.FormatBool(t)}
+    case int:
+        return []string{"int", strconv.Itoa(t)}
+    case int64:
+        return []string{"int", strconv.FormatInt(t, 10)}
+    case uint64:
+        return []string{"uint64", strconv.FormatUint(t, 10)}
+    case float64:
+        return []string{"float64", strconv.FormatFloat(t, 'g', -1, 64)}
+    case string:
+        return []string{"string", t}
+    }
+    return []string{fmt.Sprintf("%T", v), fmt.Sprint(v)}
+}
+
+// keyString is sigs.k8s.io/yaml's (v1.6.0, convertToJSONableObject); an unsupported key is
+// YAMLToJSON's error, so never typed.
+func keyString(k interface{}) string {
+    switch t := k.(type) {
+    case string:
+        return t
+    case int:
+        return strconv.Itoa(t)
+    case int64:
+        return strconv.FormatInt(t, 10)
+    case float64:
+        s := strconv.FormatFloat(t, 'g', -1, 32)
+        switch s {
+        case "+Inf":
+            return ".inf"
+        case "-Inf":
+            return "-.inf"
+        case "NaN":
+            return ".nan"
+        }
+        return s
+    case bool:
+        return strconv.FormatBool(t)
+    }
+    return fmt.Sprintf("%T:%v", k, k)
+}
+"""
+_MAINS = {"strict-values": _STRICT_VALUES_MAIN, "yaml-to-json": _YAML_TO_JSON_MAIN}
 
 
 def release(tag: str) -> LinkerdRelease:
@@ -133,10 +288,10 @@ def _build(rel: LinkerdRelease, name: str, progress: Progress) -> None:
     src = _source_tree(rel, out_dir.parent / "src", progress)
     if rel.needs_cronjob_patch:
         _patch_cronjob_informer(src)
-    if name == "strict-values":
+    if name in _MAINS:
         main = src / _PACKAGES[name] / "main.go"
         main.parent.mkdir(exist_ok=True)
-        main.write_text(_STRICT_VALUES_MAIN)
+        main.write_text(_MAINS[name])
     tags = ""
     if (src / _CHARTS_GENERATOR).is_file():
         # Releases before Go embed (such as edge-19.12.3) read Helm charts from the source
