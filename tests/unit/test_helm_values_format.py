@@ -236,3 +236,76 @@ def test_ephemeral_storage_is_written_where_the_chart_reads_it() -> None:
         "limit": "1Gi",
     }
     assert resources["cpu"]["request"] == "100m"
+
+
+# -- unmanaged values keep what Linkerd reads in them (issue 39, finding 2) ----------------------
+
+UNMANAGED = """\
+unmanaged:
+  octal: 0o17
+  word: y
+  under: 1_000
+  exponent: 1e3
+  leading: 08
+  stamp: 2001-12-14T21:59:43Z
+  quotedbinary: '0b-101'
+  big: 1e400
+  list: [on, 0x1F, '0x1F', ~]
+  nested: {num: 18446744073709551615, f: 1.0, n: no}
+"""
+"""Values no LinkerdConfig manages, as someone may have set them with ``helm upgrade --set``:
+each plain one means to Linkerd (sigs.k8s.io/yaml) what it does not mean to PyYAML."""
+
+WRITTEN_AS = [
+    "  octal: 15\n",  # Go's int 15 (PyYAML's string '0o17', quoted back, was Go's string)
+    "  word: true\n",
+    "  under: 1000\n",
+    "  exponent: 1000.0\n",  # a float stays a float: 1000 would be Go's int
+    "  leading: 8.0\n",
+    "  stamp: '2001-12-14T21:59:43Z'\n",  # Go's string, the same string (PyYAML: a datetime)
+    "  quotedbinary: '0b-101'\n",  # written plain, Go read -5
+    "  big: '1e400'\n",  # Go's string (PyYAML: infinity)
+    "  - true\n  - 31\n  - '0x1F'\n  - null\n",
+    "    f: 1.0\n    'false': false\n    num: 18446744073709551615\n",  # key n is Go's false
+]
+
+
+def go_same(got: Any, expected: Any) -> bool:
+    """Equal, and of one type all the way down (True is not 1, 1.0 is not 1 to Go)."""
+    if isinstance(expected, dict):
+        return (
+            isinstance(got, dict)
+            and got.keys() == expected.keys()
+            and all(go_same(got[k], expected[k]) for k in expected)
+        )
+    if isinstance(expected, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(expected)
+            and all(go_same(g, e) for g, e in zip(got, expected, strict=True))
+        )
+    return type(got) is type(expected) and got == expected
+
+
+def test_unmanaged_values_are_written_back_as_linkerd_read_them() -> None:
+    """A rendering re-dumps ``values``: each unmanaged value is written so that Go reads the
+    value (and Go type) it read in the installed text."""
+    current = installed()
+    current["linkerd-config"] = {VALUES_KEY: current["linkerd-config"][VALUES_KEY] + UNMANAGED}
+    text = FMT.rendering(small(), on(current)).data[VALUES_KEY]
+    for written in WRITTEN_AS:
+        assert written in text, f"{written!r} not in the rendering"
+    before = parse_values(current["linkerd-config"][VALUES_KEY], "before")["unmanaged"]
+    assert go_same(parse_values(text, "after")["unmanaged"], before)
+    assert before["stamp"] == "2001-12-14T21:59:43Z"
+    assert before["octal"] == 15
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0b-101", "0b+1_01", "+_1", "._5", ".5_0", "08", "1e400", "1_000", "0o17", "y", "~",
+     "2001-12-14", "<<", "=", "1:30", "-", "0x", "é1", "tRUE", "infinity"],
+)  # fmt: skip
+def test_a_string_is_written_so_it_reads_back_as_itself(value: str) -> None:
+    text = dump_values({value: value, "list": [value]})
+    assert go_same(parse_values(text, "back"), {value: value, "list": [value]}), text

@@ -14,7 +14,8 @@ import yaml
 
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import readable
-from linkerd_config.linkerd.formats import InstalledDataError, bounded
+from linkerd_config.linkerd.formats import FormatError, InstalledDataError, bounded
+from linkerd_config.linkerd.formats.helm_values import parse_values
 from linkerd_config.linkerd.preview import plan, status
 from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
@@ -213,3 +214,136 @@ def test_yaml_beyond_the_bounds_is_refused(text: str, reason: str) -> None:
 def test_json_beyond_the_bounds_is_refused(text: str, reason: str) -> None:
     with pytest.raises(bounded.Unreadable, match=re.escape(reason)):
         bounded.json_value(text)
+
+
+# -- values as Linkerd's Go reads them (issue 39, finding 2) -------------------------------------
+# Linkerd reads `values` with sigs.k8s.io/yaml (go.yaml.in/yaml/v2 into interface{}, keys made
+# strings, then JSON); so does the controller now (formats.go_yaml). Each expectation below is
+# what edge-26.8.3's own sigs.k8s.io/yaml made of it (devcluster's yaml-to-json binary, its
+# YAMLToJSON plus each value's Go type): an int is a Python int, a float a float.
+
+U64 = 2**64 - 1
+
+GO_READS: list[tuple[str, Any]] = [
+    # YAML 1.1 and Go integer forms (strconv.ParseInt, base 0, every underscore dropped first)
+    ("0o17", 15), ("0O17", 15), ("017", 15), ("0x1F", 31), ("-0x1f", -31), ("0b101", 5),
+    ("0B11", 3), ("0b-101", -5), ("1_000", 1000), ("1__0_", 10), ("+_1", 1), ("0", 0),
+    ("-0", 0), ("00", 0),
+    ("9223372036854775807", 2**63 - 1), ("9223372036854775808", 2**63),
+    ("18446744073709551615", U64), ("-9223372036854775808", -(2**63)),
+    # floats (yamlStyleFloat, or ParseFloat after a leading "."): 08 is not octal, so a float
+    ("08", 8.0), ("09.5", 9.5), ("1e3", 1000.0), ("1E3", 1000.0), ("-1e-3", -0.001),
+    ("6.8523015e+5", 685230.15), ("1.0", 1.0), ("5.", 5.0), (".5", 0.5), ("+.5", 0.5),
+    (".5_0", 0.5), (".5e1_0", 5e9),
+    ("18446744073709551616", 1.8446744073709552e19),
+    ("-9223372036854775809", -9.223372036854776e18),
+    # booleans and nulls: YAML 1.1's words, in three cases each
+    ("y", True), ("Y", True), ("yes", True), ("on", True), ("TRUE", True), ("n", False),
+    ("NO", False), ("Off", False), ("False", False), ("~", None), ("null", None),
+    ("NULL", None), ("", None),
+    # strings: timestamps stay their text, base 60 is gone, the rest is not a number to Go
+    ("2001-12-14", "2001-12-14"), ("2001-12-14T21:59:43Z", "2001-12-14T21:59:43Z"),
+    ("2001-12-14 21:59:43.10 -5", "2001-12-14 21:59:43.10 -5"), ("1:30", "1:30"),
+    ("190:20:30", "190:20:30"), ("<<", "<<"), ("=", "="), ("1e400", "1e400"),
+    ("-1e400", "-1e400"), ("0x10000000000000000", "0x10000000000000000"), ("._5", "._5"),
+    ("tRUE", "tRUE"), ("nULL", "nULL"), ("1.2.3", "1.2.3"), ("0x", "0x"), ("0b", "0b"),
+    ("+", "+"), (".", "."), ("1e", "1e"), ("0x1p3", "0x1p3"), ("infinity", "infinity"),
+    ("-inf", "-inf"), ("NaN", "NaN"), ("é1", "é1"),
+]  # fmt: skip
+
+
+def same(got: Any, expected: Any) -> bool:
+    """Equal and of one type (True is not 1, 1.0 is not 1: Go tells them apart)."""
+    return type(got) is type(expected) and got == expected
+
+
+@pytest.mark.parametrize(("text", "expected"), GO_READS, ids=[repr(t) for t, _ in GO_READS])
+def test_a_plain_value_is_what_linkerd_s_go_reads(text: str, expected: Any) -> None:
+    got = parse_values(f"unmanaged: {text}\n", "values")["unmanaged"]
+    assert same(got, expected), f"{text!r}: read {got!r}, Go reads {expected!r}"
+
+
+@pytest.mark.parametrize("text", ["'0o17'", '"y"', "'1e3'", "|\n  08\n", "'2001-12-14'"])
+def test_a_quoted_or_block_value_is_a_string(text: str) -> None:
+    got = parse_values(f"unmanaged: {text}\n", "values")["unmanaged"]
+    assert isinstance(got, str)
+    assert got.strip() == yaml.safe_load(f"v: {text}\n")["v"].strip()
+
+
+GO_KEYS: list[tuple[str, str]] = [
+    ("1", "1"), ("0o17", "15"), ("1_000", "1000"), ("y", "true"), ("off", "false"),
+    ("1.0", "1"), ("0.1", "0.1"), ("1e3", "1000"), ("1e6", "1e+06"), ("-0.0", "-0"),
+    ("123456789.0", "1.2345679e+08"), ("16777217.0", "1.6777216e+07"), (".5e-10", "5e-11"),
+    ("1e39", ".inf"), (".inf", ".inf"), ("-.Inf", "-.inf"), (".NaN", ".nan"),
+    ("3.4028235e38", "3.4028235e+38"), ("0.000244140625", "0.00024414063"),
+    ("2001-12-14", "2001-12-14"), ("'1'", "1"), ('"yes"', "yes"),
+]  # fmt: skip
+"""A key is the string sigs.k8s.io/yaml makes of it: a float by Go's FormatFloat(k, 'g', -1,
+32), rounded to float32 first (0.000244140625 is Go's own rounding of a tie)."""
+
+
+@pytest.mark.parametrize(("text", "key"), GO_KEYS, ids=[t for t, _ in GO_KEYS])
+def test_a_key_is_the_string_linkerd_s_go_makes_of_it(text: str, key: str) -> None:
+    assert parse_values(f"{text}: v\n", "values") == {key: "v"}
+
+
+GO_MERGES: list[tuple[str, str]] = [
+    ("1: a\n'1': b\n", "key '1' and key 1 (first at line 1) are one key, '1'"),
+    ('"true": a\nyes: b\n', "key yes and key \"true\" (first at line 1) are one key, 'true'"),
+    ("true: a\nyes: b\n", "key yes and key true (first at line 1) are one key, 'true'"),
+    ("1.0: a\n1: b\n", "key 1 and key 1.0 (first at line 1) are one key, '1'"),
+    ("1e3: a\n1000: b\n", "key 1000 and key 1e3 (first at line 1) are one key, '1000'"),
+    ("0o17: a\n15: b\n", "key 15 and key 0o17 (first at line 1) are one key, '15'"),
+    (".nan: a\n.NaN: b\n", "key .NaN and key .nan (first at line 1) are one key, '.nan'"),
+    ("16777217.0: a\n16777216.0: b\n", "key 16777216.0 and key 16777217.0 (first at line 1)"),
+    ("a: 1\n'a': 2\n", "key 'a' appears twice in one mapping (first at line 1)"),
+    ("1: a\n1: b\n", "key '1' appears twice in one mapping (first at line 1)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "said"), GO_MERGES, ids=[t for t, _ in GO_MERGES])
+def test_keys_linkerd_s_go_takes_for_one_are_refused(text: str, said: str) -> None:
+    """Go keeps one of them, silently (yaml.v2 the last of equal keys, sigs.k8s.io/yaml
+    either of two that make one string): the ConfigMap is refused, naming both."""
+    body = "unmanaged:\n" + "".join(f"  {line}\n" for line in text.splitlines())
+    message = refusal(with_values(modern_install()[0], installed_values() + body))
+    second = installed_values().count("\n") + 3
+    first = second - 1
+    said = said.replace("(first at line 1)", f"(first at line {first})")
+    assert message.startswith(f"{VALUES_AT}: line {second}, column 3: {said}"), message
+    assert message.endswith("; which one counts would be a guess")
+
+
+GO_REFUSES: list[tuple[str, str]] = [
+    ("v: .inf\n", "line 1, column 4: .inf is a float JSON cannot hold"),
+    ("v: [1, -.Inf]\n", "line 1, column 8: -.Inf is a float JSON cannot hold"),
+    ("v: .nan\n", "line 1, column 4: .nan is a float JSON cannot hold"),
+    ("~: v\n", "line 1, column 1: key ~ is null"),
+    ("? ''\n: v\nnull: w\n", "line 3, column 1: key null is null"),
+    ("18446744073709551615: v\n", "key 18446744073709551615 is an integer beyond int64"),
+    ("v: !!str 1\n", "line 1, column 4: a YAML tag (!!str)"),
+    ("v: !!binary aGk=\n", "a YAML tag (!!binary)"),
+    ("v: ! 1\n", "a YAML tag (!)"),
+    ("v: !!set {a}\n", "a YAML tag (!!set)"),
+    ("<<: {a: 1}\n", "line 1, column 1: a YAML merge key (<<)"),
+    ("a: 1\n---\nb: 2\n", "line 2, column 1: a second YAML document"),
+    ("%YAML 1.2\n---\na: 1\n", "a %YAML 1.2 directive"),
+    ("? [1, 2]\n: 3\n", "a mapping key that is itself a mapping or list"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("text", "said"), GO_REFUSES, ids=[t for t, _ in GO_REFUSES])
+def test_what_linkerd_s_go_refuses_or_linkerd_never_writes_is_refused(text: str, said: str) -> None:
+    """A float JSON cannot hold, a null or uint64 key: sigs.k8s.io/yaml refuses the whole
+    text (Linkerd could not read its own config). A tag, a merge key, a second document:
+    never written by Linkerd, read differently by different readers."""
+    with pytest.raises(FormatError) as raised:
+        parse_values(text, "values")
+    (error,) = raised.value.errors
+    assert said in error.message
+
+
+def test_what_linkerd_wrote_reads_the_same_by_go_s_rules() -> None:
+    """Linkerd's own values (Go's marshaller quotes every ambiguous string) read by Go's rules
+    as PyYAML reads them: nothing in them changes."""
+    assert parse_values(installed_values(), "values") == yaml.safe_load(installed_values())

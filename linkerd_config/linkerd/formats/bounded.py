@@ -18,6 +18,10 @@ The checks run on the parser's event stream before anything is built, so refusin
 text costs at most one linear scan of ``MAX_BYTES``. Errors are ``Unreadable`` (a
 ``ValueError``) saying where (line and column, when the parser knows) and why; the caller
 names the ConfigMap and key.
+
+``yaml_value`` and ``yaml_documents`` read YAML as PyYAML does (the CLI's manifests, ``plan``'s
+diffs). ``values``, which Linkerd reads with Go's ``sigs.k8s.io/yaml``, is read by Go's rules
+(``formats.go_yaml``, through ``yaml_with``: the same bounds, the same errors).
 """
 
 from __future__ import annotations
@@ -34,8 +38,10 @@ __all__ = [
     "MAX_NODES",
     "Unreadable",
     "json_value",
+    "refuse",
     "yaml_documents",
     "yaml_value",
+    "yaml_with",
 ]
 
 MAX_BYTES: Final = 256 * 1024
@@ -62,10 +68,10 @@ class _StrictLoader(_CLoader):  # type: ignore[misc]
         for key_node, value_node in node.value:
             key = self.construct_object(key_node, deep=deep)
             if not isinstance(key, Hashable):
-                _refuse(key_node.start_mark, "a mapping key that is itself a mapping or list")
+                refuse(key_node.start_mark, "a mapping key that is itself a mapping or list")
             if key in mapping:
                 earlier = first[key]
-                _refuse(
+                refuse(
                     key_node.start_mark,
                     f"key {_short(key)} appears twice in one mapping (first at line "
                     f"{earlier.line + 1}); which one counts would be a guess",
@@ -85,6 +91,12 @@ def yaml_documents(text: str) -> list[Any]:
     over the whole text; Unreadable if not."""
     documents: list[Any] = _yaml(text, lambda: list(yaml.load_all(text, Loader=_StrictLoader)))
     return documents
+
+
+def yaml_with(text: str, load: Callable[[], Any]) -> Any:
+    """``load()``, a reader of ``text`` by rules of its own (``formats.go_yaml``: as Linkerd's
+    Go reads ``values``), run once ``text`` is within the bounds above, its errors as theirs."""
+    return _yaml(text, load)
 
 
 def _yaml(text: str, load: Callable[[], Any]) -> Any:
@@ -138,23 +150,23 @@ def _scan(text: str) -> None:
     depth = nodes = 0
     for event in yaml.parse(text, Loader=_CLoader):
         if isinstance(event, yaml.AliasEvent):
-            _refuse(
+            refuse(
                 event.start_mark,
                 f"a YAML alias (*{event.anchor}); Linkerd never writes anchors or aliases",
             )
         if isinstance(event, yaml.NodeEvent):
             if event.anchor is not None:
-                _refuse(
+                refuse(
                     event.start_mark,
                     f"a YAML anchor (&{event.anchor}); Linkerd never writes anchors or aliases",
                 )
             nodes += 1
             if nodes > MAX_NODES:
-                _refuse(event.start_mark, f"more than {MAX_NODES} values")
+                refuse(event.start_mark, f"more than {MAX_NODES} values")
         if isinstance(event, yaml.CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                _refuse(event.start_mark, f"nested more than {MAX_DEPTH} levels deep")
+                refuse(event.start_mark, f"nested more than {MAX_DEPTH} levels deep")
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
 
@@ -195,7 +207,7 @@ def _where(mark: Any) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
-def _refuse(mark: Any, problem: str) -> NoReturn:
+def refuse(mark: Any, problem: str) -> NoReturn:
     raise Unreadable(f"{_where(mark)}: {problem}" if mark is not None else problem)
 
 

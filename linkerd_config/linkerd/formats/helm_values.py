@@ -38,7 +38,7 @@ from typing import Any, Final
 
 import yaml
 
-from linkerd_config.linkerd.formats import bounded
+from linkerd_config.linkerd.formats import bounded, go_yaml
 from linkerd_config.linkerd.formats.base import (
     SNAPSHOT_FIELD,
     FieldError,
@@ -314,10 +314,12 @@ class HelmValuesFormat:
 
 
 def parse_values(text: str, where: str) -> dict[str, Any]:
-    """A values document, read within ``formats.bounded``'s limits (no anchors or aliases, no
-    key twice); FormatError naming ``where`` if refused or not a YAML mapping."""
+    """A values document as Linkerd reads it (``formats.go_yaml``: the JSON value
+    sigs.k8s.io/yaml makes of it, every key a string), within ``formats.bounded``'s limits (no
+    anchors or aliases, no key twice, none two to PyYAML and one to Go); FormatError naming
+    ``where`` if refused or not a YAML mapping."""
     try:
-        parsed = bounded.yaml_value(text)
+        parsed = go_yaml.value(text)
     except bounded.Unreadable as error:
         raise FormatError([(where, str(error))]) from error
     if parsed is None:
@@ -367,7 +369,10 @@ A string matching it is written quoted, which every reader reads as the same str
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     if "\n" in value:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    quoted = "'" if _NOT_PLAIN.fullmatch(value) else None
+    # Go's own rules decide too (go_yaml.resolve): 0b-101 is -5 to Go, and no pattern above
+    # would say so.
+    ambiguous = _NOT_PLAIN.fullmatch(value) or not go_yaml.plain_string(value)
+    quoted = "'" if ambiguous else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=quoted)
 
 
