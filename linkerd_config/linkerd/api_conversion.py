@@ -39,10 +39,12 @@ __all__ = [
     "VALUES_ANNOTATION",
     "VALUES_ANNOTATION_FIELD",
     "convert",
+    "said_to_writer",
     "served_field",
     "served_text",
     "to_hub",
     "version_of",
+    "written_version",
 ]
 
 GROUP: Final = "config.linkerd.io"
@@ -180,6 +182,42 @@ def served_text(text: str, version: str, *, annotated: bool = False) -> str:
     return _FIELD_MENTION.sub(
         lambda found: served_field(found.group(0), version, annotated=annotated), text
     )
+
+
+def written_version(obj: Mapping[str, Any]) -> str:
+    """The API version a stored LinkerdConfig's spec was last written in: that of the newest
+    write of any ``spec`` field the API server records (``metadata.managedFields``: each
+    manager's last request, in the version it was made in; the status subresource's and
+    metadata-only writes are not the spec's). The storage version when none says (no
+    managedFields, or a version this controller does not serve)."""
+    metadata = obj.get("metadata")
+    entries = metadata.get("managedFields") if isinstance(metadata, Mapping) else None
+    newest: tuple[str, str] | None = None
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping) or entry.get("subresource"):
+            continue
+        fields = entry.get("fieldsV1")
+        api_version, at = entry.get("apiVersion"), entry.get("time")
+        if not (isinstance(fields, Mapping) and "f:spec" in fields):
+            continue
+        if not isinstance(api_version, str) or not api_version.startswith(f"{GROUP}/"):
+            continue
+        when = at if isinstance(at, str) else ""
+        if newest is None or when >= newest[0]:  # a tie: the later entry
+            newest = (when, api_version.removeprefix(f"{GROUP}/"))
+    if newest is None or newest[1] not in SERVED_VERSIONS:
+        return STORAGE_VERSION
+    return newest[1]
+
+
+def said_to_writer(text: str, obj: Mapping[str, Any]) -> str:
+    """``text`` (naming fields as the hub does, or as the object's writer does already) with
+    every field named as whoever wrote the stored LinkerdConfig ``obj`` names it
+    (``written_version``): a v1alpha1 object's in v1alpha1's names, the v1alpha2 values it has
+    no field for in its annotation. For status conditions, Events and ``status``, which no
+    request of a given version asks for."""
+    version = written_version(obj)
+    return served_text(text, version, annotated=version == V1ALPHA1)
 
 
 # -- v1alpha2 -> hub ------------------------------------------------------------------------------

@@ -22,7 +22,14 @@ from linkerd_config.kube.resource import Json, rfc3339, stored_json
 from linkerd_config.kube.rollout_status import Verdict
 from linkerd_config.linkerd import canary, reconcile_decision, rollback, rollout, workload_health
 from linkerd_config.linkerd import rollout_machine as machine
-from linkerd_config.linkerd.api_conversion import convert, to_hub, version_of
+from linkerd_config.linkerd.api_conversion import (
+    V1ALPHA1,
+    convert,
+    said_to_writer,
+    served_text,
+    to_hub,
+    version_of,
+)
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.config_diff import Change, diff, key_diff
 from linkerd_config.linkerd.defaults import defaulted
@@ -208,7 +215,19 @@ class Plan:
 
 
 def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
-    """What applying ``config`` (as read from a file) would do now; nothing is written."""
+    """What applying ``config`` (as read from a file) would do now; nothing is written.
+    Every message names fields as the file's API version does."""
+    found = _plan(config, view, defaults)
+    if found.problem is None:
+        return found
+    # As validation names them: a v1alpha1 file's v1alpha2-only values are in its annotation.
+    version, spec = version_of(config), config.get("spec")
+    annotated = version == V1ALPHA1 and not (isinstance(spec, Mapping) and "values" in spec)
+    message = served_text(found.problem.message, version, annotated=annotated)
+    return replace(found, problem=replace(found.problem, message=message))
+
+
+def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     metadata = config.get("metadata")
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
@@ -278,7 +297,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     restarts, kept_lines, first = _rollout(view, rolled, policy, config, old, hold)
     return Plan(
         name,
-        warnings=tuple(warnings_for(config)),
+        warnings=tuple(warnings_for(mutated)),  # as the webhook warns: in the file's names
         target=str(target),
         config_format=desired.config_format,
         linkerd_version=desired.linkerd_version,
@@ -678,9 +697,17 @@ def status(
     by default the clock's)."""
     at = time.time() if now is None else now
     return [
-        _status_of(config, view, defaults, at)
+        _said_to_writer(_status_of(config, view, defaults, at), config)
         for config in sorted(view.configs, key=lambda c: str(c["metadata"]["name"]))
     ]
+
+
+def _said_to_writer(found: ConfigStatus, config: Json) -> ConfigStatus:
+    """``found`` naming fields as whoever wrote ``config`` does, as its status does."""
+    if found.problem is None:
+        return found
+    message = said_to_writer(found.problem.message, config)
+    return replace(found, problem=replace(found.problem, message=message))
 
 
 def _rolled_back_to(

@@ -15,7 +15,7 @@ from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.resource import Json
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import readiness, reconcile_decision
-from linkerd_config.linkerd.api_conversion import STORAGE_VERSION, served_field, served_text
+from linkerd_config.linkerd.api_conversion import said_to_writer
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CONFIGMAP_SYNCED,
     CONFLICT,
@@ -151,9 +151,8 @@ class StatusOutcomes:
         refused: reconcile_decision.Refused,
     ) -> Result:
         """Nothing is written: said in status, in the controller's words (``plan`` says what
-        would be), naming fields as the storage version does (what ``kubectl get`` shows)."""
-        message = served_text(refused.message, STORAGE_VERSION)
-        message += _CONSEQUENCES.get(refused.reason, "")
+        would be)."""
+        message = refused.message + _CONSEQUENCES.get(refused.reason, "")
         if refused.reason == reconcile_decision.CONFLICT:
             return await self.conflict(config, conditions, generation, refused.owner, message)
         # A spec validation refuses is InvalidConfig in status, as one that does not render.
@@ -169,6 +168,7 @@ class StatusOutcomes:
         message: str,
         reason: str = "InvalidConfig",
     ) -> Result:
+        message = said_to_writer(message, config)
         previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})
         if previous.get("message") != message:
             self.recorder.record(config, "Warning", reason, message)
@@ -238,7 +238,7 @@ class StatusOutcomes:
             f"ConfigMap {names}, which Linkerd {desired.linkerd_version}'s proxy injector "
             "reads, is missing and no readable copy of it was kept (its -preserved copy is "
             "absent, or not as this controller wrote it): restore it (linkerd upgrade, or "
-            f"helm upgrade) or state {served_field(TRUST_ANCHOR, STORAGE_VERSION)}; nothing "
+            f"helm upgrade) or state {said_to_writer(TRUST_ANCHOR, config)}; nothing "
             "restarted meanwhile"
         )
         previous = next((c for c in conditions if c["type"] == CONFIGMAP_SYNCED), {})

@@ -56,9 +56,12 @@ class FakeWriter:
 class FakeRecorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
+        self.messages: list[str] = []
+        """Each event's message, in the order of ``events``."""
 
-    def record(self, _involved: Any, type_: str, reason: str, _message: str) -> None:
+    def record(self, _involved: Any, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason))
+        self.messages.append(message)
 
 
 def controller(

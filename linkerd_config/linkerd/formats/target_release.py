@@ -67,7 +67,10 @@ __all__ = [
 GLOBAL_VERSION: Final = "spec.global.version"
 PROXY_VERSION: Final = "spec.proxy.proxyVersion"
 STANDS_IN: Final = "(the Linkerd version when spec.global.version is not set)"
-_NOTHING_DECLARED: Final = "is not set, and the cluster's linkerd-config declares no version"
+_NOTHING_DECLARED: Final = (
+    "is not set, and ConfigMap {where} declares no version (no values key, nor a global with "
+    "one): state it, or restore the ConfigMap (linkerd upgrade)"
+)
 
 
 def format_for(version: str | LinkerdVersion) -> ConfigFormat:
@@ -192,7 +195,7 @@ def release_for(spec: Mapping[str, Any], installed: Installed) -> TargetRelease:
     declared = cluster_version(installed) if installed.data else None
     if stated is None:
         if declared is None:
-            raise FormatError([(GLOBAL_VERSION, _NOTHING_DECLARED)])
+            raise FormatError([(GLOBAL_VERSION, _NOTHING_DECLARED.format(where=installed.where))])
         try:
             fmt = format_for(declared.version)
         except FormatError as error:
