@@ -15,7 +15,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from linkerd_config.linkerd.formats import bounded
+from linkerd_config.linkerd.formats import bounded, go_yaml
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 _PEM_BEGIN = "-----BEGIN CERTIFICATE-----"
@@ -55,8 +55,9 @@ class Change:
 def readable(text: str | None) -> Any:
     """What a key's text says: JSON or a YAML mapping parsed, certificates described, or the
     text itself; ABSENT for a key that is not there. Read by the same bounded readers as the
-    controller's (``formats.bounded``): a text they refuse (an alias bomb, a key twice) is
-    compared as text, never expanded."""
+    controller's (``formats.bounded``; YAML by Go's rules, ``formats.go_yaml``, as Linkerd
+    reads ``values``, so a value written back in another form Go reads alike is no change):
+    a text they refuse (an alias bomb, a key twice) is compared as text, never expanded."""
     if text is None:
         return ABSENT
     parsed: Any = text
@@ -64,7 +65,7 @@ def readable(text: str | None) -> Any:
         parsed = bounded.json_value(text)
     except bounded.Unreadable:
         try:
-            loaded = bounded.yaml_value(text)
+            loaded = go_yaml.value(text)
         except bounded.Unreadable:
             loaded = None
         if isinstance(loaded, dict):

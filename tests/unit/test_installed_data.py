@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.config_diff import readable
+from linkerd_config.linkerd.config_diff import key_diff, readable
 from linkerd_config.linkerd.formats import FormatError, InstalledDataError, bounded
 from linkerd_config.linkerd.formats.helm_values import parse_values
 from linkerd_config.linkerd.preview import plan, status
@@ -347,3 +347,15 @@ def test_what_linkerd_wrote_reads_the_same_by_go_s_rules() -> None:
     """Linkerd's own values (Go's marshaller quotes every ambiguous string) read by Go's rules
     as PyYAML reads them: nothing in them changes."""
     assert parse_values(installed_values(), "values") == yaml.safe_load(installed_values())
+
+
+def test_plan_s_diff_of_values_lists_only_what_linkerd_reads_differently() -> None:
+    """``plan`` diffs ``values`` by Go's rules too: an unmanaged value the rendering writes
+    back in another form (0o17 as 15, a timestamp quoted) is no change, and no PyYAML-only
+    value (a datetime) reaches ``-o json``."""
+    text = installed_values() + "u:\n  x: 0o17\n  t: 2001-12-14T21:59:43Z\n  w: y\n"
+    configmap = with_values(modern_install()[0], text)
+    after = render(configmap).data["values"]
+    changes = key_diff(text, after)
+    assert {c.path for c in changes} == {"proxy.image.version", "proxy.logLevel"}
+    json.dumps([c.as_json() for c in changes])
