@@ -150,15 +150,21 @@ def in_namespace(objects: Iterable[tuple[str, Json]], namespace: str) -> dict[st
 def current_data(configmaps: Mapping[str, Json], target: Target) -> dict[str, dict[str, str]]:
     """What a rendering reads: the data of the ConfigMaps in the target's namespace, by name.
     A deleted ConfigMap (the target, the trust roots) is rendered onto what it held, kept in
-    its preserved copy."""
+    its preserved copy; so is a key deleted from one that its copy keeps (the ``values`` we
+    rewrite in place, which also says the release: the rendering writes it back as it was,
+    rather than asking the spec for the version the deleted key declared)."""
     current = {name: dict(cm.get("data") or {}) for name, cm in configmaps.items()}
     for name, copy_ in configmaps.items():
         original = name.removesuffix(PRESERVED_SUFFIX)
-        if original == name or original in configmaps or not _ours(copy_):
+        if original == name or not _ours(copy_):
             continue
         part = from_preserved(copy_)
-        if part is not None:
+        if part is None:
+            continue
+        if original not in configmaps:
             current[original] = part.data
+        else:  # only what it lacks: what it holds is the truth, whoever wrote it
+            current[original] = {**part.data, **current[original]}
     return current
 
 

@@ -279,3 +279,20 @@ def test_said_to_writer_is_idempotent_and_leaves_other_text_alone() -> None:
     assert said_to_writer(
         "ConfigMap linkerd/x, key values: bad", written_as(config(), V1ALPHA2)
     ) == ("ConfigMap linkerd/x, key values: bad")
+
+
+@pytest.mark.parametrize(
+    ("version", "field"),
+    [
+        (V1ALPHA1, "spec.global.identityContext.trustAnchorsPEM"),
+        (V1ALPHA2, "spec.values.identityTrustAnchorsPEM"),
+    ],
+)
+def test_plans_warnings_name_fields_as_the_file_does(version: str, field: str) -> None:
+    """As the webhook warns a request: a v1alpha2 file was warned in the hub's names."""
+    obj = small()
+    obj["metadata"] = {"name": "modern"}
+    configmap, _ = modern_install()
+    found = plan(convert(obj, version), view(configmap=configmap), DEFAULTS)
+    assert found.problem is None, found.problem
+    assert [w for w in found.warnings if w.startswith(f"{field} is not set")], found.warnings

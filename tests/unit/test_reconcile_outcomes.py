@@ -75,7 +75,8 @@ async def test_drift_is_applied_and_the_rest_preserved_then_nothing_more() -> No
     names = [o["metadata"]["name"] for o in writer.applied]
     assert names == ["linkerd-config-preserved", "linkerd-config"]
     preserved, ours = writer.applied
-    assert set(preserved["data"]) == {"install"}  # what we do not manage, kept aside
+    # What we do not manage, kept aside; and global as written (the trust anchor it may keep).
+    assert set(preserved["data"]) == {"install", "global"}
     assert set(ours["data"]) == {"global", "proxy"}  # only what we manage is applied
     assert ("Normal", "ConfigMapUpdated") in recorder.events
     assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")  # no pods to roll
@@ -201,6 +202,46 @@ async def test_a_deleted_modern_configmap_comes_back_from_its_preserved_values()
     original = yaml.safe_load(config_cm["data"]["values"])
     assert restored["proxy"]["logLevel"] == "debug"
     assert restored["identityTrustAnchorsPEM"] == original["identityTrustAnchorsPEM"]
+
+
+async def test_a_deleted_values_key_comes_back_from_the_copy_not_asked_of_the_spec() -> None:
+    """The key that says the release is gone (issue 39, finding 6): the copy knows it, so
+    the controller writes it back as it was, and says so, rather than asking the spec for
+    a ``spec.global.version`` it never set."""
+    ctl, writer, recorder, config_cm = await reconciled_modern()
+    preserved, roots_copy, ours = writer.applied
+    for kept in (preserved, roots_copy):
+        ctl.configmaps.store.put(kept)
+    lost = merged(config_cm, ours)
+    del lost["data"]["values"]
+    ctl.configmaps.store.put(lost)
+    ctl.configs.store.put({**small(), "status": writer.statuses[-1]})
+    await ctl.reconcile("modern")
+    assert writer.applied[-1]["data"] == ours["data"]  # values, exactly as written before
+    assert writer.applied[-1]["metadata"]["annotations"] == ours["metadata"]["annotations"]
+    assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
+    assert recorder.messages[-1].endswith("(keys values)")
+    assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")
+
+
+async def test_a_deleted_legacy_global_comes_back_with_the_clusters_anchor() -> None:
+    """A legacy spec without a trust anchor keeps the cluster's, which only ``global`` held:
+    the copy keeps ``global`` as written, so a deleted one comes back with it (it used to be
+    refused: the anchor 'not set, and ConfigMap linkerd/linkerd-config holds none to keep')."""
+    anchorless = config()
+    del anchorless["spec"]["global"]["identityContext"]["trustAnchorsPEM"]
+    ctl, writer, recorder = controller(anchorless, configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    preserved, ours = writer.applied
+    assert set(preserved["data"]) == {"install", "global"}
+    ctl.configmaps.store.put(preserved)
+    lost = merged(install_configmap(), ours)
+    del lost["data"]["global"]
+    ctl.configmaps.store.put(lost)
+    await ctl.reconcile("edge-19.12.3")
+    assert writer.applied[-1]["data"] == ours["data"]
+    assert writer.statuses[-1]["trustAnchorSource"] == "Cluster"
+    assert recorder.messages[-1].endswith("(keys global)")
 
 
 async def test_a_spec_for_the_other_format_than_the_cluster_is_refused() -> None:

@@ -199,8 +199,10 @@ class LegacyFormat:
 
     @property
     def owned_keys(self) -> frozenset[str]:
-        """``global`` and ``proxy`` are written whole from the spec."""
-        return MANAGED_KEYS
+        """``proxy`` is written whole from the spec. ``global`` is not always: it carries the
+        cluster's trust anchor when the spec states none, so it is kept in the preserved copy
+        too, and a deleted ``global`` comes back with that anchor."""
+        return frozenset({"proxy"})
 
     def defaults(self) -> Mapping[str, Any]:
         """What ``linkerd install`` of the era wrote for a field the spec leaves out."""

@@ -1,0 +1,207 @@
+"""A managed key deleted from ``linkerd-config`` comes back, and what the controller says names
+fields as the object's writer does (issue 39, finding 6).
+
+On a control plane of the test's own, with the format's Linkerd and its real injector, the
+controller runs with its webhooks off and on:
+
+* **Names.** Two LinkerdConfigs that cannot be written (they manage a ConfigMap that does not
+  exist; the values one states no Linkerd version, the legacy one no trust anchor), one
+  applied as v1alpha1 and one as v1alpha2: the Ready condition, the Warning Event, ``plan -f``
+  and ``status`` name the field as its own version does (``spec.global.version`` for the
+  v1alpha1 object, ``spec.values.linkerdVersion`` for the v1alpha2 one), never the other's.
+  Before the fix, both said the storage version's name (the finding: a v1alpha1 object that
+  never set it was asked for ``spec.values.linkerdVersion``).
+* **Restore.** A v1alpha1 LinkerdConfig manages ``linkerd-config``; then someone deletes the
+  key the format writes in place (``values``), or the one that declares the release in the
+  legacy format (``global``): it is written back as it was, a ``ConfigMapReverted`` Event
+  names the key, and Ready stays (or comes back) True. Before the fix the values format went
+  ``Ready=False`` asking the v1alpha1 object for ``spec.values.linkerdVersion``, and nothing
+  was restored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster.cluster import LocalControlPlane
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
+from linkerd_config.kube.resource import CONFIGMAPS, EVENTS
+from linkerd_config.linkerd.api_conversion import V1ALPHA2, convert, served_field
+from linkerd_config.linkerd.formats.target_release import GLOBAL_VERSION
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as STORED
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
+from linkerd_config.linkerd.validation import TRUST_ANCHOR
+from tests.support import formats, scenario, webhooks_on
+from tests.support.formats import Format
+from tests.support.waiting import eventually
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+Obj = dict[str, Any]
+CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
+CASES = [
+    pytest.param(fmt, webhooks, id=f"{fmt.name}-webhooks-{'on' if webhooks else 'off'}")
+    for fmt in formats.FORMATS
+    for webhooks in (False, True)
+]
+DELETED_KEY = {"legacy": "global", "values": "values"}
+"""The key deleted: the one each format's release is declared in."""
+
+
+def unwritable(fmt: Format, configmap: str) -> tuple[Obj, str]:
+    """A v1alpha1 spec managing ``configmap``, which does not exist, so cannot be written,
+    and the field (as the hub names it) the refusal names: the values one states no Linkerd
+    version, the legacy one no trust anchor."""
+    spec = fmt.spec(fmt.good, {})
+    spec.setdefault("global", {})["configMap"] = configmap
+    if fmt is formats.LEGACY:
+        del spec["global"]["identityContext"]["trustAnchorsPEM"]
+        return spec, TRUST_ANCHOR
+    return spec, GLOBAL_VERSION
+
+
+def v1alpha1(name: str, spec: Obj) -> Obj:
+    return {
+        "apiVersion": LINKERD_CONFIGS_V1ALPHA1.api_version,
+        "kind": "LinkerdConfig",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+async def ready(kube: KubeClient, name: str) -> Obj:
+    return await scenario.condition(kube, name, "Ready")
+
+
+async def ready_is(kube: KubeClient, name: str, status: str, reason: str) -> Obj | None:
+    cond = await ready(kube, name)
+    current = cond.get("observedGeneration") == cond["generation"]
+    return (
+        cond if current and (cond.get("status"), cond.get("reason")) == (status, reason) else None
+    )
+
+
+async def events_of(kube: KubeClient, name: str, reason: str) -> list[str]:
+    found = await kube.request(
+        "GET",
+        EVENTS.path(),
+        params={"fieldSelector": f"involvedObject.name={name},reason={reason}"},
+    )
+    return [str(e["message"]) for e in found["items"]]
+
+
+def inspect(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "linkerd_config", *args, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    cp: LocalControlPlane, kube: KubeClient, certs: Path, webhooks: bool
+) -> AsyncIterator[None]:
+    """The controller in this process, its admission webhooks in effect or not."""
+    if not webhooks:
+        async with scenario.controller(cp, "deleted-key"):
+            yield
+        return
+    flags, ca_pem, port = webhooks_on.serving(certs)
+    async with (
+        scenario.controller(cp, "deleted-key", *flags),
+        webhooks_on.in_effect(kube, ca_pem, port),
+    ):
+        yield
+
+
+@pytest.mark.parametrize(("fmt", "webhooks"), CASES)
+async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
+    own_control_plane: LocalControlPlane,
+    own_kube: KubeClient,
+    tmp_path: Path,
+    fmt: Format,
+    webhooks: bool,
+) -> None:
+    cp, kube = own_control_plane, own_kube
+    async with formats.installed(cp, kube, fmt), controller(cp, kube, tmp_path / "certs", webhooks):
+        # -- names, as each object's writer names them -----------------------------------
+        spec, hub_field = unwritable(fmt, "absent-1")
+        names = {"v1alpha1": hub_field, "v1alpha2": served_field(hub_field, V1ALPHA2)}
+        assert names["v1alpha1"] != names["v1alpha2"], names
+        first = v1alpha1("named-v1alpha1", spec)
+        second = convert(v1alpha1("named-v1alpha2", unwritable(fmt, "absent-2")[0]), V1ALPHA2)
+        await scenario.apply_linkerdconfig(kube, "named-v1alpha1", spec)
+        await kube.request("POST", STORED.path(), body=second)
+        files = {}
+        for version, obj in (("v1alpha1", first), ("v1alpha2", second)):
+            files[version] = tmp_path / f"{version}.yaml"
+            files[version].write_text(yaml.safe_dump(obj))
+        stated = await asyncio.to_thread(inspect, cp.kubeconfig, "status")
+        for version, other in (("v1alpha1", "v1alpha2"), ("v1alpha2", "v1alpha1")):
+            name = f"named-{version}"
+            cond = await eventually(
+                lambda name=name: ready_is(kube, name, "False", "InvalidConfig"),
+                timeout=60,
+                what=f"{name} refused",
+            )
+            said = {"Ready": cond["message"]}
+            said["Event"] = "\n".join(await events_of(kube, name, "InvalidConfig"))
+            planned = await asyncio.to_thread(
+                inspect, cp.kubeconfig, "plan", "-f", str(files[version])
+            )
+            said["plan"] = planned.stdout
+            said["status"] = next(
+                (n for n in stated.stdout.splitlines() if n.startswith(f'LinkerdConfig "{name}"')),
+                "",
+            )
+            print(f"\n{name}: {said}")
+            for where, text in said.items():
+                assert f"{names[version]}:" in text, (where, names[version], text)
+                assert names[other] not in text, (where, names[other], text)
+            await kube.request("DELETE", STORED.path(name=name))
+
+        # -- a deleted key comes back --------------------------------------------------------
+        managed = fmt.spec(fmt.good, {})
+        if fmt is formats.LEGACY:  # the cluster's anchor kept: only global holds it
+            del managed["global"]["identityContext"]["trustAnchorsPEM"]
+        await scenario.apply_linkerdconfig(kube, "managed", managed)
+        await eventually(
+            lambda: ready_is(kube, "managed", "True", "Ready"), timeout=120, what="managed Ready"
+        )
+        key = DELETED_KEY[fmt.name]
+        written = (await kube.request("GET", CM_PATH))["data"]
+        deleted = time.monotonic()
+        await kube.request(
+            "PATCH", CM_PATH, body={"data": {key: None}}, content_type=MERGE_PATCH, fenced=False
+        )
+        said: list[str] = []
+
+        async def restored() -> bool:
+            cond = await ready(kube, "managed")
+            said.append(str(cond.get("message")))
+            data = (await kube.request("GET", CM_PATH)).get("data") or {}
+            return data.get(key) == written[key]
+
+        await eventually(restored, timeout=30, interval=0.2, what=f"key {key} written back")
+        took = time.monotonic() - deleted
+        print(f"\n{fmt.name}: {key} back after {took:.1f}s")
+        assert (await kube.request("GET", CM_PATH))["data"] == written
+        reverted = await events_of(kube, "managed", "ConfigMapReverted")
+        assert any(f"keys {key}" in m for m in reverted), reverted
+        await eventually(
+            lambda: ready_is(kube, "managed", "True", "Ready"), timeout=60, what="Ready after"
+        )
+        assert not [m for m in said if "spec.values.linkerdVersion" in m], said
