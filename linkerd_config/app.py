@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import gc
 import ipaddress
@@ -32,6 +33,7 @@ from linkerd_config.kube.leader import (
 from linkerd_config.kube.local_conversion import LocalConversion, Refusal, Registration
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import (
+    LIMITS,
     InMemoryCertificate,
     ServingCertificate,
     serve,
@@ -185,6 +187,11 @@ def _assemble(
     return app
 
 
+SCRAPE_LIMITS = dataclasses.replace(LIMITS, per_source_rate=5.0, per_source_burst=10)
+"""``/metrics`` answers cost the most (about 5 ms of the one event loop each): past a burst of
+10, one source gets 5 a second. A scraper asks every 15 s or so."""
+
+
 def _metrics_server(
     settings: Settings, client: KubeClient, probes: Probes
 ) -> Callable[[], Awaitable[None]]:
@@ -192,7 +199,7 @@ def _metrics_server(
     and RBAC allows, as kubebuilder v4 serves it."""
     host, port = settings.metrics_address
     if not settings.metrics_secure:
-        return lambda: serve(probes.metrics_app(), host, port, name="metrics")
+        return lambda: serve(probes.metrics_app(), host, port, name="metrics", limits=SCRAPE_LIMITS)
     certificate: ServingCertificate
     if settings.metrics_cert_dir:
         cert_dir = Path(settings.metrics_cert_dir)
@@ -201,7 +208,9 @@ def _metrics_server(
         pair = self_signed_serving_pair()
         certificate = InMemoryCertificate(pair.cert_pem, pair.key_pem)
     auth = DelegatedAuth(client)
-    return lambda: serve_tls(probes.metrics_app(auth), host, port, certificate, name="metrics")
+    return lambda: serve_tls(
+        probes.metrics_app(auth), host, port, certificate, name="metrics", limits=SCRAPE_LIMITS
+    )
 
 
 def _admission(

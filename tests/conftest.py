@@ -57,3 +57,34 @@ async def kube(control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
     access = await load_access(str(control_plane.kubeconfig))
     async with KubeClient(access, user_agent="linkerd-config-tests") as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def node_image() -> str:
+    """The controller's image, built once for the session from this checkout with the tool
+    the machine has (``make docker-build-local``)."""
+    from tests.support.in_cluster import IMAGE, make  # noqa: PLC0415
+
+    make(None, "docker-build-local", f"IMG={IMAGE}")
+    return IMAGE
+
+
+@pytest.fixture
+def node_cluster(node_image: str) -> Iterator[LocalControlPlane]:
+    """A control plane of its own with a real node (kubelet + containerd) holding
+    ``node_image`` (one real node per machine: tests using it run one after the other)."""
+    from devcluster import real_node, third_party_crds  # noqa: PLC0415
+
+    with LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp:
+        real_node.load_image(cp.node.socket, node_image)
+        # What the install's PodMonitor needs: the Prometheus Operator's own CRD.
+        third_party_crds.apply(cp, [third_party_crds.crd_path("podmonitors")])
+        yield cp
+
+
+@pytest.fixture
+async def node_kube(node_cluster: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    """An admin client on ``node_cluster``."""
+    access = await load_access(str(node_cluster.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+        yield client

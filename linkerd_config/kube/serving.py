@@ -9,24 +9,35 @@ asyncio gives each TLS connection a 256 KiB read buffer up front).
 
 The listener is our own accept loop rather than ``loop.create_server``: only so can a
 connection still in its TLS handshake be counted against the cap, and be closed to make room.
+
+One client cannot take what the others need (``per_source*``). Connections are counted per
+source address too, and a source at its share makes room among its own: a pod flooding the
+webhook port with new connections closes only its own, never the API server's fresh one;
+nor, on the health port, the kubelet's. And a source's handshakes and requests take turns,
+a few at a time: however many it sends, each pass of the event loop does a bounded amount of
+its work, so another source's request waits for that much at most, not for the whole flood.
+(A NetworkPolicy would keep such a pod out, but only where the network enforces it: the
+server defends itself.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import socket
 import ssl
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, cast
 
 import structlog
 from aiohttp import web
 
+from linkerd_config.kube.ratelimit import TokenBucket
 from linkerd_config.kube.tls import load_chain_from_memory
 
 log = structlog.get_logger(__name__)
@@ -47,6 +58,22 @@ class ConnectionLimits:
     client trickling its bodies to keep every connection busy). When none may be closed, the
     newcomer is. So a client that uses its connections (an API server, a kubelet) keeps them,
     and its new ones are let in."""
+    per_source: int = 32
+    """Open connections from one address at most: one more from it closes one of its own by
+    the rules above, else is closed. A source never makes room by closing another's; at
+    ``max_connections``, room is made among the connections of the source holding most."""
+    per_source_handshakes: int = 2
+    """TLS handshakes in progress from one address at most (a new connection's costliest
+    step); its others wait their turn, within ``handshake_timeout``."""
+    per_source_requests: int = 4
+    """Requests in progress from one address at most; its others wait their turn, in order
+    (nothing is refused: a source only waits for itself) ..."""
+    per_source_rate: float = 50.0
+    per_source_burst: int = 100
+    """... and paced: past a burst, a source's requests start ``per_source_rate`` a second
+    at most (a token bucket that delays, never refuses). So however fast one source asks,
+    it takes a bounded share of the one event loop (the API server and the kubelet ask a
+    few times a second at most)."""
     slow_request: float = 1.0
     """A request in progress this long may be cut to make room (an admission review takes
     milliseconds; the webhook's own deadline is 7 s)."""
@@ -74,12 +101,64 @@ class ConnectionLimits:
 LIMITS = ConnectionLimits()
 
 
+class _Turns:
+    """At most ``limit`` at once per source; the others wait their turn, first come first
+    served. A source's semaphore lives while someone of it holds or awaits a turn."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._users: Counter[str] = Counter()
+
+    @contextlib.asynccontextmanager
+    async def turn(self, source: str) -> AsyncIterator[None]:
+        semaphore = self._semaphores.get(source)
+        if semaphore is None:
+            semaphore = self._semaphores[source] = asyncio.Semaphore(self.limit)
+        self._users[source] += 1
+        try:
+            async with semaphore:
+                yield
+        finally:
+            self._users[source] -= 1
+            if not self._users[source]:
+                del self._users[source]
+                del self._semaphores[source]
+
+
+class _Pacing:
+    """A token bucket per source, the ``remembered`` most recently used kept (a source
+    forgotten starts again with a full bucket, as one idle that long would have)."""
+
+    def __init__(self, rate: float, burst: int, remembered: int = 4096) -> None:
+        TokenBucket.check(rate, burst)
+        self.rate = rate
+        self.burst = burst
+        self.remembered = remembered
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+
+    def delay(self, source: str, now: float) -> float:
+        """Seconds until ``source``'s next request may start (a token taken for it)."""
+        bucket = self._buckets.get(source)
+        if bucket is None:
+            bucket = self._buckets[source] = TokenBucket(self.rate, self.burst, now)
+            if len(self._buckets) > self.remembered:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(source)
+        return bucket.reserve(now)
+
+
 class _Connection(asyncio.Protocol):
     """One accepted connection: the server's protocol inside, the connection's deadline,
     and whether a request is in progress (told by the listener's middleware)."""
 
-    def __init__(self, listener: _Listener, inner: asyncio.Protocol, sock: socket.socket) -> None:
+    def __init__(
+        self, listener: _Listener, inner: asyncio.Protocol, sock: socket.socket, source: str
+    ) -> None:
         self.listener = listener
+        self.source = source
+        """The client's address."""
         self.inner = inner
         self.sock = sock
         self.transport: asyncio.Transport | None = None
@@ -92,6 +171,8 @@ class _Connection(asyncio.Protocol):
         self.busy_since = 0.0
         """When the request in progress started (with ``requests``)."""
         self.reading_headers = True
+        self.handlers: set[asyncio.Task[object]] = set()
+        """Its requests' handlers: cut with it (so a turn it holds is freed)."""
         self._deadline: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol, passed on to the server's protocol ----------------------------------
@@ -152,8 +233,10 @@ class _Connection(asyncio.Protocol):
         return not waiting  # b"": the client has closed its side
 
     def evict(self) -> None:
-        """Close now (a request in progress on it is cut)."""
+        """Close now (a request in progress on it is cut, its handler cancelled)."""
         self._disarm()
+        for handler in self.handlers:
+            handler.cancel()
         if self.transport is not None:
             self.transport.abort()
         elif self.handshake is not None:
@@ -202,8 +285,13 @@ class _Listener:
         self.limits = limits
         self.open: OrderedDict[_Connection, None] = OrderedDict()
         """Open connections, least recently used first."""
+        self.sources: dict[str, OrderedDict[_Connection, None]] = {}
+        """The same, by source address."""
         self._by_protocol: dict[object, _Connection] = {}
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._handshake_turns = _Turns(limits.per_source_handshakes)
+        self._request_turns = _Turns(limits.per_source_requests)
+        self._pacing = _Pacing(limits.per_source_rate, limits.per_source_burst)
         self.evicted = 0
         self.refused = 0
         self._reported = 0.0
@@ -213,10 +301,18 @@ class _Listener:
         connection = self._by_protocol.get(request.protocol)
         if connection is None:  # gone already (evicted while the request was parsed)
             return await handler(request)
+        task = asyncio.current_task()
+        assert task is not None
         connection.request_started()
+        connection.handlers.add(task)
         try:
-            return await handler(request)
+            async with self._request_turns.turn(connection.source):
+                delay = self._pacing.delay(connection.source, time.monotonic())
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                return await handler(request)
         finally:
+            connection.handlers.discard(task)
             connection.request_finished()
 
     async def run(self) -> None:
@@ -235,16 +331,22 @@ class _Listener:
     def used(self, connection: _Connection) -> None:
         if connection in self.open:
             self.open.move_to_end(connection)
+            self.sources[connection.source].move_to_end(connection)
 
     def forget(self, connection: _Connection) -> None:
-        self.open.pop(connection, None)
+        if connection in self.open:
+            del self.open[connection]
+            own = self.sources[connection.source]
+            del own[connection]
+            if not own:
+                del self.sources[connection.source]
         self._by_protocol.pop(connection.inner, None)
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
             try:
-                conn, _ = await loop.sock_accept(sock)
+                conn, address = await loop.sock_accept(sock)
             except (ConnectionAbortedError, InterruptedError):
                 continue
             except OSError as exc:
@@ -254,29 +356,38 @@ class _Listener:
                 log.error("cannot accept connections", server=self.name, error=str(exc))
                 await asyncio.sleep(1.0)
                 continue
-            self._admit(conn)
+            self._admit(conn, address)
             # Then whatever else is queued, as asyncio's own server does: a flood of
             # connections must not leave a kubelet's probe waiting in a full backlog.
             for _ in range(self.limits.backlog):
                 try:
-                    conn, _ = sock.accept()
+                    conn, address = sock.accept()
                 except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                     break
                 except OSError as exc:
                     if exc.errno not in _ACCEPT_RESOURCE_ERRORS:
                         raise
                     break
-                self._admit(conn)
+                self._admit(conn, address)
 
-    def _admit(self, conn: socket.socket) -> None:
-        if len(self.open) >= self.limits.max_connections and not self._evict_one():
+    def _admit(self, conn: socket.socket, address: object) -> None:
+        source = _source(address)
+        if len(self.sources.get(source, ())) >= self.limits.per_source:
+            admitted = self._evict_one(source)
+        elif len(self.open) >= self.limits.max_connections:
+            busiest = max(self.sources, key=lambda s: len(self.sources[s]))
+            admitted = self._evict_one(busiest) or self._evict_one(None)
+        else:
+            admitted = True
+        if not admitted:
             self.refused += 1
             self._report()
             conn.close()
             return
         conn.setblocking(False)
-        connection = _Connection(self, self.protocol_factory(), conn)
+        connection = _Connection(self, self.protocol_factory(), conn, source)
         self.open[connection] = None
+        self.sources.setdefault(source, OrderedDict())[connection] = None
         self._by_protocol[connection.inner] = connection
         task = asyncio.create_task(self._start(connection, conn), name=f"{self.name}-handshake")
         connection.handshake = task
@@ -294,11 +405,13 @@ class _Listener:
             self.forget(connection)
             conn.close()  # any transport over it is closed already; this closes the rest
 
-    def _evict_one(self) -> bool:
-        """Close the connection ``max_connections`` says to, if there is one."""
+    def _evict_one(self, source: str | None) -> bool:
+        """Close the connection ``max_connections`` says to, among ``source``'s (None: any
+        source's), if there is one."""
         now = time.monotonic()
         victim: _Connection | None = None
-        for connection in self.open:  # least recently used first
+        candidates = self._of(source)
+        for connection in candidates:  # least recently used first
             if connection.served and victim is not None:
                 continue  # a squatter is still looked for; this one would not be chosen
             if connection.closable(now):
@@ -306,7 +419,7 @@ class _Listener:
                 if not connection.served:
                     break
         if victim is None:
-            victim = self._slowest(now)
+            victim = self._slowest(now, source)
         if victim is None:
             return False
         self.forget(victim)
@@ -315,10 +428,18 @@ class _Listener:
         self._report()
         return True
 
-    def _slowest(self, now: float) -> _Connection | None:
-        """The connection whose request has been in progress longest, if for at least
-        ``slow_request``: every connection busy means a client keeps them so on purpose."""
-        busy = [c for c in self.open if c.requests]
+    def _of(self, source: str | None) -> OrderedDict[_Connection, None]:
+        """``source``'s open connections (None: everyone's), least recently used first."""
+        if source is None:
+            return self.open
+        return self.sources.get(source) or OrderedDict()
+
+    def _slowest(self, now: float, source: str | None) -> _Connection | None:
+        """The connection whose request has been in progress longest (among ``source``'s),
+        if for at least ``slow_request``: every connection busy means a client keeps them so
+        on purpose."""
+        candidates = self._of(source)
+        busy = [c for c in candidates if c.requests]
         if not busy:
             return None
         slowest = min(busy, key=lambda c: c.busy_since)
@@ -335,6 +456,8 @@ class _Listener:
                 "connection limit reached: closing idle connections to admit new ones",
                 server=self.name,
                 limit=self.limits.max_connections,
+                per_source=self.limits.per_source,
+                busiest=sorted(len(own) for own in self.sources.values())[-3:],
                 evicted=self.evicted,
                 refused_while_all_busy=self.refused,
             )
@@ -343,15 +466,27 @@ class _Listener:
         loop = asyncio.get_running_loop()
         tls = self.ssl_context is not None
         try:
-            await loop.connect_accepted_socket(
-                lambda: connection,
-                conn,
-                ssl=self.ssl_context,
-                ssl_handshake_timeout=self.limits.handshake_timeout if tls else None,
-                ssl_shutdown_timeout=self.limits.close_timeout if tls else None,
-            )
+            async with (
+                asyncio.timeout(self.limits.handshake_timeout),
+                self._handshake_turns.turn(connection.source),
+            ):
+                await loop.connect_accepted_socket(
+                    lambda: connection,
+                    conn,
+                    ssl=self.ssl_context,
+                    ssl_handshake_timeout=self.limits.handshake_timeout if tls else None,
+                    ssl_shutdown_timeout=self.limits.close_timeout if tls else None,
+                )
         except (OSError, TimeoutError) as exc:  # ssl.SSLError is an OSError
             log.debug("connection not established", server=self.name, error=repr(exc))
+
+
+def _source(address: object) -> str:
+    """The client's address, as accept gives it (host, port[, flow, scope]); a Unix
+    socket's peer has none."""
+    if isinstance(address, tuple) and address and isinstance(address[0], str):
+        return address[0]
+    return ""
 
 
 async def _bind(host: str, port: int, backlog: int) -> list[socket.socket]:
@@ -479,6 +614,7 @@ async def serve_tls(
     name: str,
     reload_interval: float = 2.0,
     on_bound: Callable[[int], None] | None = None,
+    limits: ConnectionLimits = LIMITS,
 ) -> None:
     """``serve`` over TLS once ``certificate`` has a pair (until then nothing listens), while
     following its changes: new handshakes use the newest pair."""
@@ -486,6 +622,14 @@ async def serve_tls(
         group.create_task(certificate.watch(reload_interval), name=f"{name}-cert-reload")
         await certificate.available.wait()
         group.create_task(
-            serve(app, host, port, name=name, ssl_context=certificate.context, on_bound=on_bound),
+            serve(
+                app,
+                host,
+                port,
+                name=name,
+                ssl_context=certificate.context,
+                on_bound=on_bound,
+                limits=limits,
+            ),
             name=f"{name}-serve",
         )

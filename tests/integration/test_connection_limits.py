@@ -13,6 +13,7 @@ import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
@@ -44,9 +45,13 @@ async def _fast(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+SHARED = replace(SMALL, max_connections=8, per_source=3, header_timeout=5.0)
+"""Room for two sources at their share and two connections more."""
+
+
 @contextlib.asynccontextmanager
-async def server(tls: Path | None = None) -> AsyncIterator[int]:
-    """``serve`` with SMALL limits on a free port; with ``tls`` (a folder), over TLS."""
+async def server(tls: Path | None = None, limits: ConnectionLimits = SMALL) -> AsyncIterator[int]:
+    """``serve`` with ``limits`` on a free port; with ``tls`` (a folder), over TLS."""
     app = web.Application()
     app.router.add_get("/fast", _fast)
     app.router.add_get("/slow", _slow)
@@ -64,7 +69,7 @@ async def server(tls: Path | None = None) -> AsyncIterator[int]:
             name="limits-test",
             ssl_context=context,
             on_bound=bound.set_result,
-            limits=SMALL,
+            limits=limits,
         )
     )
     try:
@@ -75,8 +80,11 @@ async def server(tls: Path | None = None) -> AsyncIterator[int]:
             await task
 
 
-async def connect(port: int) -> Streams:
-    return await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), 5)
+async def connect(port: int, source: str = "127.0.0.1") -> Streams:
+    """A connection to the server from ``source`` (any 127/8 address is loopback's)."""
+    return await asyncio.wait_for(
+        asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 5
+    )
 
 
 async def ask(streams: Streams, path: str) -> bytes:
@@ -238,3 +246,32 @@ async def test_a_burst_beyond_the_cap_is_accepted_and_closed_to_the_last_connect
         finally:
             for sock in burst:
                 sock.close()
+
+
+async def test_a_source_at_its_share_closes_its_own_never_another_sources() -> None:
+    """A flood of new connections from one address (a pod) closes only its own: a kubelet's
+    or the API server's connection from another, just opened and not yet used (which the
+    cap alone would close first, as the oldest squatter), is kept and served."""
+    async with server(limits=SHARED) as port:
+        kubelet = await connect(port, "127.0.0.1")
+        flood = [await connect(port, "127.0.0.2") for _ in range(4 * SHARED.max_connections)]
+        await asyncio.sleep(0.2)
+        assert await ask(kubelet, "/fast") == b"HTTP/1.1 200 OK ok"
+        # The flood's newest are open, its others closed to make room: at most its share.
+        assert await ask(flood[-1], "/fast") == b"HTTP/1.1 200 OK ok"
+        assert [await ended(f, within=0.5) for f in flood[: -SHARED.per_source]] == [True] * (
+            len(flood) - SHARED.per_source
+        )
+
+
+async def test_at_the_cap_room_is_made_among_the_busiest_sources_connections() -> None:
+    async with server(limits=SHARED) as port:
+        heavy = [await connect(port, "127.0.0.2") for _ in range(SHARED.per_source)]
+        others = [await connect(port, f"127.0.0.{n}") for n in (3, 3, 3, 4, 4)]
+        await asyncio.sleep(0.2)  # 8 open: the cap
+        newcomer = await connect(port, "127.0.0.5")
+        assert await ask(newcomer, "/fast") == b"HTTP/1.1 200 OK ok"
+        # Two sources hold three each: one of their oldest made room, nobody else's.
+        assert await ended(heavy[0], within=1.0) or await ended(others[0], within=1.0)
+        for streams in (others[3], others[4]):
+            assert await ask(streams, "/fast") == b"HTTP/1.1 200 OK ok"

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from devcluster import real_node, third_party_crds
-from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
+from devcluster.cluster import LocalControlPlane
 from devcluster.prometheus import Prometheus, ScrapeJob
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
 from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, convert
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, LINKERD_CONFIGS_V1ALPHA1
@@ -52,31 +50,6 @@ NOT_OBJECTS = frozenset({"events", "events.events.k8s.io"})
 """Listed but not installed: what happened, not what exists."""
 
 
-@pytest.fixture(scope="module")
-def image() -> str:
-    """Built once for the module, from this checkout, with the tool the machine has."""
-    make(None, "docker-build-local", f"IMG={IMAGE}")
-    return IMAGE
-
-
-@pytest.fixture
-def cluster(image: str) -> Iterator[LocalControlPlane]:
-    """A control plane of its own with a real node holding ``image`` (one real node per
-    machine: tests using this fixture run one after the other)."""
-    with LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp:
-        real_node.load_image(cp.node.socket, image)
-        # What the install's PodMonitor needs: the Prometheus Operator's own CRD.
-        third_party_crds.apply(cp, [third_party_crds.crd_path("podmonitors")])
-        yield cp
-
-
-@pytest.fixture
-async def kube(cluster: LocalControlPlane) -> AsyncIterator[KubeClient]:
-    access = await load_access(str(cluster.kubeconfig))
-    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
-        yield client
-
-
 def snapshot(cp: LocalControlPlane) -> set[str]:
     """Every object of every listable kind the API server serves, in namespace linkerd and
     cluster-wide: an uninstall is judged by the difference, not by a list of kinds."""
@@ -90,30 +63,6 @@ def snapshot(cp: LocalControlPlane) -> set[str]:
     return set(names)
 
 
-async def running_install(cp: LocalControlPlane) -> list[dict[str, object]]:
-    """Two pods Ready on the real node, through the kubelet's calls to their probes."""
-
-    async def two_ready() -> list[dict[str, object]] | None:
-        pods = in_cluster.controller_pods(cp)
-        ok = [p for p in pods if in_cluster.ready(p)]
-        return pods if len(pods) == 2 and len(ok) == 2 else None
-
-    pods = await eventually(two_ready, timeout=240, interval=1, what="two controller pods Ready")
-    for pod in pods:
-        spec = pod["spec"]
-        assert spec["nodeName"] == real_node.NODE_NAME
-        # Ready as the kubelet reports it (kwok manages only its own node).
-        (status,) = pod["status"]["containerStatuses"]
-        assert status["containerID"].startswith("containerd://") and status["ready"], status
-        container = spec["containers"][0]
-        assert container["image"] == IMAGE
-        assert container["readinessProbe"]["httpGet"] and container["livenessProbe"]["httpGet"]
-        env = {e["name"] for e in container.get("env", [])}
-        assert "KUBECONFIG" not in env
-        assert not any("kubeconfig" in v["name"] for v in spec.get("volumes", []))
-    return pods
-
-
 async def check_install(
     cp: LocalControlPlane,
     kube: KubeClient,
@@ -123,7 +72,7 @@ async def check_install(
 ) -> set[str]:
     """Checks a running install from outside; returns what the install made (every object
     that appeared from ``before`` to its pods being Ready)."""
-    pods = await running_install(cp)
+    pods = await in_cluster.running_install(cp)
     installed = snapshot(cp) - before
     names = sorted(p["metadata"]["name"] for p in pods)
 
@@ -312,28 +261,30 @@ KEPT = {
 
 
 async def test_make_deploy_with_cert_manager(
-    cluster: LocalControlPlane, kube: KubeClient, image: str
+    node_cluster: LocalControlPlane, node_kube: KubeClient, node_image: str
 ) -> None:
     from devcluster.cert_manager import start_cert_manager  # noqa: PLC0415
 
-    start_cert_manager(cluster)
-    before = snapshot(cluster)
+    start_cert_manager(node_cluster)
+    before = snapshot(node_cluster)
     deployed_at = time.time()
-    make(cluster, "deploy", f"IMG={image}")
-    installed = await check_install(cluster, kube, deployed_at, before, seed_scenario)
-    make(cluster, "undeploy", f"IMG={image}")
+    make(node_cluster, "deploy", f"IMG={node_image}")
+    installed = await check_install(node_cluster, node_kube, deployed_at, before, seed_scenario)
+    make(node_cluster, "undeploy", f"IMG={node_image}")
     # The Secret cert-manager issued goes too (undeploy deletes it: cert-manager would not).
-    await undeployed(cluster, installed, KEPT)
+    await undeployed(node_cluster, installed, KEPT)
 
 
-async def test_make_helm_deploy(cluster: LocalControlPlane, kube: KubeClient, image: str) -> None:
-    before = snapshot(cluster)
+async def test_make_helm_deploy(
+    node_cluster: LocalControlPlane, node_kube: KubeClient, node_image: str
+) -> None:
+    before = snapshot(node_cluster)
     deployed_at = time.time()
-    make(cluster, "helm-deploy", f"IMG={image}")
+    make(node_cluster, "helm-deploy", f"IMG={node_image}")
     # The other configuration format than the kustomize install's seed scenario.
-    installed = await check_install(cluster, kube, deployed_at, before, modern_scenario)
-    make(cluster, "helm-undeploy")
-    await undeployed(cluster, installed, KEPT)
+    installed = await check_install(node_cluster, node_kube, deployed_at, before, modern_scenario)
+    make(node_cluster, "helm-undeploy")
+    await undeployed(node_cluster, installed, KEPT)
 
 
 def _lc(version: str, name: str, target: str) -> Json:
@@ -348,13 +299,13 @@ def _lc(version: str, name: str, target: str) -> Json:
     return seed
 
 
-async def _read_all(kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
+async def _read_all(node_kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
     """Every object in both versions: its spec, labels and annotations (status is the
     controller's and moves on)."""
     seen: dict[tuple[str, str], Json] = {}
     for name in names:
         for resource in (LINKERD_CONFIGS_V1ALPHA1, LINKERD_CONFIGS):
-            obj = await kube.request("GET", resource.path(name=name))
+            obj = await node_kube.request("GET", resource.path(name=name))
             meta = obj["metadata"]
             seen[(name, resource.version)] = {
                 "apiVersion": obj["apiVersion"],
@@ -365,10 +316,10 @@ async def _read_all(kube: KubeClient, names: list[str]) -> dict[tuple[str, str],
     return seen
 
 
-async def _readable(kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
+async def _readable(node_kube: KubeClient, names: list[str]) -> dict[tuple[str, str], Json]:
     async def read() -> dict[tuple[str, str], Json] | None:
         try:
-            return await _read_all(kube, names)
+            return await _read_all(node_kube, names)
         except ApiError as exc:
             if "conversion webhook" in exc.message:
                 return None  # the CA not yet injected, the Service's endpoints not yet ready
@@ -387,7 +338,7 @@ SWITCHES = {
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("tool", sorted(SWITCHES))
 async def test_switching_webhooks_off_on_off_keeps_every_object(
-    cluster: LocalControlPlane, kube: KubeClient, image: str, tool: str
+    node_cluster: LocalControlPlane, node_kube: KubeClient, node_image: str, tool: str
 ) -> None:
     """`make install` + `ENABLE_WEBHOOKS=false make run` → `make deploy` or `make helm-deploy`
     (webhooks on) → `make undeploy` or `make helm-undeploy`, then `make install` + `make run`
@@ -397,14 +348,14 @@ async def test_switching_webhooks_off_on_off_keeps_every_object(
 
     on, off = SWITCHES[tool]
     if tool == "kustomize":
-        start_cert_manager(cluster)
-    shell = Shell(cluster)
+        start_cert_manager(node_cluster)
+    shell = Shell(node_cluster)
     install, run, *_ = guide_commands()
     names: list[str] = []
 
     async def store(version: str, name: str) -> None:
         resource = LINKERD_CONFIGS_V1ALPHA1 if version == "v1alpha1" else LINKERD_CONFIGS
-        await kube.request(
+        await node_kube.request(
             "POST", resource.path(), body=_lc(version, name, f"cm-{name}"), fenced=False
         )
         names.append(name)
@@ -415,26 +366,26 @@ async def test_switching_webhooks_off_on_off_keeps_every_object(
     try:
         await store("v1alpha1", "off-v1")
         await store("v1alpha2", "off-v2")
-        before_on = await _read_all(kube, names)
+        before_on = await _read_all(node_kube, names)
     finally:
         interrupt(local)
     for name, version in (("off-v1", "v1alpha1"), ("off-v2", "v1alpha2")):
         assert before_on[(name, version)]["spec"] == _lc(version, name, f"cm-{name}")["spec"]
 
     # On: the in-cluster webhook converts; nothing stored changed.
-    make(cluster, *on)
-    await running_install(cluster)
-    assert await _readable(kube, names) == before_on
+    make(node_cluster, *on)
+    await in_cluster.running_install(node_cluster)
+    assert await _readable(node_kube, names) == before_on
     await store("v1alpha1", "on-v1")
     await store("v1alpha2", "on-v2")
-    before_off = await _read_all(kube, names)
+    before_off = await _read_all(node_kube, names)
 
     # Off again: the CRD and the objects kept; install brings the local converter back.
-    make(cluster, *off)
+    make(node_cluster, *off)
     shell.run(install)
     local = await started(shell, run)
     try:
-        assert await _readable(kube, names) == before_off
+        assert await _readable(node_kube, names) == before_off
     finally:
         code, out = interrupt(local)
     stopped_gracefully(code, out)

@@ -14,8 +14,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from devcluster import real_node
 from devcluster.cluster import LocalControlPlane
 from tests.support import audit
+from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 IMAGE = "localhost/linkerd-config:dev"
@@ -140,3 +142,27 @@ def writes_by_non_holders(writes: list[audit.Entry]) -> list[str]:
                 f"from {source} while {holder} held the Lease"
             )
     return wrong
+
+
+async def running_install(cp: LocalControlPlane) -> list[Json]:
+    """Two pods Ready on the real node, through the kubelet's calls to their probes."""
+
+    async def two_ready() -> list[Json] | None:
+        pods = controller_pods(cp)
+        ok = [p for p in pods if ready(p)]
+        return pods if len(pods) == 2 and len(ok) == 2 else None
+
+    pods = await eventually(two_ready, timeout=240, interval=1, what="two controller pods Ready")
+    for pod in pods:
+        spec = pod["spec"]
+        assert spec["nodeName"] == real_node.NODE_NAME
+        # Ready as the kubelet reports it (kwok manages only its own node).
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["containerID"].startswith("containerd://") and status["ready"], status
+        container = spec["containers"][0]
+        assert container["image"] == IMAGE
+        assert container["readinessProbe"]["httpGet"] and container["livenessProbe"]["httpGet"]
+        env = {e["name"] for e in container.get("env", [])}
+        assert "KUBECONFIG" not in env
+        assert not any("kubeconfig" in v["name"] for v in spec.get("volumes", []))
+    return pods
