@@ -1,6 +1,8 @@
 """Write the scale tables of ``bench/RESULTS.md`` from ``bench/results/scale.json``
 (between the markers ``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so they show what
 the bench measured and nothing else: whole-process figures, the machine and its load, the command.
+And the webhook flood's table from ``bench/results/webhook_flood.json`` (between
+``<!-- webhook-flood:begin -->`` and ``<!-- webhook-flood:end -->``).
 
     .venv/bin/python bench/results_tables.py        (make bench runs it last)
 """
@@ -17,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "scale.json"
 FIGURES = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
+FLOOD_RESULTS = ROOT / "bench" / "results" / "webhook_flood.json"
+FLOOD_BEGIN, FLOOD_END = "<!-- webhook-flood:begin -->", "<!-- webhook-flood:end -->"
 
 
 def _show(value: Any, unit: str = "") -> str:
@@ -162,20 +166,58 @@ def scale_section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    results = json.loads(RESULTS.read_text())
-    figures = FIGURES.read_text()
-    if BEGIN not in figures or END not in figures:
-        raise SystemExit(f"{FIGURES.name} has no {BEGIN} … {END} section")
-    section = scale_section(results)
-    updated = re.sub(
-        re.escape(BEGIN) + ".*?" + re.escape(END),
-        lambda _m: f"{BEGIN}\n{section}\n{END}",
+def flood_section(results: dict[str, Any]) -> str:
+    """The latency table of one ``webhook_flood_bench.py`` run."""
+    lines = [
+        f"One source floods the webhook, health and metrics ports for {_show(results['seconds'])}"
+        " s; the API server's reviews (kept-alive HTTPS, 20/s) and the kubelet's `/readyz` (a"
+        " new connection each, 10/s) meanwhile, against the same alone.",
+        "",
+        "| | p50 ms | p99 ms | max ms | failed | n |",
+        "|---|---|---|---|---|---|",
+    ]
+    for when in ("alone", "flooded"):
+        for what in ("reviews", "probes"):
+            row = results[when][what]
+            lines.append(
+                f"| {what}, {when} | {_show(row['p50_ms'])} | {_show(row['p99_ms'])} | "
+                f"{_show(row['max_ms'])} | {row['failed']} | {row['n']} |"
+            )
+    flooded = results["flooded"]
+    ratio = results["flooded_over_alone"]
+    lines += [
+        "",
+        f"p99 flooded / alone: reviews {_show(ratio['reviews_p99'])}, probes"
+        f" {_show(ratio['probes_p99'])}. The flood got {flooded['flood_answered']} answers on"
+        f" {flooded['flood_opened']} connections; the controller used"
+        f" {_show(flooded['controller_cpu_cores'])} cores meanwhile"
+        f" ({results['machine']['cpus']} CPUs, the flood on the same machine).",
+        "",
+        "Command: `PYTHONPATH=. .venv/bin/python bench/webhook_flood_bench.py` (in `make bench`).",
+    ]
+    return "\n".join(lines)
+
+
+def _replace(figures: str, begin: str, end: str, section: str) -> str:
+    if begin not in figures or end not in figures:
+        raise SystemExit(f"{FIGURES.name} has no {begin} … {end} section")
+    return re.sub(
+        re.escape(begin) + ".*?" + re.escape(end),
+        lambda _m: f"{begin}\n{section}\n{end}",
         figures,
         flags=re.S,
     )
-    FIGURES.write_text(updated)
-    print(f"{FIGURES.relative_to(ROOT)}: scale tables from {RESULTS.relative_to(ROOT)}")
+
+
+def main() -> None:
+    figures = FIGURES.read_text()
+    figures = _replace(figures, BEGIN, END, scale_section(json.loads(RESULTS.read_text())))
+    if FLOOD_RESULTS.exists():
+        flood = json.loads(FLOOD_RESULTS.read_text())
+        figures = _replace(figures, FLOOD_BEGIN, FLOOD_END, flood_section(flood))
+    FIGURES.write_text(figures)
+    print(f"{FIGURES.relative_to(ROOT)}: tables from {RESULTS.relative_to(ROOT)}"
+          f" and {FLOOD_RESULTS.relative_to(ROOT)}")  # fmt: skip
 
 
 if __name__ == "__main__":
