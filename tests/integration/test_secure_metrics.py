@@ -10,8 +10,9 @@ writes, still go through. Its informers are refused too, which does not matter h
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -170,3 +171,82 @@ async def test_metrics_need_a_token_rbac_allows(
         with pytest.raises(aiohttp.ClientError):
             async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
                 await resp.read()
+
+
+SOURCES = [f"127.0.0.{n}" for n in range(2, 22)]
+"""Junk-token clients on 20 loopback addresses: each source is paced on its own (5 scrapes a
+second past 10), so only the reviews' own limit bounds what 20 of them cost together."""
+FLOOD_SECONDS = 10.0
+
+
+async def test_junk_tokens_cost_the_api_server_a_bounded_number_of_reviews(
+    private_control_plane: LocalControlPlane, tmp_path: Path
+) -> None:
+    """Issue 39, finding 4: each unique junk bearer token was one TokenReview (28,117 requests,
+    28,128 API calls in 20 s). Now, whatever the rate and however many sources, the
+    controller asks the API server at most 5 reviews a second past a burst of 20, and a
+    scraper whose token is cached is answered throughout."""
+    cp = private_control_plane
+    async with KubeClient(await load_access(str(cp.kubeconfig))) as admin:
+        await scenario.create(admin, NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
+        for sa in (CONTROLLER, PROMETHEUS):
+            await scenario.create(
+                admin, SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": sa}}
+            )
+        await grant(admin, "metrics-auth", AUTH_RULES, CONTROLLER)
+        await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
+        await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
+        tokens = {
+            sa: await service_accounts.token(admin, NAMESPACE, sa)
+            for sa in (CONTROLLER, PROMETHEUS)
+        }
+    port = free_port()
+    url = f"https://127.0.0.1:{port}/metrics"
+    config = service_accounts.kubeconfig(
+        tmp_path / "controller.kubeconfig", cp, CONTROLLER, tokens[CONTROLLER]
+    )
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with (
+        secure_controller(cp, config, port) as app,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False), timeout=timeout) as http,
+    ):
+
+        async def prometheus() -> int:
+            headers = {"Authorization": f"Bearer {tokens[PROMETHEUS]}"}
+            async with http.get(url, headers=headers) as resp:
+                await resp.read()
+                return resp.status
+
+        await eventually(lambda: _is_200(prometheus()), timeout=15, what="the scraper answered")
+        before = reviews_made(app)
+        statuses: dict[int, int] = {}
+
+        async def junk(source: str) -> None:
+            connector = aiohttp.TCPConnector(ssl=False, local_addr=(source, 0))
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout) as own:
+                deadline = asyncio.get_running_loop().time() + FLOOD_SECONDS
+                n = 0
+                while asyncio.get_running_loop().time() < deadline:
+                    n += 1
+                    headers = {"Authorization": f"Bearer junk-{source}-{n}"}
+                    async with own.get(url, headers=headers) as resp:
+                        await resp.read()
+                        statuses[resp.status] = statuses.get(resp.status, 0) + 1
+
+        flood = [asyncio.create_task(junk(source)) for source in SOURCES]
+        answered = []
+        while not all(task.done() for task in flood):
+            answered.append(await prometheus())
+            await asyncio.sleep(0.5)
+        await asyncio.gather(*flood)
+        made = reviews_made(app) - before
+        sent = sum(statuses.values())
+        print(f"{sent} junk-token scrapes from {len(SOURCES)} sources in {FLOOD_SECONDS:.0f}s:"
+              f" {statuses}; {made:.0f} reviews asked of the API server")  # fmt: skip
+        assert sent > 5 * FLOOD_SECONDS * 5  # far more than the reviews' limit allows
+        assert made <= 5 * FLOOD_SECONDS + 20 + 5  # the bucket, and a second's slack
+        assert set(answered) == {200}  # the cached scraper, throughout
+
+
+async def _is_200(status: Awaitable[int]) -> bool:
+    return await status == 200
