@@ -10,7 +10,13 @@ import pytest
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, V1ALPHA1, V1ALPHA2
+from linkerd_config.linkerd.api_conversion import (
+    GROUP,
+    SERVED_VERSIONS,
+    V1ALPHA1,
+    V1ALPHA2,
+    convert,
+)
 from linkerd_config.linkerd.formats.field_table import FIELDS
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS as LINKERD_CONFIGS_V1ALPHA2,
@@ -149,3 +155,38 @@ async def test_every_field_of_the_table_is_kept_not_pruned(
         assert limits["ephemeral-storage"] == "100m"
     else:
         assert limits["ephemeral-storage"]["limit"] == "100m", limits
+
+
+def _with_env(version_obj: dict[str, Any], name: str) -> dict[str, Any]:
+    proxy = version_obj["spec"].setdefault("values", {}).setdefault("proxy", {})
+    proxy["additionalEnv"] = [{"name": "OK", "value": "1"}, {"name": name, "value": "x"}]
+    return version_obj
+
+
+@pytest.mark.parametrize(
+    ("version", "mutate", "field"),
+    [
+        *[(V1ALPHA2, lambda o, n=name: _with_env(o, n), "spec.values.proxy.additionalEnv[1].name")
+          for name in ("A\nB", "A\x00B", "A\u2028B", "\ufeffA", "{{ .Values.x }}", "1ABC")],
+        (V1ALPHA1, lambda o: o["spec"]["global"]["identityContext"].update(
+            trustDomain="cluster.local\u2028"), "spec.global.identityContext.trustDomain"),
+        (V1ALPHA1, lambda o: o["spec"]["proxy"]["proxyImage"].update(
+            name="\ufeffgcr.io/linkerd-io/proxy"), "spec.proxy.proxyImage.name"),
+    ],
+)  # fmt: skip
+async def test_schema_refuses_what_a_pod_spec_refuses(
+    kube: KubeClient, installed_crd: None, version: str, mutate: Any, field: str
+) -> None:
+    """Issue 39, finding 3: with no webhook at all (``ENABLE_WEBHOOKS=false``), the API
+    server refuses an env var name Kubernetes' ``IsEnvVarName`` refuses and a format
+    character in a string field, naming the field. Before, each was stored, the
+    LinkerdConfig Ready, and every injected pod would have been refused."""
+    obj = copy.deepcopy(sample("edge_19.12.3.yaml"))
+    if version == V1ALPHA2:
+        obj = convert(obj, V1ALPHA2)
+    mutate(obj)
+    resource = LINKERD_CONFIGS_V1ALPHA2 if version == V1ALPHA2 else LINKERD_CONFIGS
+    with pytest.raises(ApiError) as refused:
+        await kube.request("POST", resource.path(), params={"dryRun": "All"}, body=obj)
+    assert refused.value.status == 422, refused.value.message
+    assert field in refused.value.message, refused.value.message
