@@ -24,6 +24,7 @@ import ssl
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,54 +80,56 @@ def summary(samples: list[float], failures: int) -> dict[str, Any]:
     }
 
 
-async def api_server(base: str, ca: ssl.SSLContext, seconds: float) -> dict[str, Any]:
-    """Reviews one after the other, 20 a second, on a kept-alive connection."""
+async def timed_calls(
+    call: Callable[[int], Awaitable[bool]], seconds: float, interval: float
+) -> dict[str, Any]:
+    """``call(n)`` one after the other for ``seconds``, ``interval`` apart: the latency of
+    each that succeeds, and how many did not."""
     samples: list[float] = []
     failures = 0
     until = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < until:
+        n += 1
+        started = time.perf_counter()
+        try:
+            ok = await call(n)
+        except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
+            ok = False
+        if ok:
+            samples.append((time.perf_counter() - started) * 1000)
+        else:
+            failures += 1
+        await asyncio.sleep(interval)
+    return summary(samples, failures)
+
+
+async def api_server(base: str, ca: ssl.SSLContext, seconds: float) -> dict[str, Any]:
+    """Reviews one after the other, 20 a second, on a kept-alive connection."""
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ca)) as http:
-        uid = 0
-        while time.monotonic() < until:
-            uid += 1
+
+        async def review_once(uid: int) -> bool:
             path = MUTATE_PATH if uid % 2 else VALIDATE_PATH
-            started = time.perf_counter()
-            try:
-                async with http.post(base + path, json=review(uid), timeout=timeout) as answer:
-                    body = await answer.json()
-                    ok = answer.status == 200 and body["response"]["allowed"]
-            except (aiohttp.ClientError, TimeoutError, ValueError, KeyError):
-                ok = False
-            if ok:
-                samples.append((time.perf_counter() - started) * 1000)
-            else:
-                failures += 1
-            await asyncio.sleep(0.05)
-    return summary(samples, failures)
+            async with http.post(base + path, json=review(uid), timeout=timeout) as answer:
+                body = await answer.json()
+                return answer.status == 200 and bool(body["response"]["allowed"])
+
+        return await timed_calls(review_once, seconds, 0.05)
 
 
 async def kubelet(url: str, seconds: float) -> dict[str, Any]:
     """``/readyz`` on a new connection each time, 10 a second, with the probe's 2 s timeout."""
-    samples: list[float] = []
-    failures = 0
-    until = time.monotonic() + seconds
     timeout = aiohttp.ClientTimeout(total=2)
     connector = aiohttp.TCPConnector(force_close=True)
     async with aiohttp.ClientSession(connector=connector) as http:
-        while time.monotonic() < until:
-            started = time.perf_counter()
-            try:
-                async with http.get(url, timeout=timeout) as answer:
-                    await answer.read()
-                    ok = answer.status == 200
-            except (aiohttp.ClientError, TimeoutError):
-                ok = False
-            if ok:
-                samples.append((time.perf_counter() - started) * 1000)
-            else:
-                failures += 1
-            await asyncio.sleep(0.1)
-    return summary(samples, failures)
+
+        async def probe_once(_: int) -> bool:
+            async with http.get(url, timeout=timeout) as answer:
+                await answer.read()
+                return answer.status == 200
+
+        return await timed_calls(probe_once, seconds, 0.1)
 
 
 async def measure(ports: dict[str, int], ca: ssl.SSLContext, seconds: float) -> dict[str, Any]:

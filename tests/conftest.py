@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,14 @@ from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@contextlib.asynccontextmanager
+async def admin(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
+    """A client on ``cp`` as its admin (system:masters)."""
+    access = await load_access(str(cp.kubeconfig))
+    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+        yield client
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,8 +48,7 @@ def own_control_plane() -> Iterator[LocalControlPlane]:
 @pytest.fixture
 async def own_kube(own_control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
     """An admin client on ``own_control_plane``."""
-    access = await load_access(str(own_control_plane.kubeconfig))
-    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+    async with admin(own_control_plane) as client:
         yield client
 
 
@@ -54,8 +62,7 @@ def private_control_plane() -> Iterator[LocalControlPlane]:
 @pytest.fixture(scope="session")
 async def kube(control_plane: LocalControlPlane) -> AsyncIterator[KubeClient]:
     """An admin client (system:masters) on the shared control plane."""
-    access = await load_access(str(control_plane.kubeconfig))
-    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+    async with admin(control_plane) as client:
         yield client
 
 
@@ -85,6 +92,5 @@ def node_cluster(node_image: str) -> Iterator[LocalControlPlane]:
 @pytest.fixture
 async def node_kube(node_cluster: LocalControlPlane) -> AsyncIterator[KubeClient]:
     """An admin client on ``node_cluster``."""
-    access = await load_access(str(node_cluster.kubeconfig))
-    async with KubeClient(access, user_agent="linkerd-config-tests") as client:
+    async with admin(node_cluster) as client:
         yield client

@@ -96,6 +96,21 @@ def reviews_made(app: App) -> float:
     return total
 
 
+async def accounts(admin: KubeClient) -> dict[str, str]:
+    """The controller's, a nosy and Prometheus's ServiceAccounts, the controller allowed the
+    reviews and Prometheus /metrics (as the install manifests grant them); their tokens."""
+    await scenario.create(admin, NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
+    for sa in (CONTROLLER, NOSY, PROMETHEUS):
+        await scenario.create(admin, SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": sa}})
+    await grant(admin, "metrics-auth", AUTH_RULES, CONTROLLER)
+    await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
+    await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
+    return {
+        sa: await service_accounts.token(admin, NAMESPACE, sa)
+        for sa in (CONTROLLER, NOSY, PROMETHEUS)
+    }
+
+
 @contextlib.asynccontextmanager
 async def secure_controller(cp: LocalControlPlane, config: Path, port: int) -> AsyncIterator[App]:
     settings = scenario.local_settings(
@@ -112,19 +127,8 @@ async def test_metrics_need_a_token_rbac_allows(
 ) -> None:
     cp = private_control_plane
     async with KubeClient(await load_access(str(cp.kubeconfig))) as admin:
-        await scenario.create(admin, NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
-        for sa in (CONTROLLER, NOSY, PROMETHEUS):
-            await scenario.create(
-                admin, SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": sa}}
-            )
-        await grant(admin, "metrics-auth", AUTH_RULES, CONTROLLER)
-        await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
-        await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
+        tokens = await accounts(admin)
         assert not await may_get_metrics(admin, NOSY)
-        tokens = {
-            sa: await service_accounts.token(admin, NAMESPACE, sa)
-            for sa in (CONTROLLER, NOSY, PROMETHEUS)
-        }
 
     port = free_port()
     url = f"https://127.0.0.1:{port}/metrics"
@@ -188,18 +192,7 @@ async def test_junk_tokens_cost_the_api_server_a_bounded_number_of_reviews(
     scraper whose token is cached is answered throughout."""
     cp = private_control_plane
     async with KubeClient(await load_access(str(cp.kubeconfig))) as admin:
-        await scenario.create(admin, NAMESPACES.path(), {"metadata": {"name": NAMESPACE}})
-        for sa in (CONTROLLER, PROMETHEUS):
-            await scenario.create(
-                admin, SERVICE_ACCOUNTS.path(NAMESPACE), {"metadata": {"name": sa}}
-            )
-        await grant(admin, "metrics-auth", AUTH_RULES, CONTROLLER)
-        await grant(admin, "metrics-reader", READER_RULES, PROMETHEUS)
-        await eventually(lambda: may_get_metrics(admin, PROMETHEUS), timeout=10, what="RBAC")
-        tokens = {
-            sa: await service_accounts.token(admin, NAMESPACE, sa)
-            for sa in (CONTROLLER, PROMETHEUS)
-        }
+        tokens = await accounts(admin)
     port = free_port()
     url = f"https://127.0.0.1:{port}/metrics"
     config = service_accounts.kubeconfig(
