@@ -14,7 +14,12 @@ A stream ends in one of four ways, and the caller needs to tell them apart:
   :class:`WatchProtocolError` -- reconnect and resume;
 * silence: :class:`WatchStalledError` when no line at all (not even a bookmark) arrived within
   the inactivity deadline. This sits on top of aiohttp's ``sock_read`` timeout because a
-  half-open connection behind a proxy can trickle keep-alive bytes forever without a line.
+  half-open connection behind a proxy can trickle keep-alive bytes forever without a line;
+* a record cut off: :class:`WatchStalledError` too when a line or frame that has started does
+  not complete within ``RecordDeadline`` (10 s, plus a second per 64 KiB of it). The API server
+  writes each event whole, so a record that stops halfway is a stalled path (a server or
+  middlebox that sent part of a frame, then nothing), not a quiet watch: it is not left to the
+  inactivity deadline, which must wait out the minute between bookmarks.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, get_args
+from typing import Final, Literal, Protocol, get_args
 
 import orjson
 
@@ -33,6 +38,26 @@ WATCH_EVENT_TYPES: frozenset[str] = frozenset(get_args(EventType))
 
 DEFAULT_MAX_LINE = 64 * 1024 * 1024
 """Far above etcd's 1.5 MiB object limit; only guards memory against a broken peer."""
+
+RECORD_DEADLINE: Final = 10.0
+"""Seconds a record (a JSON line, a protobuf frame) that has started may take to complete,
+besides the time its size allows at ``RECORD_MIN_RATE``."""
+RECORD_MIN_RATE: Final = 64 * 1024
+"""Bytes per second a record that has started must arrive at, at least (512 kbit/s): a 1.5 MiB
+object, etcd's largest, may take 34 s; a ConfigMap of a few KiB, 10 s."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordDeadline:
+    """How long a record that has started may take to complete: ``base`` seconds plus its size
+    at ``rate`` bytes per second (a frame's size is in its header; a line's is what arrived of
+    it so far, so a line that keeps coming at ``rate`` or faster keeps its time)."""
+
+    base: float = RECORD_DEADLINE
+    rate: float = RECORD_MIN_RATE
+
+    def allowed(self, size: int) -> float:
+        return self.base + size / self.rate
 
 
 class ByteSource(Protocol):
@@ -120,11 +145,56 @@ def raise_for_error(event: WatchEvent) -> WatchEvent:
     raise WatchStatusError(event.object)
 
 
-class LineReader:
+class _Records:
+    """What both record readers share: the next chunk of their source, waited for within the
+    ``RecordDeadline`` of the record under way, if one is."""
+
+    def __init__(self, source: ByteSource, deadline: RecordDeadline) -> None:
+        self._source = source
+        self._deadline = deadline
+        self._started: float | None = None
+        # Invariant: the loop time the record under way was first waited for; None between
+        # records (reset as each record is handed out).
+
+    def _done(self, record: bytes) -> bytes:
+        self._started = None
+        return record
+
+    async def _more(self, under_way: int, size: int, what: str) -> bytes:
+        """The next chunk (``b""`` at the end). ``under_way``: bytes of an incomplete record
+        already here, ``size`` that record's size (as far as known); a record under way must
+        complete within its deadline, else WatchStalledError (``what`` it was)."""
+        if not under_way:
+            self._started = None
+            return await self._source.readany()
+        loop = asyncio.get_running_loop()
+        if self._started is None:
+            self._started = loop.time()
+        allowed = self._deadline.allowed(size)
+        scope = asyncio.timeout_at(self._started + allowed)
+        try:
+            async with scope:
+                return await self._source.readany()
+        except TimeoutError:
+            if not scope.expired():
+                raise  # aiohttp's own (sock_read): the stream says what it was
+            raise WatchStalledError(
+                f"{what} stopped after {under_way} bytes: incomplete for "
+                f"{loop.time() - self._started:.1f}s (a record of its size may take "
+                f"{allowed:.1f}s)"
+            ) from None
+
+
+class LineReader(_Records):
     """Newline-delimited records from a chunked byte source, any length up to ``max_line``."""
 
-    def __init__(self, source: ByteSource, max_line: int = DEFAULT_MAX_LINE) -> None:
-        self._source = source
+    def __init__(
+        self,
+        source: ByteSource,
+        max_line: int = DEFAULT_MAX_LINE,
+        deadline: RecordDeadline = RecordDeadline(),
+    ) -> None:
+        super().__init__(source, deadline)
         self._max_line = max_line
         self._buf = bytearray()
         self._pos = 0  # start of the unread part of _buf
@@ -139,7 +209,7 @@ class LineReader:
             return None
         line = bytes(self._buf[self._pos : nl])
         self._pos = self._scan = nl + 1
-        return line
+        return self._done(line)
 
     async def readline(self) -> bytes | None:
         """The next line without its newline; a last unterminated line counts; None at end."""
@@ -148,12 +218,12 @@ class LineReader:
             if nl >= 0:
                 line = bytes(self._buf[self._pos : nl])
                 self._pos = self._scan = nl + 1
-                return line
+                return self._done(line)
             if self._eof:
                 if self._pos < len(self._buf):
                     line = bytes(self._buf[self._pos :])
                     self._pos = self._scan = len(self._buf)
-                    return line
+                    return self._done(line)
                 return None
             if len(self._buf) - self._pos > self._max_line:
                 raise WatchProtocolError(f"watch line longer than {self._max_line} bytes")
@@ -163,19 +233,25 @@ class LineReader:
                 del self._buf[: self._pos]
                 self._pos = 0
             self._scan = len(self._buf)
-            chunk = await self._source.readany()
+            under_way = len(self._buf)
+            chunk = await self._more(under_way, under_way, "a watch line")
             if chunk:
                 self._buf += chunk
             else:
                 self._eof = True
 
 
-class FrameReader:
+class FrameReader(_Records):
     """Length-delimited records (a 4-byte big-endian length, then that many bytes), as the
     API server frames a protobuf watch; each at most ``max_line`` bytes."""
 
-    def __init__(self, source: ByteSource, max_line: int = DEFAULT_MAX_LINE) -> None:
-        self._source = source
+    def __init__(
+        self,
+        source: ByteSource,
+        max_line: int = DEFAULT_MAX_LINE,
+        deadline: RecordDeadline = RecordDeadline(),
+    ) -> None:
+        super().__init__(source, deadline)
         self._max = max_line
         self._buf = bytearray()
         self._pos = 0
@@ -193,7 +269,7 @@ class FrameReader:
             return None
         start = self._pos + 4
         self._pos = start + length
-        return bytes(self._buf[start : self._pos])
+        return self._done(bytes(self._buf[start : self._pos]))
 
     async def readline(self) -> bytes | None:
         """The next record; None at the end of the body (a cut-off record is an error)."""
@@ -209,7 +285,12 @@ class FrameReader:
             if self._pos:
                 del self._buf[: self._pos]
                 self._pos = 0
-            chunk = await self._source.readany()
+            if have >= 4:
+                size = 4 + int.from_bytes(self._buf[:4], "big")
+                what = f"a watch frame of {size - 4} bytes"
+            else:
+                size, what = 4, "a watch frame's length"
+            chunk = await self._more(have, size, what)
             if chunk:
                 self._buf += chunk
             else:
@@ -238,12 +319,15 @@ class WatchStream:
         max_line: int = DEFAULT_MAX_LINE,
         framed: bool = False,
         decode: Callable[[bytes], WatchEvent] = decode_event,
+        record_deadline: RecordDeadline = RecordDeadline(),
     ) -> None:
         if inactivity_timeout <= 0:
             raise ValueError("inactivity_timeout must be positive")
         self._source = source
         self._lines: RecordReader = (
-            FrameReader(source, max_line) if framed else LineReader(source, max_line)
+            FrameReader(source, max_line, record_deadline)
+            if framed
+            else LineReader(source, max_line, record_deadline)
         )
         self._decode = decode
         self._inactivity = inactivity_timeout

@@ -28,8 +28,10 @@ a backoff grown while the server was away), so the caches follow again within se
 API server answering.
 
 What this does not promise: a path that dies for one connection only while the heartbeat's
-stays healthy is caught by that watch's own inactivity deadline (above the bookmark interval)
-and by TCP keepalive when the peer is really gone, not by this.
+stays healthy is caught by that watch's own deadlines, not by this: mid-event (part of a frame
+or line arrived, then nothing) by the record deadline (``watch.RecordDeadline``: 10 s for an
+event of a few KiB, a second more per 64 KiB); between events by the inactivity deadline
+(above the bookmark interval), and by TCP keepalive when the peer is really gone.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import cast
 from unittest.mock import Mock
 
@@ -15,6 +16,7 @@ from aiohttp.base_protocol import BaseProtocol
 from linkerd_config.kube.watch import (
     GoneError,
     LineReader,
+    RecordDeadline,
     WatchEvent,
     WatchProtocolError,
     WatchStalledError,
@@ -159,3 +161,132 @@ async def test_socket_read_timeout_is_a_stall() -> None:
 
     with pytest.raises(WatchStalledError):
         await anext(WatchStream(TimingOut(), inactivity_timeout=5))
+
+
+# -- a record cut off: the record deadline (issue 39, finding 6) ---------------------------
+
+
+def frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(4, "big") + payload
+
+
+FAST = RecordDeadline(base=0.2, rate=1e9)
+"""0.2 s for any record, whatever its size: the tests' own deadline."""
+
+
+@pytest.mark.parametrize(
+    ("cut", "says"),
+    [
+        (frame(b"x" * 1000)[:300], "a watch frame of 1000 bytes stopped after 300 bytes"),
+        (frame(b"x" * 1000)[:2], "a watch frame's length stopped after 2 bytes"),
+    ],
+)
+async def test_a_frame_cut_off_is_a_stall_at_its_deadline_not_the_inactivity_one(
+    cut: bytes, says: str
+) -> None:
+    """The API server writes each event whole: part of a frame, then nothing, is a stalled
+    path, said within the record's deadline (before: only the inactivity deadline, 150 s)."""
+    reader = feed([frame(b"whole"), cut], eof=False)
+    stream = WatchStream(
+        reader, inactivity_timeout=60, framed=True, decode=lambda _: WatchEvent("ADDED", {}),
+        record_deadline=FAST,
+    )  # fmt: skip
+    await anext(stream)  # the whole frame before it
+    started = time.monotonic()
+    with pytest.raises(WatchStalledError, match=says):
+        await anext(stream)
+    assert 0.15 < time.monotonic() - started < 2
+
+
+async def test_a_json_line_cut_off_is_a_stall_at_its_deadline_too() -> None:
+    reader = feed([line("ADDED", cm("a", "1")), b'{"type":"MODIFIED",'], eof=False)
+    stream = WatchStream(reader, inactivity_timeout=60, record_deadline=FAST)
+    assert (await anext(stream)).type == "ADDED"
+    started = time.monotonic()
+    with pytest.raises(WatchStalledError, match="a watch line stopped after 19 bytes"):
+        await anext(stream)
+    assert 0.15 < time.monotonic() - started < 2
+
+
+async def test_a_quiet_watch_between_records_waits_out_only_the_inactivity_deadline() -> None:
+    reader = feed([frame(b"whole")], eof=False)
+    stream = WatchStream(
+        reader, inactivity_timeout=0.6, framed=True, decode=lambda _: WatchEvent("ADDED", {}),
+        record_deadline=FAST,
+    )  # fmt: skip
+    await anext(stream)
+    started = time.monotonic()
+    with pytest.raises(WatchStalledError, match="no watch event within"):
+        await anext(stream)
+    assert time.monotonic() - started > 0.5  # not the record deadline's 0.2 s
+
+
+async def trickled(reader: aiohttp.StreamReader, data: bytes, piece: int, every: float) -> None:
+    for at in range(0, len(data), piece):
+        await asyncio.sleep(every)
+        reader.feed_data(data[at : at + piece])
+
+
+@pytest.mark.parametrize("framed", [True, False])
+async def test_a_record_arriving_at_the_rate_keeps_its_time_and_a_slower_one_does_not(
+    framed: bool,
+) -> None:
+    """0.3 s plus 1,000 bytes a second: 1,200 bytes in 12 pieces 0.05 s apart (0.6 s, within
+    the 1.5 s allowed) complete; 0.2 s apart (2.4 s) is stopped, although bytes keep coming."""
+    deadline = RecordDeadline(base=0.3, rate=1000)
+    body = frame(b"x" * 1196) if framed else b'"' + b"x" * 1198 + b'"\n'
+
+    def stream_of(reader: aiohttp.StreamReader) -> WatchStream:
+        return WatchStream(
+            reader, inactivity_timeout=60, framed=framed, record_deadline=deadline,
+            decode=lambda _: WatchEvent("ADDED", {}),
+        )  # fmt: skip
+
+    reader = feed([], eof=False)
+    task = asyncio.create_task(trickled(reader, body, 100, 0.05))
+    assert (await anext(stream_of(reader))).type == "ADDED"
+    await task
+    reader = feed([], eof=False)
+    task = asyncio.create_task(trickled(reader, body, 100, 0.2))
+    with pytest.raises(WatchStalledError, match="stopped after"):
+        await anext(stream_of(reader))
+    task.cancel()
+
+
+async def test_each_record_has_its_own_deadline() -> None:
+    """A record that completes resets the clock: the next one, waited for later, gets its
+    full time (here each frame takes 0.15 s of a 0.2 s deadline; four in a row take 0.6 s)."""
+    reader = feed([], eof=False)
+    body = b"".join(frame(b"x" * 96) for _ in range(4))  # 100 bytes each
+    task = asyncio.create_task(trickled(reader, body, 50, 0.075))
+    stream = WatchStream(
+        reader, inactivity_timeout=60, framed=True, decode=lambda _: WatchEvent("ADDED", {}),
+        record_deadline=FAST,
+    )  # fmt: skip
+    for _ in range(4):
+        assert (await anext(stream)).type == "ADDED"
+    await task
+
+
+def test_the_default_deadline_scales_with_the_record() -> None:
+    assert RecordDeadline().allowed(4 * 1024) == pytest.approx(10.06, abs=0.01)
+    assert RecordDeadline().allowed(1536 * 1024) == pytest.approx(34.0)  # etcd's largest
+    assert RecordDeadline().allowed(4 * 1024) < 150 / 10  # the inactivity deadline's tenth
+
+
+async def test_aiohttps_own_timeout_mid_record_is_still_a_stall() -> None:
+    class TimingOutMidFrame:
+        def __init__(self) -> None:
+            self.chunks = [frame(b"x" * 10)[:5]]
+
+        async def readany(self) -> bytes:
+            if self.chunks:
+                return self.chunks.pop()
+            raise aiohttp.ServerTimeoutError("Timeout on reading data from socket")
+
+        def set_exception(self, exc: BaseException) -> None:
+            pass
+
+    stream = WatchStream(TimingOutMidFrame(), inactivity_timeout=5, framed=True)
+    with pytest.raises(WatchStalledError, match="no watch event within"):
+        await anext(stream)
