@@ -82,6 +82,10 @@ class ConnectionLimits:
     may be sending the next request on it right now."""
     handshake_timeout: float = 10.0
     """TLS: from accept to the end of the handshake."""
+    body_timeout: float = 10.0
+    """From the end of a request's headers to the end of its body, which is read before the
+    request takes its source's turn: a client trickling a body holds a connection, never a
+    turn (the API server's own webhook deadline is 10 s)."""
     header_timeout: float = 32.0
     """From a connection's start, or from the first byte of a later request, to the end
     of the request's headers: Go's ``ReadHeaderTimeout`` as both set it."""
@@ -306,6 +310,9 @@ class _Listener:
         connection.request_started()
         connection.handlers.add(task)
         try:
+            refused = await self._read_body(request)
+            if refused is not None:
+                return refused
             async with self._request_turns.turn(connection.source):
                 delay = self._pacing.delay(connection.source, time.monotonic())
                 if delay > 0:
@@ -314,6 +321,24 @@ class _Listener:
         finally:
             connection.handlers.discard(task)
             connection.request_finished()
+
+    async def _read_body(self, request: web.Request) -> web.Response | None:
+        """Read ``request``'s body (the handler then has it at once), within ``body_timeout``
+        and the application's ``client_max_size``; the answer if it cannot be."""
+        if not request.body_exists:
+            return None
+        largest = request.client_max_size
+        too_large = web.Response(status=413, text=f"request body larger than {largest} bytes\n")
+        if request.content_length is not None and request.content_length > largest:
+            return too_large
+        try:
+            async with asyncio.timeout(self.limits.body_timeout):
+                await request.read()
+        except TimeoutError:
+            return web.Response(status=408, text="request body not received in time\n")
+        except web.HTTPRequestEntityTooLarge:
+            return too_large
+        return None
 
     async def run(self) -> None:
         try:

@@ -29,6 +29,7 @@ SMALL = ConnectionLimits(
     idle_timeout=1.0,
     close_timeout=0.5,
     slow_request=1.5,
+    body_timeout=0.5,
 )
 ENDS_WITHIN = 5.0
 """Generous: without the limit under test the connection would stay open for an hour."""
@@ -45,6 +46,10 @@ async def _fast(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
 
+async def _echo(request: web.Request) -> web.Response:
+    return web.Response(body=await request.read())
+
+
 SHARED = replace(SMALL, max_connections=8, per_source=3, header_timeout=5.0)
 """Room for two sources at their share and two connections more."""
 
@@ -55,6 +60,7 @@ async def server(tls: Path | None = None, limits: ConnectionLimits = SMALL) -> A
     app = web.Application()
     app.router.add_get("/fast", _fast)
     app.router.add_get("/slow", _slow)
+    app.router.add_post("/echo", _echo)
     context = None
     if tls is not None:
         write_serving_pair(tls, ["localhost"], ["127.0.0.1"])
@@ -275,3 +281,21 @@ async def test_at_the_cap_room_is_made_among_the_busiest_sources_connections() -
         assert await ended(heavy[0], within=1.0) or await ended(others[0], within=1.0)
         for streams in (others[3], others[4]):
             assert await ask(streams, "/fast") == b"HTTP/1.1 200 OK ok"
+
+
+async def test_a_body_trickled_past_the_body_timeout_is_408_and_holds_no_turn() -> None:
+    """A body is read before the request takes its source's turn, within ``body_timeout``:
+    trickling clients (as many as the source has turns, and more) hold connections, never the
+    turns another request from the same address needs."""
+    async with server(limits=replace(SMALL, max_connections=16)) as port:
+        tricklers = []
+        for _ in range(SMALL.per_source_requests + 1):
+            streams = await connect(port)
+            streams[1].write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+            tricklers.append(streams)
+        await asyncio.sleep(0.1)
+        assert await ask(await connect(port), "/fast") == b"HTTP/1.1 200 OK ok"
+        reader, _ = tricklers[0]
+        async with asyncio.timeout(ENDS_WITHIN):
+            status = await reader.readline()
+        assert status.startswith(b"HTTP/1.1 408"), status
