@@ -647,3 +647,46 @@ async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
             assert took <= 30 + 10  # detection (<= 19 s with these timings) plus recovery
     finally:
         await proxy.close()
+
+
+SAMPLE_FILE = SAMPLES / "edge_19.12.3.yaml"
+HUGE_KUBECONFIG = 300 * 2**20
+"""Issue 39, finding 6: a kubeconfig this size was read and parsed whole (60 s, 659 MB)."""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run", "--enable-webhooks", "false"], ["plan", "-f", str(SAMPLE_FILE)], ["status"]],
+    ids=["run", "plan", "status"],
+)
+def test_a_huge_kubeconfig_is_refused_unread(tmp_path: Path, command: list[str]) -> None:
+    huge = tmp_path / "huge.kubeconfig"
+    with huge.open("wb") as f:  # sparse: its size, not its bytes, is what is refused
+        f.truncate(HUGE_KUBECONFIG)
+    done = subprocess.run(
+        ["/usr/bin/time", "-f", "maxrss_kib=%M", sys.executable, "-m", "linkerd_config",
+         *command, "--kubeconfig", str(huge)],
+        env=bare_environment(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    *lines, rss = [
+        line for line in done.stderr.strip().splitlines() if not line.startswith("Command exited")
+    ]
+    assert len(lines) == 1 and "is larger than 16 MiB" in lines[0], done.stderr
+    assert int(rss.split("=")[1]) < 150 * 1024, rss  # the interpreter and its imports
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["plan", "-f", str(SAMPLE_FILE)], ["status"], ["run"]],
+    ids=["plan", "status", "run"],
+)
+def test_a_usage_error_exits_1_not_2(tmp_path: Path, command: list[str]) -> None:
+    """Issue 39, finding 6: ``plan`` and ``status`` exit 2 for "changes" / "not converged";
+    a usage error exited 2 too (argparse's)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "linkerd_config", *command, "--no-such-flag"],
+        env=bare_environment(tmp_path), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done
+    assert "--no-such-flag" in done.stderr, done.stderr
