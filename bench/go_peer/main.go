@@ -9,6 +9,14 @@
 // application/json" and ContentType protobuf, and its List and Watch send
 // Accept: application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1
 // (then the JSON forms) (metadata/metadata.go).
+//
+// Two ways a Go engineer makes it cheaper, as the bench's stronger peers:
+//   - a streaming list (KEP-3157): the bench sets KUBE_FEATURE_WatchListClient=true, which
+//     client-go's reflector reads (the same path linkerd-config's informers use);
+//   - --trim: a transform (SharedIndexInformer.SetTransform, as controller-runtime's
+//     TransformStripManagedFields and cache options do) keeping of each pod only what the
+//     controller's decisions read: name, namespace, resourceVersion, uid, owners, and the
+//     labels and annotations named by --keep-labels and --keep-annotations.
 package main
 
 import (
@@ -17,6 +25,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,6 +38,9 @@ import (
 
 func main() {
 	kubeconfig := flag.String("kubeconfig", "", "path to a kubeconfig")
+	trim := flag.Bool("trim", false, "keep only what the decisions read (a transform)")
+	keepLabels := flag.String("keep-labels", "", "labels kept with --trim, comma-separated")
+	keepAnnotations := flag.String("keep-annotations", "", "annotations kept with --trim")
 	flag.Parse()
 	config, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -53,6 +65,30 @@ func main() {
 			return pods.Watch(ctx, o)
 		},
 	}, &metav1.PartialObjectMetadata{}, 0, cache.Indexers{})
+	if *trim {
+		labels, annotations := strings.Split(*keepLabels, ","), strings.Split(*keepAnnotations, ",")
+		err := informer.SetTransform(func(obj interface{}) (interface{}, error) {
+			pod, ok := obj.(*metav1.PartialObjectMetadata)
+			if !ok {
+				return obj, nil // a tombstone: the store handles it
+			}
+			return &metav1.PartialObjectMetadata{
+				TypeMeta: pod.TypeMeta,
+				ObjectMeta: metav1.ObjectMeta{
+					Name:            pod.Name,
+					Namespace:       pod.Namespace,
+					ResourceVersion: pod.ResourceVersion,
+					UID:             pod.UID,
+					OwnerReferences: pod.OwnerReferences,
+					Labels:          pick(pod.Labels, labels),
+					Annotations:     pick(pod.Annotations, annotations),
+				},
+			}, nil
+		})
+		if err != nil {
+			panic(err)
+		}
+	}
 	stop := make(chan struct{})
 	go informer.Run(stop)
 	if !cache.WaitForCacheSync(stop, informer.HasSynced) {
@@ -62,4 +98,18 @@ func main() {
 	os.Stdout.Write(append(line, '\n'))
 	io.Copy(io.Discard, os.Stdin)
 	close(stop)
+}
+
+// pick: the entries of m under keys, nil when none.
+func pick(m map[string]string, keys []string) map[string]string {
+	var out map[string]string
+	for _, k := range keys {
+		if v, ok := m[k]; ok {
+			if out == nil {
+				out = make(map[string]string, len(keys))
+			}
+			out[k] = v
+		}
+	}
+	return out
 }
