@@ -112,7 +112,12 @@ async def accounts(admin: KubeClient) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def secure_controller(cp: LocalControlPlane, config: Path, port: int) -> AsyncIterator[App]:
+async def secure_controller(
+    cp: LocalControlPlane, tmp_path: Path, token: str, port: int
+) -> AsyncIterator[App]:
+    """The controller as the CONTROLLER ServiceAccount (``token``), /metrics secure on
+    ``port``."""
+    config = service_accounts.kubeconfig(tmp_path / "controller.kubeconfig", cp, CONTROLLER, token)
     settings = scenario.local_settings(
         config, "--metrics-bind-address", f"127.0.0.1:{port}", "--metrics-secure"
     )
@@ -132,14 +137,11 @@ async def test_metrics_need_a_token_rbac_allows(
 
     port = free_port()
     url = f"https://127.0.0.1:{port}/metrics"
-    config = service_accounts.kubeconfig(
-        tmp_path / "controller.kubeconfig", cp, CONTROLLER, tokens[CONTROLLER]
-    )
     # Self-signed (no --metrics-cert-dir): scrapers skip verification, as kubebuilder's
     # ServiceMonitor does (insecureSkipVerify) unless cert-manager issues the certificate.
     timeout = aiohttp.ClientTimeout(total=10)
     async with (
-        secure_controller(cp, config, port) as app,
+        secure_controller(cp, tmp_path, tokens[CONTROLLER], port) as app,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False), timeout=timeout) as http,
     ):
 
@@ -195,12 +197,9 @@ async def test_junk_tokens_cost_the_api_server_a_bounded_number_of_reviews(
         tokens = await accounts(admin)
     port = free_port()
     url = f"https://127.0.0.1:{port}/metrics"
-    config = service_accounts.kubeconfig(
-        tmp_path / "controller.kubeconfig", cp, CONTROLLER, tokens[CONTROLLER]
-    )
     timeout = aiohttp.ClientTimeout(total=30)
     async with (
-        secure_controller(cp, config, port) as app,
+        secure_controller(cp, tmp_path, tokens[CONTROLLER], port) as app,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=False), timeout=timeout) as http,
     ):
 
