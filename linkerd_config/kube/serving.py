@@ -176,7 +176,10 @@ class _Connection(asyncio.Protocol):
         """When the request in progress started (with ``requests``)."""
         self.reading_headers = True
         self.handlers: set[asyncio.Task[object]] = set()
-        """Its requests' handlers: cut with it (so a turn it holds is freed)."""
+        """Its requests' handlers: cut with it (so a turn it holds is freed), or once its
+        client is gone (no answer can reach it: a request waiting for its turn or its pace
+        must not keep waiting, with its body, for a client that left)."""
+        self.lost = False
         self._deadline: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol, passed on to the server's protocol ----------------------------------
@@ -202,8 +205,10 @@ class _Connection(asyncio.Protocol):
         self.inner.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
         self._disarm()
         self.listener.forget(self)
+        self._cancel_handlers()
         self.inner.connection_lost(exc)
 
     # -- requests, told by the listener's middleware -------------------------------------------
@@ -220,7 +225,7 @@ class _Connection(asyncio.Protocol):
         self.requests -= 1
         self.served += 1
         self.since = time.monotonic()
-        if self.requests == 0 and self.transport is not None:
+        if self.requests == 0 and self.transport is not None and not self.lost:
             self._arm(self.listener.limits.idle_timeout, "idle", polite=True)
         self.listener.used(self)
 
@@ -239,12 +244,15 @@ class _Connection(asyncio.Protocol):
     def evict(self) -> None:
         """Close now (a request in progress on it is cut, its handler cancelled)."""
         self._disarm()
-        for handler in self.handlers:
-            handler.cancel()
+        self._cancel_handlers()
         if self.transport is not None:
             self.transport.abort()
         elif self.handshake is not None:
             self.handshake.cancel()
+
+    def _cancel_handlers(self) -> None:
+        for handler in self.handlers:
+            handler.cancel()
 
     def _arm(self, seconds: float, why: str, *, polite: bool = False) -> None:
         self._disarm()
