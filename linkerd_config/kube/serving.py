@@ -152,6 +152,15 @@ class _Pacing:
             self._buckets.move_to_end(source)
         return bucket.reserve(now)
 
+    def refund(self, source: str) -> None:
+        """Give back the token taken for a request of ``source`` cut before it started (Go's
+        ``Reservation.Cancel``): else a source whose requests are cut while they wait (its
+        clients leaving, its connections closed to make room) runs into debt without bound,
+        and its next requests wait for ones that never ran."""
+        bucket = self._buckets.get(source)
+        if bucket is not None:
+            bucket.tokens = min(float(bucket.burst), bucket.tokens + 1.0)
+
 
 class _Connection(asyncio.Protocol):
     """One accepted connection: the server's protocol inside, the connection's deadline,
@@ -324,7 +333,11 @@ class _Listener:
             async with self._request_turns.turn(connection.source):
                 delay = self._pacing.delay(connection.source, time.monotonic())
                 if delay > 0:
-                    await asyncio.sleep(delay)
+                    try:
+                        await asyncio.sleep(delay)
+                    except asyncio.CancelledError:
+                        self._pacing.refund(connection.source)
+                        raise
                 return await handler(request)
         finally:
             connection.handlers.discard(task)
