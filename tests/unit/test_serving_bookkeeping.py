@@ -10,17 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import random
 import socket
+import ssl
 import struct
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from linkerd_config.kube import serving
-from linkerd_config.kube.serving import ConnectionLimits, serve
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
 
 SMALL = ConnectionLimits(
     max_connections=8,
@@ -76,7 +81,10 @@ def listeners(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[serving._Listene
 
 @contextlib.asynccontextmanager
 async def running(
-    listeners: list[serving._Listener], limits: ConnectionLimits = SMALL
+    listeners: list[serving._Listener],
+    limits: ConnectionLimits = SMALL,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Running]:
     app = web.Application(client_max_size=64 * 1024)
     calls: dict[str, int] = {}
@@ -98,12 +106,26 @@ async def running(
         counted("/echo")
         return web.Response(body=await request.read())
 
+    async def slow(request: web.Request) -> web.Response:
+        counted("/slow")
+        await asyncio.sleep(float(request.query.get("s", "1")))
+        return web.Response(text="done")
+
     app.router.add_get("/fast", fast)
     app.router.add_get("/held", held)
     app.router.add_post("/echo", echo)
+    app.router.add_get("/slow", slow)
     bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     task = asyncio.create_task(
-        serve(app, "127.0.0.1", 0, name="bookkeeping", on_bound=bound.set_result, limits=limits)
+        serve(
+            app,
+            "127.0.0.1",
+            0,
+            name="bookkeeping",
+            ssl_context=ssl_context,
+            on_bound=bound.set_result,
+            limits=limits,
+        )
     )
     try:
         port = await asyncio.wait_for(bound, 10)
@@ -251,3 +273,226 @@ async def test_requests_cut_while_paced_give_their_time_back(
         assert await ask(streams, "/fast", within=2.0) == b"HTTP/1.1 200 OK ok"
         streams[1].close()
         await settled(server.listener)
+
+
+FUZZ = ConnectionLimits(
+    max_connections=8,
+    per_source=3,
+    per_source_handshakes=1,
+    per_source_requests=1,
+    per_source_rate=40.0,
+    per_source_burst=3,
+    grace=0.05,
+    handshake_timeout=0.4,
+    header_timeout=0.4,
+    idle_timeout=0.6,
+    close_timeout=0.2,
+    slow_request=0.3,
+    body_timeout=0.3,
+)
+SOURCES = [f"127.0.0.{n}" for n in range(1, 5)]
+
+
+def tls_pair(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context on a fresh pair, and a client context that accepts it."""
+    ca = write_serving_pair(folder, ["localhost"], ["127.0.0.1"])
+    server_side = server_context()
+    server_side.load_cert_chain(folder / "tls.crt", folder / "tls.key")
+    client_side = ssl.create_default_context(cadata=ca.decode())
+    return server_side, client_side
+
+
+async def client(rng: random.Random, port: int, tls: ssl.SSLContext) -> None:
+    """One client doing one of the things clients do, well or badly, then leaving (closing,
+    resetting, or just stopping: the server's deadlines end what is left)."""
+    source = rng.choice(SOURCES)
+    kind = rng.choice(["silent", "garbage", "hello-cut", "requests", "requests", "trickle"])
+    try:
+        async with asyncio.timeout(3):
+            if kind in ("silent", "garbage", "hello-cut"):
+                streams = await connect(port, source)
+                if kind == "garbage":
+                    streams[1].write(b"GET /fast HTTP/1.1\r\nHost: x\r\n\r\n")  # not TLS
+                elif kind == "hello-cut":
+                    streams[1].write(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")
+            else:
+                streams = await asyncio.open_connection(
+                    "127.0.0.1", port, ssl=tls, local_addr=(source, 0)
+                )
+                writer = streams[1]
+                for _ in range(rng.randint(0, 3)):
+                    if kind == "trickle":  # past body_timeout (408), or not
+                        writer.write(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\n")
+                        for _ in range(8):
+                            writer.write(b"x")
+                            await asyncio.sleep(rng.choice([0.0, 0.0, 0.1]))
+                    else:
+                        path = rng.choice(["/fast", "/fast", "/slow?s=0.1", "/slow?s=0.5"])
+                        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+                    await writer.drain()
+                    if rng.random() < 0.7:
+                        await streams[0].readuntil(b"\r\n\r\n")
+            await asyncio.sleep(rng.choice([0.0, 0.0, 0.1, 0.5, 1.0]))
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        return  # closed on us: one of the limits at work
+    ending = rng.choice(["close", "reset", "leave"])
+    if ending == "reset" and not streams[1].is_closing():
+        reset(streams)
+    elif ending == "close":
+        streams[1].close()
+    # "leave": dropped without a word; the server's deadlines close it
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+async def test_the_bookkeeping_holds_whatever_the_clients_do(
+    listeners: list[serving._Listener], tmp_path: Path, seed: int
+) -> None:
+    """Clients from a few addresses connect, handshake or not, ask, trickle, reset and leave,
+    many at once over the shrunken limits (squatters, idle and slow connections closed to
+    make room, handshakes and requests waiting for turns, paced): at every moment what the
+    listener counts agrees and stays within the limits, and once they are gone nothing is
+    left."""
+    rng = random.Random(seed)
+    server_side, client_side = tls_pair(tmp_path)
+    violations: list[str] = []
+    async with running(listeners, FUZZ, ssl_context=server_side) as server:
+
+        async def watch() -> None:
+            while True:
+                try:
+                    check(server.listener)
+                except AssertionError as exc:
+                    violations.append(str(exc))
+                await asyncio.sleep(0.005)
+
+        watching = asyncio.create_task(watch())
+        clients: set[asyncio.Task[None]] = set()
+        try:
+            for _ in range(150):
+                clients.add(asyncio.create_task(client(rng, server.port, client_side)))
+                await asyncio.sleep(rng.choice([0.0, 0.005, 0.02]))
+            await asyncio.gather(*clients)
+            await asyncio.sleep(0.1)
+            # Whatever the clients left open, the server's deadlines close.
+            await settled(server.listener, within=FUZZ.idle_timeout + FUZZ.header_timeout + 3)
+        finally:
+            watching.cancel()
+            for task in clients:
+                task.cancel()
+            await asyncio.gather(watching, *clients, return_exceptions=True)
+        assert server.listener.evicted, "the limits were never reached: a weak test"
+    assert not violations, violations[:3]
+
+
+async def test_shutdown_amid_the_clients_returns_promptly_and_leaves_nothing(
+    listeners: list[serving._Listener], tmp_path: Path
+) -> None:
+    """Cancelled while handshakes wait for their turn, requests for theirs or for their
+    pace, and connections are being closed to make room: serve() returns within its
+    shutdown deadline, no task of its is left, and the listener holds nothing."""
+    rng = random.Random(7)
+    server_side, client_side = tls_pair(tmp_path)
+    before = asyncio.all_tasks()
+    clients: set[asyncio.Task[None]] = set()
+    kept: list[Streams] = []
+    limits = replace(FUZZ, max_connections=16, per_source=4, handshake_timeout=2, slow_request=2)
+    try:
+        async with running(listeners, limits, ssl_context=server_side) as server:
+            # Handshakes waiting for their turn (behind a silent one) ...
+            kept += [await connect(server.port, "127.0.0.8") for _ in range(3)]
+            # ... and requests waiting for theirs (behind a slow one) ...
+            for _ in range(3):
+                streams = await asyncio.open_connection(
+                    "127.0.0.1", server.port, ssl=client_side, local_addr=("127.0.0.9", 0)
+                )
+                streams[1].write(b"GET /slow?s=0.5 HTTP/1.1\r\nHost: x\r\n\r\n")
+                kept.append(streams)
+            listener = server.listener
+            await until(
+                lambda: (
+                    listener._handshake_turns._users["127.0.0.8"] == 3
+                    and listener._request_turns._users["127.0.0.9"] == 3
+                )
+            )
+            # ... amid clients doing all sorts of things.
+            for _ in range(80):
+                clients.add(asyncio.create_task(client(rng, server.port, client_side)))
+                await asyncio.sleep(rng.choice([0.0, 0.005]))
+            stopping = time.monotonic()
+        stopped = time.monotonic() - stopping
+    finally:
+        for streams in kept:
+            streams[1].close()
+        for task in clients:
+            task.cancel()
+        await asyncio.gather(*clients, return_exceptions=True)
+    assert stopped < 5.0  # serve's shutdown_timeout: no request here lasts half a second
+    await until(lambda: not server.listener.open, within=FUZZ.close_timeout + 2)
+    check_empty(server.listener)
+    left = asyncio.all_tasks() - before - {asyncio.current_task()}
+    assert not left, left
+
+
+def test_pacing_remembers_a_bounded_number_of_sources() -> None:
+    """5,000 addresses (a pod with many, or many pods) keep 4,096 buckets at most, the most
+    recently used: the one just used is there, the first forgotten (it starts afresh)."""
+    pacing = serving._Pacing(rate=50.0, burst=100)
+    for n in range(5000):
+        assert pacing.delay(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}", now=float(n)) == 0
+    assert len(pacing._buckets) == pacing.remembered == 4096
+    assert "10.0.19.135" in pacing._buckets  # the 5,000th
+    assert "10.0.0.0" not in pacing._buckets
+
+
+@pytest.mark.parametrize(
+    ("address", "source"),
+    [
+        (("127.0.0.1", 5000), "127.0.0.1"),
+        (("::1", 5000, 0, 0), "::1"),
+        (("fe80::1", 5000, 0, 2), "fe80::1"),
+        ("", ""),  # a Unix socket's unnamed peer
+        (b"\x00abstract", ""),
+        (None, ""),
+        ((), ""),
+    ],
+)
+def test_a_source_is_the_peer_address_or_empty(address: object, source: str) -> None:
+    assert serving._source(address) == source
+
+
+async def test_ipv6_loopback_is_a_source_like_any_other(
+    listeners: list[serving._Listener],
+) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    app = web.Application()
+    app.router.add_get("/fast", _ok)
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    limits = replace(SMALL, per_source=2)
+    try:
+        task = asyncio.create_task(
+            serve(app, "::1", 0, name="v6", on_bound=bound.set_result, limits=limits)
+        )
+        port = await asyncio.wait_for(bound, 10)
+    except OSError as exc:  # no ::1 here (a container without IPv6)
+        pytest.skip(str(exc))
+    listener = listeners[-1]
+    try:
+        first = await asyncio.open_connection("::1", port)
+        assert await ask(first, "/fast") == b"HTTP/1.1 200 OK ok"
+        others = [await asyncio.open_connection("::1", port) for _ in range(3)]
+        await until(lambda: listener.evicted >= 1)
+        check(listener)
+        assert set(listener.sources) == {"::1"}
+        assert len(listener.sources["::1"]) == limits.per_source
+        for streams in [first, *others]:
+            streams[1].close()
+        await settled(listener)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _ok(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
