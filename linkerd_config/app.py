@@ -187,9 +187,12 @@ def _assemble(
     return app
 
 
-SCRAPE_LIMITS = dataclasses.replace(LIMITS, per_source_rate=5.0, per_source_burst=10)
+SCRAPE_LIMITS = dataclasses.replace(
+    LIMITS, per_source_rate=5.0, per_source_burst=10, pace_alone=True
+)
 """``/metrics`` answers cost the most (about 5 ms of the one event loop each): past a burst of
-10, one source gets 5 a second. A scraper asks every 15 s or so."""
+10, one source gets 5 a second, alone or not (a flood of scrapes alone on this port would take
+the loop from the other servers). A scraper asks every 15 s or so."""
 
 
 def _metrics_server(

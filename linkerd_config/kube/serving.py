@@ -58,10 +58,12 @@ class ConnectionLimits:
     client trickling its bodies to keep every connection busy). When none may be closed, the
     newcomer is. So a client that uses its connections (an API server, a kubelet) keeps them,
     and its new ones are let in."""
-    per_source: int = 32
-    """Open connections from one address at most: one more from it closes one of its own by
-    the rules above, else is closed. A source never makes room by closing another's; at
-    ``max_connections``, room is made among the connections of the source holding most."""
+    per_source: int = 96
+    """Open connections from one address at most (so others always have 32): one more from
+    it closes one of its own by the rules above, else is closed. A source never makes room by
+    closing another's; at ``max_connections``, room is made among the connections of the
+    source holding most. The API server alone may use 96 at once (it opens one per request
+    in flight)."""
     per_source_handshakes: int = 2
     """TLS handshakes in progress from one address at most (a new connection's costliest
     step); its others wait their turn, within ``handshake_timeout``."""
@@ -70,10 +72,15 @@ class ConnectionLimits:
     (nothing is refused: a source only waits for itself) ..."""
     per_source_rate: float = 50.0
     per_source_burst: int = 100
-    """... and paced: past a burst, a source's requests start ``per_source_rate`` a second
-    at most (a token bucket that delays, never refuses). So however fast one source asks,
-    it takes a bounded share of the one event loop (the API server and the kubelet ask a
-    few times a second at most)."""
+    pacing_window: float = 60.0
+    pace_alone: bool = False
+    """Pace a source even when no other has asked (a scrape endpoint: no one needs more)."""
+    """... and, while another source has asked within ``pacing_window`` seconds, paced: past
+    a burst, a source's requests start ``per_source_rate`` a second at most (a token bucket
+    that delays, never refuses). So however fast one source asks, it takes a bounded share of
+    the one event loop when others need it (the kubelet probes every 10 s, Prometheus scrapes
+    every 15 to 60 s), and all of it when no one else does (the API server alone, converting
+    for every client of an old version, is never slowed)."""
     slow_request: float = 1.0
     """A request in progress this long may be cut to make room (an admission review takes
     milliseconds; the webhook's own deadline is 7 s)."""
@@ -132,17 +139,40 @@ class _Turns:
 
 class _Pacing:
     """A token bucket per source, the ``remembered`` most recently used kept (a source
-    forgotten starts again with a full bucket, as one idle that long would have)."""
+    forgotten starts again with a full bucket, as one idle that long would have); applied
+    only while another source has asked within ``window`` seconds: a source alone is never
+    slowed (the API server converting for every client of an old version; a local run, where
+    every client is 127.0.0.1)."""
 
-    def __init__(self, rate: float, burst: int, remembered: int = 4096) -> None:
+    def __init__(
+        self,
+        rate: float,
+        burst: int,
+        window: float,
+        remembered: int = 4096,
+        *,
+        alone: bool = False,
+    ) -> None:
         TokenBucket.check(rate, burst)
         self.rate = rate
         self.burst = burst
+        self.window = window
+        self.alone = alone
+        """Pace a source alone too."""
         self.remembered = remembered
         self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._seen: OrderedDict[str, float] = OrderedDict()
+        """When each source last asked, least recently first."""
 
     def delay(self, source: str, now: float) -> float:
-        """Seconds until ``source``'s next request may start (a token taken for it)."""
+        """Seconds until ``source``'s next request may start (a token taken for it when it
+        is paced at all)."""
+        self._seen[source] = now
+        self._seen.move_to_end(source)
+        if len(self._seen) > self.remembered:
+            self._seen.popitem(last=False)
+        if not (self.alone or self._contended(source, now)):
+            return 0.0
         bucket = self._buckets.get(source)
         if bucket is None:
             bucket = self._buckets[source] = TokenBucket(self.rate, self.burst, now)
@@ -151,6 +181,14 @@ class _Pacing:
         else:
             self._buckets.move_to_end(source)
         return bucket.reserve(now)
+
+    def _contended(self, source: str, now: float) -> bool:
+        """Whether another source asked within ``window`` (the most recent other one is the
+        last or the one before it: ``source`` was just moved to the end)."""
+        for other, at in reversed(self._seen.items()):
+            if other != source:
+                return now - at <= self.window
+        return False
 
     def refund(self, source: str) -> None:
         """Give back the token taken for a request of ``source`` cut before it started (Go's
@@ -182,7 +220,10 @@ class _Connection(asyncio.Protocol):
         self.since = time.monotonic()
         """When the last request was answered."""
         self.busy_since = 0.0
-        """When the request in progress started (with ``requests``)."""
+        """When the request in progress started (with ``requests``), or its handler did: the
+        time it waited for its source's turn and pace is not the client's doing."""
+        self.waiting = False
+        """Its request waits for its source's turn or pace: not a slow client's, never cut."""
         self.reading_headers = True
         self.handlers: set[asyncio.Task[object]] = set()
         """Its requests' handlers: cut with it (so a turn it holds is freed), or once its
@@ -312,7 +353,12 @@ class _Listener:
         self._handshakes: set[asyncio.Task[None]] = set()
         self._handshake_turns = _Turns(limits.per_source_handshakes)
         self._request_turns = _Turns(limits.per_source_requests)
-        self._pacing = _Pacing(limits.per_source_rate, limits.per_source_burst)
+        self._pacing = _Pacing(
+            limits.per_source_rate,
+            limits.per_source_burst,
+            limits.pacing_window,
+            alone=limits.pace_alone,
+        )
         self.evicted = 0
         self.refused = 0
         self._reported = 0.0
@@ -330,6 +376,7 @@ class _Listener:
             refused = await self._read_body(request)
             if refused is not None:
                 return refused
+            connection.waiting = True
             async with self._request_turns.turn(connection.source):
                 delay = self._pacing.delay(connection.source, time.monotonic())
                 if delay > 0:
@@ -338,8 +385,11 @@ class _Listener:
                     except asyncio.CancelledError:
                         self._pacing.refund(connection.source)
                         raise
+                connection.waiting = False
+                connection.busy_since = time.monotonic()
                 return await handler(request)
         finally:
+            connection.waiting = False
             connection.handlers.discard(task)
             connection.request_finished()
 
@@ -485,7 +535,7 @@ class _Listener:
         if for at least ``slow_request``: every connection busy means a client keeps them so
         on purpose."""
         candidates = self._of(source)
-        busy = [c for c in candidates if c.requests]
+        busy = [c for c in candidates if c.requests and not c.waiting]
         if not busy:
             return None
         slowest = min(busy, key=lambda c: c.busy_since)

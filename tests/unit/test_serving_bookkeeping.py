@@ -259,6 +259,10 @@ async def test_requests_cut_while_paced_give_their_time_back(
     left the next request from that address waiting 18 s."""
     paced = replace(SMALL, per_source_requests=2, per_source_rate=5.0, per_source_burst=2)
     async with running(listeners, paced) as server:
+        # Another address asks too: pacing applies only while someone else needs the server.
+        other = await connect(server.port, "127.0.0.2")
+        assert await ask(other, "/fast") == b"HTTP/1.1 200 OK ok"
+        other[1].close()
         for _ in range(50):
             gone = [await connect(server.port) for _ in range(paced.per_source_requests)]
             for _, writer in gone:
@@ -436,10 +440,11 @@ async def test_shutdown_amid_the_clients_returns_promptly_and_leaves_nothing(
 def test_pacing_remembers_a_bounded_number_of_sources() -> None:
     """5,000 addresses (a pod with many, or many pods) keep 4,096 buckets at most, the most
     recently used: the one just used is there, the first forgotten (it starts afresh)."""
-    pacing = serving._Pacing(rate=50.0, burst=100)
+    pacing = serving._Pacing(rate=50.0, burst=100, window=60.0)
     for n in range(5000):
         assert pacing.delay(f"10.{n // 65536}.{n // 256 % 256}.{n % 256}", now=float(n)) == 0
     assert len(pacing._buckets) == pacing.remembered == 4096
+    assert len(pacing._seen) == pacing.remembered
     assert "10.0.19.135" in pacing._buckets  # the 5,000th
     assert "10.0.0.0" not in pacing._buckets
 
@@ -496,3 +501,17 @@ async def test_ipv6_loopback_is_a_source_like_any_other(
 
 async def _ok(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
+
+
+def test_a_source_alone_is_never_paced_and_is_when_another_asks() -> None:
+    """Pacing is for sharing: the API server alone (converting for every client of an old
+    version, or everything on 127.0.0.1 in a local run) asks as fast as it likes; once another
+    source has asked within the window, each is held to its rate past its burst."""
+    pacing = serving._Pacing(rate=10.0, burst=5, window=60.0)
+    alone = [pacing.delay("10.0.0.1", now=0.001 * n) for n in range(1000)]
+    assert alone == [0.0] * 1000
+    assert pacing.delay("10.0.0.2", now=1.0) == 0.0  # its burst
+    shared = [pacing.delay("10.0.0.1", now=1.0) for _ in range(10)]
+    assert shared[:5] == [0.0] * 5 and shared[-1] == pytest.approx(0.5)
+    # The other gone quiet past the window: alone again.
+    assert pacing.delay("10.0.0.1", now=62.0) == 0.0
