@@ -302,9 +302,9 @@ async def test_any_string_survives_server_side_apply(kube: KubeClient) -> None:
         ("markup_in_names.yaml", "spec.proxy.proxyImage.name", True),
         ("control_character_in_image.yaml", "spec.proxy.proxyInitImage.name", True),
         ("bad_trust_domain.yaml", "spec.global.identityContext.trustDomain", True),
-        # Refused by the controller: status names the field as the storage version does.
-        ("garbage_pem.yaml", "spec.values.identityTrustAnchorsPEM", False),
-        ("leaf_not_ca.yaml", "spec.values.identityTrustAnchorsPEM", False),
+        # Refused by the controller: status names the field as its writer (v1alpha1) does.
+        ("garbage_pem.yaml", "spec.global.identityContext.trustAnchorsPEM", False),
+        ("leaf_not_ca.yaml", "spec.global.identityContext.trustAnchorsPEM", False),
     ],
 )
 async def test_values_linkerd_cannot_use_are_refused_without_webhooks(
