@@ -20,6 +20,8 @@ from aiohttp import web
 
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
+from tests.support import raw_http
+from tests.support.raw_http import Streams, ask, connect
 
 SMALL = ConnectionLimits(
     max_connections=4,
@@ -33,8 +35,6 @@ SMALL = ConnectionLimits(
 )
 ENDS_WITHIN = 5.0
 """Generous: without the limit under test the connection would stay open for an hour."""
-
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 async def _slow(request: web.Request) -> web.Response:
@@ -86,38 +86,8 @@ async def server(tls: Path | None = None, limits: ConnectionLimits = SMALL) -> A
             await task
 
 
-async def connect(port: int, source: str = "127.0.0.1") -> Streams:
-    """A connection to the server from ``source`` (any 127/8 address is loopback's)."""
-    return await asyncio.wait_for(
-        asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 5
-    )
-
-
-async def ask(streams: Streams, path: str) -> bytes:
-    """One keep-alive GET on ``streams``; its status line and body."""
-    reader, writer = streams
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    async with asyncio.timeout(10):
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        return head.split(b"\r\n")[0] + b" " + await reader.readexactly(length)
-
-
 async def ended(streams: Streams, within: float = ENDS_WITHIN) -> bool:
-    """Whether the server ends the connection (EOF or reset) within ``within`` seconds."""
-    reader, _ = streams
-    try:
-        async with asyncio.timeout(within):
-            return await reader.read(1) == b""
-    except (ConnectionResetError, BrokenPipeError):
-        return True
-    except TimeoutError:
-        return False
+    return await raw_http.ended(streams, within)
 
 
 async def test_a_tls_client_that_never_says_hello_is_cut_at_the_handshake_timeout(

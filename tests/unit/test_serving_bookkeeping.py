@@ -26,6 +26,7 @@ from aiohttp import web
 from linkerd_config.kube import serving
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
+from tests.support.raw_http import Streams, ask, connect
 
 SMALL = ConnectionLimits(
     max_connections=8,
@@ -40,8 +41,6 @@ SMALL = ConnectionLimits(
     slow_request=0.5,
     body_timeout=0.5,
 )
-
-Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 @dataclass
@@ -137,12 +136,6 @@ async def running(
             await task
 
 
-async def connect(port: int, source: str = "127.0.0.1") -> Streams:
-    return await asyncio.wait_for(
-        asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0)), 5
-    )
-
-
 def reset(streams: Streams) -> None:
     """Leave at once, with a reset (no FIN: the server learns of it only by reading)."""
     _, writer = streams
@@ -233,21 +226,6 @@ async def test_requests_of_clients_gone_are_not_kept_waiting_for_their_turn(
         assert server.calls.get("/echo", 0) == 0, "answered clients that had left"
         holder[1].close()
         await settled(server.listener)
-
-
-async def ask(streams: Streams, path: str, within: float = 5.0) -> bytes:
-    """One keep-alive GET on ``streams``; its status line and body."""
-    reader, writer = streams
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-    await writer.drain()
-    async with asyncio.timeout(within):
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length:")
-        )
-        return head.split(b"\r\n")[0] + b" " + await reader.readexactly(length)
 
 
 async def test_requests_cut_while_paced_give_their_time_back(
