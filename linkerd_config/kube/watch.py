@@ -149,9 +149,19 @@ class _Records:
     """What both record readers share: the next chunk of their source, waited for within the
     ``RecordDeadline`` of the record under way, if one is."""
 
-    def __init__(self, source: ByteSource, deadline: RecordDeadline) -> None:
+    def __init__(
+        self,
+        source: ByteSource,
+        max_line: int = DEFAULT_MAX_LINE,
+        deadline: RecordDeadline = RecordDeadline(),
+    ) -> None:
         self._source = source
+        self._max = max_line
+        """Bytes in one record at most."""
         self._deadline = deadline
+        self._buf = bytearray()
+        self._pos = 0  # start of the unread part of _buf
+        self._eof = False
         self._started: float | None = None
         # Invariant: the loop time the record under way was first waited for; None between
         # records (reset as each record is handed out).
@@ -194,12 +204,8 @@ class LineReader(_Records):
         max_line: int = DEFAULT_MAX_LINE,
         deadline: RecordDeadline = RecordDeadline(),
     ) -> None:
-        super().__init__(source, deadline)
-        self._max_line = max_line
-        self._buf = bytearray()
-        self._pos = 0  # start of the unread part of _buf
+        super().__init__(source, max_line, deadline)
         self._scan = 0  # no newline in _buf[_pos:_scan]; resume the search here
-        self._eof = False
 
     def buffered(self) -> bytes | None:
         """The next whole line if it is already here (no wait), else None."""
@@ -225,8 +231,8 @@ class LineReader(_Records):
                     self._pos = self._scan = len(self._buf)
                     return self._done(line)
                 return None
-            if len(self._buf) - self._pos > self._max_line:
-                raise WatchProtocolError(f"watch line longer than {self._max_line} bytes")
+            if len(self._buf) - self._pos > self._max:
+                raise WatchProtocolError(f"watch line longer than {self._max} bytes")
             # Drop consumed bytes only when reading more, so a chunk of many short lines is
             # not shifted once per line.
             if self._pos:
@@ -244,18 +250,6 @@ class LineReader(_Records):
 class FrameReader(_Records):
     """Length-delimited records (a 4-byte big-endian length, then that many bytes), as the
     API server frames a protobuf watch; each at most ``max_line`` bytes."""
-
-    def __init__(
-        self,
-        source: ByteSource,
-        max_line: int = DEFAULT_MAX_LINE,
-        deadline: RecordDeadline = RecordDeadline(),
-    ) -> None:
-        super().__init__(source, deadline)
-        self._max = max_line
-        self._buf = bytearray()
-        self._pos = 0
-        self._eof = False
 
     def buffered(self) -> bytes | None:
         """The next record if it is already here (no wait), else None."""
