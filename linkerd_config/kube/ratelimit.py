@@ -85,6 +85,11 @@ class TokenBucket:
         self.tokens -= 1.0
         return -self.tokens / self.qps if self.tokens < 0 else 0.0
 
+    def cancel(self) -> None:
+        """Give back a token :meth:`reserve` took for what never happened
+        (``Reservation.Cancel``); never beyond ``burst``."""
+        self.tokens = min(float(self.burst), self.tokens + 1.0)
+
 
 class JitteredBackoff:
     """One retrying thing's delay: exponential (0.8 s doubling to 30 s, as client-go's

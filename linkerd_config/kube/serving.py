@@ -32,7 +32,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Protocol, TypeVar, cast
 
 import structlog
 from aiohttp import web
@@ -42,6 +42,7 @@ from linkerd_config.kube.tls import load_chain_from_memory
 
 log = structlog.get_logger(__name__)
 
+V = TypeVar("V")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 """An aiohttp request handler (or one a middleware wraps)."""
 
@@ -137,6 +138,14 @@ class _Turns:
                 del self._semaphores[source]
 
 
+def _remember(lru: OrderedDict[str, V], key: str, value: V, limit: int) -> None:
+    """``key`` set to ``value`` as the most recently used of ``lru``, which keeps ``limit``."""
+    lru[key] = value
+    lru.move_to_end(key)
+    if len(lru) > limit:
+        lru.popitem(last=False)
+
+
 class _Pacing:
     """A token bucket per source, the ``remembered`` most recently used kept (a source
     forgotten starts again with a full bucket, as one idle that long would have); applied
@@ -167,19 +176,11 @@ class _Pacing:
     def delay(self, source: str, now: float) -> float:
         """Seconds until ``source``'s next request may start (a token taken for it when it
         is paced at all)."""
-        self._seen[source] = now
-        self._seen.move_to_end(source)
-        if len(self._seen) > self.remembered:
-            self._seen.popitem(last=False)
+        _remember(self._seen, source, now, self.remembered)
         if not (self.alone or self._contended(source, now)):
             return 0.0
-        bucket = self._buckets.get(source)
-        if bucket is None:
-            bucket = self._buckets[source] = TokenBucket(self.rate, self.burst, now)
-            if len(self._buckets) > self.remembered:
-                self._buckets.popitem(last=False)
-        else:
-            self._buckets.move_to_end(source)
+        bucket = self._buckets.get(source) or TokenBucket(self.rate, self.burst, now)
+        _remember(self._buckets, source, bucket, self.remembered)
         return bucket.reserve(now)
 
     def _contended(self, source: str, now: float) -> bool:
@@ -197,7 +198,7 @@ class _Pacing:
         and its next requests wait for ones that never ran."""
         bucket = self._buckets.get(source)
         if bucket is not None:
-            bucket.tokens = min(float(bucket.burst), bucket.tokens + 1.0)
+            bucket.cancel()
 
 
 class _Connection(asyncio.Protocol):

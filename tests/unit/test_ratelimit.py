@@ -159,3 +159,14 @@ def test_jittered_backoff_doubles_caps_resets_and_honours_retry_after() -> None:
     assert all(0.75 <= s <= 1.25 for s in samples)
     assert len(set(samples)) > 1
     assert jittery.failures == 0
+
+
+def test_a_cancelled_reservation_gives_its_token_back_never_past_the_burst() -> None:
+    bucket = TokenBucket(qps=1.0, burst=2, now=0.0)
+    delays = [bucket.reserve(0.0) for _ in range(4)]
+    assert delays == [0.0, 0.0, 1.0, 2.0]
+    bucket.cancel()  # the last one never ran: the next waits as long as it would have
+    assert bucket.reserve(0.0) == 2.0
+    for _ in range(10):
+        bucket.cancel()
+    assert bucket.tokens == 2.0
