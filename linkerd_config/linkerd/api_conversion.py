@@ -27,6 +27,7 @@ from typing import Any, Final
 
 import orjson
 
+from linkerd_config.kube.managed_fields import last_written_version
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats.field_table import FIELDS, HUB_SECTIONS, ConfigField, Path
 
@@ -190,24 +191,8 @@ def written_version(obj: Mapping[str, Any]) -> str:
     manager's last request, in the version it was made in; the status subresource's and
     metadata-only writes are not the spec's). The storage version when none says (no
     managedFields, or a version this controller does not serve)."""
-    metadata = obj.get("metadata")
-    entries = metadata.get("managedFields") if isinstance(metadata, Mapping) else None
-    newest: tuple[str, str] | None = None
-    for entry in entries if isinstance(entries, list) else ():
-        if not isinstance(entry, Mapping) or entry.get("subresource"):
-            continue
-        fields = entry.get("fieldsV1")
-        api_version, at = entry.get("apiVersion"), entry.get("time")
-        if not (isinstance(fields, Mapping) and "f:spec" in fields):
-            continue
-        if not isinstance(api_version, str) or not api_version.startswith(f"{GROUP}/"):
-            continue
-        when = at if isinstance(at, str) else ""
-        if newest is None or when >= newest[0]:  # a tie: the later entry
-            newest = (when, api_version.removeprefix(f"{GROUP}/"))
-    if newest is None or newest[1] not in SERVED_VERSIONS:
-        return STORAGE_VERSION
-    return newest[1]
+    version = last_written_version(obj, "spec", GROUP)
+    return version if version in SERVED_VERSIONS else STORAGE_VERSION
 
 
 def said_to_writer(text: str, obj: Mapping[str, Any]) -> str:
