@@ -13,6 +13,7 @@ from linkerd_config.kube.resource import (
     NAMESPACES,
     PODS,
     REPLICASETS,
+    ApiResource,
     Json,
 )
 from linkerd_config.linkerd import rollout
@@ -124,10 +125,14 @@ class LinkerdCaches:
         enqueue: Callable[[str], None],
         enqueue_all: Callable[[Iterable[str]], None],
         anchor_held: Callable[[], Iterable[str]],
+        unless_echo: Callable[[ApiResource, Json, Callable[[], None]], None],
     ) -> None:
         """Map every cache's changes to the LinkerdConfigs they concern: ``enqueue`` one
         by name, ``enqueue_all`` several; ``anchor_held``: those whose last reconcile held a
-        trust-anchor removal."""
+        trust-anchor removal; ``unless_echo``: wakes unless an object is as our own last write
+        left it (``Writer.unless_echo``): the reconcile that wrote it went on from what it
+        wrote. Only ConfigMaps are judged so (a reverted drift's second reconcile); every
+        other change still wakes."""
 
         def by_name(obj: Json) -> None:
             enqueue(obj["metadata"]["name"])
@@ -144,8 +149,11 @@ class LinkerdCaches:
                 if cfg is not None and target_of(cfg).namespace == namespace:
                     enqueue(name)
 
+        def changed_configmap(obj: Json) -> None:
+            unless_echo(CONFIGMAPS, obj, lambda: owners_of_configmap(obj))
+
         self.configmaps.add_handler(
-            owners_of_configmap, lambda _o, n: owners_of_configmap(n), owners_of_configmap
+            changed_configmap, lambda _o, n: changed_configmap(n), owners_of_configmap
         )
 
         def everyone(_obj: Json) -> None:

@@ -45,7 +45,7 @@ from linkerd_config.linkerd.rollout_executor import RolloutExecutor
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.status_outcomes import StatusOutcomes
 from linkerd_config.linkerd.trust_anchor_guard import holding_config
-from linkerd_config.linkerd.validation import validate
+from linkerd_config.linkerd.validation import Verdicts
 
 log = structlog.get_logger(__name__)
 
@@ -93,6 +93,7 @@ class LinkerdConfigController:
             workloads={kind: informer.store for kind, informer in self.workloads.items()},
             registry=client.registry,
         )
+        self.verdicts = Verdicts()
         self.metrics = ConfigMapMetrics.of(client.registry)
         self.writes = ConfigMapWrites(self.writer, recorder, self.configmaps.store, self.metrics)
         self.outcomes = StatusOutcomes(
@@ -102,6 +103,7 @@ class LinkerdConfigController:
             self.controller.enqueue,
             self.controller.enqueue_all,
             lambda: self.outcomes.anchor_held,
+            self.writer.unless_echo,
         )
 
     @property
@@ -117,6 +119,7 @@ class LinkerdConfigController:
             # Deleting a LinkerdConfig never deletes the ConfigMap: the mesh outlives us.
             log.info("linkerdconfig gone; configmap left as it is", linkerdconfig=key)
             self.rollout.forget(key)
+            self.verdicts.forget(key)
             return Result()
         status: Json = dict(config.get("status") or {})
         conditions: list[Json] = list(status.get("conditions") or [])
@@ -125,13 +128,15 @@ class LinkerdConfigController:
         # rendering onto it cost up to formats.bounded's limits, which anyone who may edit the
         # ConfigMap can reach. Validation runs again here because the webhook may be off or
         # may have been bypassed, and a value Linkerd cannot use must never be written.
+        configs, snapshot = self.configs.store.list(), self.configmaps.store.snapshot()
         decided = await asyncio.to_thread(
-            reconcile_decision.decide,
-            config,
-            validate(config),
-            self.configs.store.list(),
-            self.configmaps.store.snapshot(),
-            self.config_namespace,
+            lambda: reconcile_decision.decide(
+                config,
+                self.verdicts.validate(config),
+                configs,
+                snapshot,
+                self.config_namespace,
+            )
         )
         if isinstance(decided, reconcile_decision.Refused):
             return await self.outcomes.refused(config, conditions, generation, decided)

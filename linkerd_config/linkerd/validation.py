@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
@@ -46,7 +46,10 @@ from linkerd_config.linkerd.reconcile import owner_among, target_of
 __all__ = [
     "TRUST_ANCHOR",
     "FieldError",
+    "Verdict",
+    "Verdicts",
     "defaultable",
+    "judge",
     "render_errors",
     "validate",
     "warnings_for",
@@ -113,6 +116,27 @@ def validate(
     *,
     now: datetime.datetime | None = None,
 ) -> list[FieldError]:
+    """Every reason ``obj`` must not be stored; empty when it may (``judge``'s errors)."""
+    return list(judge(obj, old, others, now=now).errors)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``validate``'s answer, and how long it stands."""
+
+    errors: tuple[FieldError, ...]
+    until: datetime.datetime | None = None
+    """The first moment the same object may be judged otherwise: the next validity boundary
+    (notBefore, notAfter) of a trust anchor it holds. None: never (no anchor was read)."""
+
+
+def judge(
+    obj: Json,
+    old: Json | None = None,
+    others: Iterable[Json] = (),
+    *,
+    now: datetime.datetime | None = None,
+) -> Verdict:
     """Every reason ``obj`` must not be stored; empty when it may.
 
     ``old`` is the stored object on update (None on create); ``others`` the LinkerdConfigs
@@ -122,43 +146,43 @@ def validate(
     of an object whose trust anchor has since expired.
     """
     if not isinstance(obj, Mapping):
-        return [FieldError("object", "must be a JSON object")]
+        return Verdict((FieldError("object", "must be a JSON object"),))
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
     if old is not None and metadata.get("deletionTimestamp"):
-        return []
+        return Verdict(())
     spec = obj.get("spec")
     if spec is None:
-        return [FieldError("spec", "is required")]
+        return Verdict((FieldError("spec", "is required"),))
     if not isinstance(spec, Mapping):
-        return [FieldError("spec", "must be an object")]
+        return Verdict((FieldError("spec", "must be an object"),))
     survey = _survey(spec)
     if survey.too_deep:
-        return [FieldError("spec", f"is nested more than {_MAX_DEPTH} levels deep")]
+        return Verdict((FieldError("spec", f"is nested more than {_MAX_DEPTH} levels deep"),))
     if survey.too_many:
-        return [FieldError("spec", f"holds more than {_MAX_VALUES} values")]
+        return Verdict((FieldError("spec", f"holds more than {_MAX_VALUES} values"),))
     if survey.long_strings:
         message = f"is longer than {_MAX_STRING_CHARS} characters"
-        return [FieldError(path, message) for path in survey.long_strings]
+        return Verdict(tuple(FieldError(path, message) for path in survey.long_strings))
     # Bounded (the survey above): now read as the hub, and answer in the object's names.
     version = version_of(obj)
     # A v1alpha1 object's spec.values (the hub's own form has one) come from its annotation.
     annotated = version == V1ALPHA1 and "values" not in spec
     malformed = _malformed_annotation(metadata) if annotated else None
     if malformed is not None:
-        return [FieldError(VALUES_ANNOTATION_FIELD, malformed)]
+        return Verdict((FieldError(VALUES_ANNOTATION_FIELD, malformed),))
     try:
         obj = to_hub(obj)
     except TooDeepError:  # the spec is within the survey's bounds: the annotation is not
-        return [FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)")]
+        return Verdict((FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)"),))
     spec = obj["spec"]
     if _survey(spec).too_big:  # v1alpha1's annotation brought more than the spec held
-        return [FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)")]
+        return Verdict((FieldError(VALUES_ANNOTATION_FIELD, "holds too much (size or depth)"),))
     if isinstance(old, Mapping) and not _survey(old.get("spec")).too_big:
         old = to_hub(old)
     old_spec = old.get("spec") if isinstance(old, Mapping) else None
     if old is not None and _unchanged(old_spec, spec):
-        return []
+        return Verdict(())
 
     checker = _Checker(now or datetime.datetime.now(datetime.UTC))
     checker.check(spec)
@@ -169,13 +193,66 @@ def validate(
             checker.immutable(defaulted(dict(old_spec)), full)
         checker.ownership(obj, metadata, full, old is None, others)
         checker.format(spec, full)
-    return [
+    errors = tuple(
         FieldError(
             served_field(e.field, version, annotated=annotated),
             served_text(e.message, version, annotated=annotated),
         )
         for e in checker.result()
+    )
+    return Verdict(errors, checker.stands_until())
+
+
+class Verdicts:
+    """``judge``'s verdicts on the objects reconcile sees, remembered one per name: every
+    reconcile of a LinkerdConfig validates it again (its webhook may be off or bypassed), and
+    most reconciles see the same object, woken by a ConfigMap or a pod. The same object --
+    what ``judge`` reads of it: apiVersion, uid, name, creationTimestamp, annotations and
+    spec -- is judged once, and again only after its verdict's ``until``."""
+
+    def __init__(
+        self,
+        clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self._clock = clock
+        self._kept: dict[str, tuple[bytes, Verdict]] = {}
+
+    def validate(self, obj: Json) -> list[FieldError]:
+        """``validate(obj)``, from memory when ``obj`` was judged as it is and still stands."""
+        now = self._clock()
+        name, key = _verdict_key(obj)
+        kept = self._kept.get(name) if key is not None else None
+        if kept is not None and kept[0] == key and (kept[1].until is None or now < kept[1].until):
+            return list(kept[1].errors)
+        verdict = judge(obj, now=now)
+        if key is not None:
+            self._kept[name] = (key, verdict)
+        return list(verdict.errors)
+
+    def forget(self, name: str) -> None:
+        self._kept.pop(name, None)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+
+def _verdict_key(obj: Json) -> tuple[str, bytes | None]:
+    """The name ``obj`` is remembered by, and what ``judge`` reads of it as bytes (None: not
+    JSON, never remembered)."""
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
+        return "", None
+    read = [
+        obj.get("apiVersion"),
+        metadata.get("uid"),
+        metadata.get("creationTimestamp"),
+        metadata.get("annotations"),
+        obj.get("spec"),
     ]
+    try:
+        return metadata["name"], orjson.dumps(read, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return metadata["name"], None
 
 
 def _malformed_annotation(metadata: Mapping[str, Any]) -> str | None:
@@ -235,6 +312,8 @@ class _Checker:
 
     def __init__(self, now: datetime.datetime) -> None:
         self.now = now
+        self.moments: list[datetime.datetime] = []
+        """The moments compared with ``now``: where the answer may change."""
         self.errors: list[FieldError] = []
         self._seen: set[FieldError] = set()
         self._settled: set[str] = set()
@@ -252,6 +331,11 @@ class _Checker:
 
     def result(self) -> list[FieldError]:
         return list(self.errors)
+
+    def stands_until(self) -> datetime.datetime | None:
+        """The first moment compared with ``now`` that is still ahead: until then every
+        comparison comes out as it did."""
+        return min((m for m in self.moments if m >= self.now), default=None)
 
     # -- structure -------------------------------------------------------------------------
 
@@ -367,7 +451,7 @@ class _Checker:
                     f"{which} is a {block.begin or 'nameless'} PEM block, not a CERTIFICATE",
                 )
             else:
-                for problem in _anchor_problems(block.text, self.now):
+                for problem in _anchor_problems(block.text, self.now, self.moments):
                     self.fail(TRUST_ANCHOR, f"{which} {problem}")
 
     # -- versions and names ----------------------------------------------------------------
@@ -564,8 +648,11 @@ def _pem_blocks(text: str) -> tuple[list[_PemBlock], bool]:
     return blocks, unpaired or opened is not None
 
 
-def _anchor_problems(block: str, now: datetime.datetime) -> list[str]:
-    """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can."""
+def _anchor_problems(
+    block: str, now: datetime.datetime, moments: list[datetime.datetime]
+) -> list[str]:
+    """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can. Its
+    validity period's ends, which the answer depends on, are added to ``moments``."""
     try:
         cert = x509.load_pem_x509_certificate(block.encode())
     except (ValueError, TypeError, UnicodeError) as error:
@@ -577,6 +664,7 @@ def _anchor_problems(block: str, now: datetime.datetime) -> list[str]:
         subject = "unreadable subject"
     try:
         starts, ends = cert.not_valid_before_utc, cert.not_valid_after_utc
+        moments += (starts, ends)
         if now > ends:
             problems.append(f"{subject!r} expired on {_when(ends)}")
         elif now < starts:

@@ -14,8 +14,14 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 
 
-def trust_anchor(cn: str = "root.linkerd.cluster.local") -> str:
-    """A new root CA (a new key each call) as PEM, ending in a newline as step writes it."""
+def trust_anchor(
+    cn: str = "root.linkerd.cluster.local",
+    *,
+    valid_from: datetime.datetime | None = None,
+    valid_until: datetime.datetime | None = None,
+) -> str:
+    """A new root CA (a new key each call) as PEM, ending in a newline as step writes it;
+    valid from five minutes ago for ten years unless told."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
@@ -36,8 +42,8 @@ def trust_anchor(cn: str = "root.linkerd.cluster.local") -> str:
         .issuer_name(name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=3650))
+        .not_valid_before(valid_from or now - datetime.timedelta(minutes=5))
+        .not_valid_after(valid_until or now + datetime.timedelta(days=3650))
         .add_extension(x509.BasicConstraints(ca=True, path_length=1), critical=True)
         .add_extension(usage, critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
