@@ -24,6 +24,9 @@ def _run(args: argparse.Namespace) -> int:
     # Imported here so `--help` and the inspection commands stay quick.
     import asyncio  # noqa: PLC0415
 
+    from linkerd_config.kube.tls import import_aiohttp_without_system_cas  # noqa: PLC0415
+
+    import_aiohttp_without_system_cas()
     from linkerd_config.app import run  # noqa: PLC0415
     from linkerd_config.kube.kubeconfig import AccessError  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
@@ -43,6 +46,9 @@ def _inspect(args: argparse.Namespace) -> int:
     except settings_module.SettingsError as exc:
         print(f"linkerd-config {args.command}: {exc}", file=sys.stderr)
         return 1
+    from linkerd_config.kube.tls import import_aiohttp_without_system_cas  # noqa: PLC0415
+
+    import_aiohttp_without_system_cas()
     from linkerd_config import inspection  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 
