@@ -5,7 +5,6 @@ besides ``Ready``."""
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Final
@@ -24,7 +23,8 @@ def set_condition(
 ) -> list[Json]:
     """A new list with ``type_`` set; lastTransitionTime moves only when status changes."""
     text = "Unknown" if status is None else ("True" if status else "False")
-    result = [copy.deepcopy(c) for c in conditions if c.get("type") != type_]
+    # A condition's fields are scalars (metav1.Condition): a shallow copy is a whole one.
+    result = [dict(c) for c in conditions if c.get("type") != type_]
     previous = next((c for c in conditions if c.get("type") == type_), None)
     if previous is not None and previous.get("status") == text:
         transition = str(previous["lastTransitionTime"])

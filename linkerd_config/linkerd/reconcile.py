@@ -24,13 +24,12 @@
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
 
+from linkerd_config.kube.memo import Memo
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import COMMON_DEFAULTS, defaulted
 from linkerd_config.linkerd.formats import Installed, Snapshot, format_of
@@ -94,31 +93,15 @@ def desired_config(config: Json, current: Mapping[str, Mapping[str, str]]) -> De
     cannot be used (read within ``formats.bounded``'s limits).
 
     A function of the spec and ``current`` alone, so the last few answers are remembered:
-    most reconciles (woken by a pod, a status write, their own write's echo) render what
-    they rendered before."""
-    try:
-        read = orjson.dumps([config.get("spec"), current], option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError):
-        return _desired(config, current, None)
-    key = hashlib.blake2b(read, digest_size=16).digest()
-    with _RENDERED_LOCK:
-        remembered = _RENDERED.get(key)
-        if remembered is not None:
-            _RENDERED.move_to_end(key)
-            return remembered
-    desired = _desired(config, current, None)  # errors are not remembered: they are rare
-    with _RENDERED_LOCK:
-        _RENDERED[key] = desired
-        while len(_RENDERED) > _RENDERED_KEPT:
-            _RENDERED.popitem(last=False)
-    return desired
+    most reconciles (woken by a pod, a status write) render what they rendered before."""
+    return _RENDERED.get_or_make(
+        [config.get("spec"), current], lambda: _desired(config, current, None)
+    )
 
 
-# desired_config's last answers (decisions run on worker threads): a LinkerdConfig or two,
-# each rendered onto a few states of its namespace (before and after its own write).
-_RENDERED: OrderedDict[bytes, Desired] = OrderedDict()
-_RENDERED_LOCK = threading.Lock()
-_RENDERED_KEPT = 8
+_RENDERED: Memo[Desired] = Memo(8)
+"""desired_config's last answers: a LinkerdConfig or two, each rendered onto a few states of
+its namespace."""
 
 
 def restored_config(

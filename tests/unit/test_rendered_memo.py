@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from linkerd_config.kube.memo import Memo
 from linkerd_config.linkerd import reconcile
 from linkerd_config.linkerd.formats import FormatError
 from linkerd_config.linkerd.reconcile import Desired, desired_config
@@ -46,7 +47,7 @@ def rendered(monkeypatch: pytest.MonkeyPatch) -> list[Json]:
         return real(config, current, snapshot)
 
     monkeypatch.setattr(reconcile, "_desired", counting)
-    monkeypatch.setattr(reconcile, "_RENDERED", type(reconcile._RENDERED)())
+    monkeypatch.setattr(reconcile, "_RENDERED", Memo(8))
     return calls
 
 
@@ -112,10 +113,10 @@ def test_refusals_are_not_remembered(rendered: list[Json]) -> None:
 
 def test_at_most_a_few_answers_are_kept(rendered: list[Json]) -> None:
     config, current = values()
-    for n in range(3 * reconcile._RENDERED_KEPT):
+    for n in range(3 * reconcile._RENDERED.kept):
         config["spec"]["proxy"]["logLevel"] = f"warn,linkerd=debug,n{n}=info"
         desired_config(config, current)
-    assert len(reconcile._RENDERED) == reconcile._RENDERED_KEPT
+    assert len(reconcile._RENDERED) == reconcile._RENDERED.kept
 
 
 @settings(max_examples=40, deadline=None)
@@ -127,7 +128,6 @@ def test_at_most_a_few_answers_are_kept(rendered: list[Json]) -> None:
     )
 )
 def test_remembered_or_not_the_answer_is_the_rendering(steps: list[tuple[str, set[str]]]) -> None:
-    reconcile._RENDERED.clear()
     for fmt, changes in steps:
         config, current = FORMATS[fmt]()
         for change in sorted(changes):
@@ -137,3 +137,29 @@ def test_remembered_or_not_the_answer_is_the_rendering(steps: list[tuple[str, se
         except FormatError:
             continue
         assert desired_config(config, current) == fresh
+
+
+def test_the_legacy_render_of_an_unchanged_spec_reads_nothing_installed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A manual edit of a legacy ConfigMap changes what is installed, not the spec: the
+    revert renders nothing again (``LegacyFormat.render`` is the spec's and the release's)."""
+    from linkerd_config.linkerd.formats.legacy import format as legacy_format  # noqa: PLC0415
+
+    monkeypatch.setattr(reconcile, "_RENDERED", Memo(8))
+    monkeypatch.setattr(legacy_format, "_RENDERED", Memo(8))
+    built: list[int] = []
+    real = legacy_format.LegacyFormat.messages
+
+    def counting(self: Any, spec: Any) -> Any:
+        built.append(1)
+        return real(self, spec)
+
+    monkeypatch.setattr(legacy_format.LegacyFormat, "messages", counting)
+    config, current = legacy()
+    first = desired_config(config, current)
+    _tamper_target(config, current)
+    assert desired_config(config, current) == first
+    assert len(built) == 1
+    first.data["proxy"] = "changed by a caller"  # a caller's copy: never the remembered one
+    assert desired_config(config, current).data["proxy"] != "changed by a caller"

@@ -57,6 +57,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, messa
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from linkerd_config.kube.memo import Memo
 from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.formats.base import (
     SNAPSHOT_FIELD,
@@ -103,6 +104,9 @@ FIRST_SUPPORTED: Final = firsts("stable-2.6.0", "edge-19.12.1")
 FIRST_UNSUPPORTED: Final = firsts("stable-2.9.0", "edge-20.10.2")
 # Ignored ports became `repeated PortRange` in these releases (linkerd2 PR "port ranges").
 PORT_RANGES_SINCE: Final = firsts("edge-20.1.1", "stable-2.7.0")
+
+_RENDERED: Final[Memo[dict[str, str]]] = Memo(8)
+"""``render``'s last answers, by release and spec."""
 
 _PORT = re.compile(r"0|[1-9][0-9]*")
 _RANGE = re.compile(r"(0|[1-9][0-9]*)-(0|[1-9][0-9]*)")
@@ -253,8 +257,15 @@ class LegacyFormat:
         return self.version.at_least(*PORT_RANGES_SINCE)
 
     def render(self, spec: Mapping[str, Any]) -> dict[str, str]:
-        """The ``global`` and ``proxy`` values, byte for byte as Linkerd writes them."""
-        return {key: marshal(message) + "\n" for key, message in self.messages(spec).items()}
+        """The ``global`` and ``proxy`` values, byte for byte as Linkerd writes them. A
+        function of the release and the spec alone (nothing installed is read), so the last
+        few are remembered: a manual edit of the ConfigMap is reverted without rendering the
+        unchanged spec again."""
+
+        def render() -> dict[str, str]:
+            return {key: marshal(message) + "\n" for key, message in self.messages(spec).items()}
+
+        return dict(_RENDERED.get_or_make([str(self.version), spec], render))
 
     def messages(self, spec: Mapping[str, Any]) -> dict[str, Message]:
         """The protobuf messages behind ``render``, keyed by ConfigMap key, built from the
