@@ -24,9 +24,13 @@ def _run(args: argparse.Namespace) -> int:
     # Imported here so `--help` and the inspection commands stay quick.
     import asyncio  # noqa: PLC0415
 
-    from linkerd_config.kube.tls import import_aiohttp_without_system_cas  # noqa: PLC0415
+    from linkerd_config.kube.tls import (  # noqa: PLC0415
+        import_aiohttp_without_system_cas,
+        small_tls_read_buffers,
+    )
 
     import_aiohttp_without_system_cas()
+    small_tls_read_buffers()
     from linkerd_config.app import run  # noqa: PLC0415
     from linkerd_config.kube.kubeconfig import AccessError  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415

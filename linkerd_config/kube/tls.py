@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio.sslproto
 import importlib
 import os
 import ssl
@@ -31,6 +32,20 @@ def import_aiohttp_without_system_cas() -> None:
             del os.environ[_CA_FILE_ENV]
         else:
             os.environ[_CA_FILE_ENV] = before
+
+
+TLS_READ_BUFFER = 64 * 1024
+"""Bytes asyncio decrypts into per TLS connection (its default: 256 KiB each)."""
+
+
+def small_tls_read_buffers() -> None:
+    """Give every TLS connection of this process a 64 KiB read buffer instead of asyncio's
+    256 KiB (``SSLProtocol.max_size``, allocated whole for each connection). The controller
+    holds a dozen long-lived watch connections (HTTP/1.1: one per watch) and its servers up
+    to 128: at 256 KiB each that is 3 MiB at rest and 32 MiB under a flood. A TLS record is
+    at most 16 KiB, so a read still takes several; a 10,000-pod streaming list reads as fast
+    (the scale bench)."""
+    asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
 
 
 def load_chain_from_memory(context: ssl.SSLContext, pem: bytes) -> None:

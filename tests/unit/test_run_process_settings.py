@@ -1,16 +1,27 @@
-"""``kube.tls.import_aiohttp_without_system_cas``: aiohttp imported without loading the system
+"""What ``run`` sets for its whole process before it starts (``kube.tls``).
+
+``import_aiohttp_without_system_cas``: aiohttp imported without loading the system
 CA bundle into the two default contexts it makes at import (which nothing here uses), the
 environment left as it was, and a context asked for the system roots afterwards still gets
-them. Each case runs in a fresh interpreter: aiohttp is imported once per process."""
+them. Each case runs in a fresh interpreter: aiohttp is imported once per process.
+
+``small_tls_read_buffers``: TLS connections read into 64 KiB, not asyncio's 256 KiB."""
 
 from __future__ import annotations
 
+import asyncio
+import asyncio.sslproto
 import json
 import os
+import ssl
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from linkerd_config.kube.certs import write_serving_pair
+from linkerd_config.kube.tls import small_tls_read_buffers
 
 PROBE = """
 import json, os, ssl, sys
@@ -60,3 +71,36 @@ def test_aiohttp_defaults_hold_no_cas_and_the_system_roots_stay_usable(bundle_en
     assert answer["aiohttp_unverified"] == 0
     assert answer["env"] == expected_env
     assert answer["default_after"] == roots
+
+
+async def test_tls_connections_read_into_64_kib_and_lose_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``small_tls_read_buffers``: each TLS connection's buffer is 64 KiB (asyncio allocates
+    256 KiB each), and a payload many times that arrives whole."""
+    monkeypatch.setattr(
+        asyncio.sslproto.SSLProtocol, "max_size", asyncio.sslproto.SSLProtocol.max_size
+    )
+    small_tls_read_buffers()
+    ca_pem = write_serving_pair(tmp_path, ["localhost"], ["127.0.0.1"])
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(tmp_path / "tls.crt", tmp_path / "tls.key")
+    client_ctx = ssl.create_default_context(cadata=ca_pem.decode())
+    payload = os.urandom(3 * 1024 * 1024)
+
+    async def answer(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(payload)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost"
+        )
+        protocol = writer.transport._ssl_protocol  # type: ignore[attr-defined]
+        assert len(protocol._ssl_buffer) == 64 * 1024
+        received = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+    assert received == payload
