@@ -5,9 +5,9 @@ On a control plane of the test's own, with the format's Linkerd and its real inj
 the controller in this process, after the LinkerdConfig is Ready:
 
 * **Sequential edits.** Ten times: a manual edit of the proxy version in the managed key,
-  waited for until it is reverted. The controller's own reconcile counter (``controller_runtime_reconcile_total``)
-  counts at most 1.3 reconciles per edit; before the change it was two each (the edit's, then
-  our write's echo). Every edit is reverted and the Event says so.
+  waited for until it is reverted. The controller's own reconcile counter
+  (``controller_runtime_reconcile_total``) counts at most 1.3 reconciles per edit; before the
+  change it was two each (the edit's, then our write's echo).
 * **An edit racing our write.** Edits sent back to back, each while the previous one's
   revert may be in flight: the last one wins the race or not, but it is reverted too (an
   event that comes while our write is in flight is judged when the write returns, never
