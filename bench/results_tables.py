@@ -54,7 +54,8 @@ def scale_section(results: dict[str, Any]) -> str:
     lines = [
         f"Measured by `{command}` (`bench/scale_bench.py`): one local control plane, the peers "
         "started one at a time in rotating order, each a process of its own; figures are "
-        "whole-process (time from spawn, peak RSS from `VmHWM`, CPU from `/proc`); start and "
+        "whole-process (time from spawn, peak RSS from `VmHWM`, CPU from the scheduler's "
+        "nanoseconds per thread, `/proc/PID/task/*/schedstat`); start and "
         f"peak RSS are medians of {args['repeats']} interleaved rounds, drift p50/p99 over "
         f"{args['rounds']} rounds a run. Machine: "
         f"{machine['cpus']} CPUs, Python {machine['python']}, 1-minute load "
