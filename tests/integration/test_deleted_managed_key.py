@@ -22,11 +22,9 @@ controller runs with its webhooks off and on:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +47,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 Obj = dict[str, Any]
 CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
-CASES = [
-    pytest.param(fmt, webhooks, id=f"{fmt.name}-webhooks-{'on' if webhooks else 'off'}")
-    for fmt in formats.FORMATS
-    for webhooks in (False, True)
-]
+CASES = webhooks_on.FORMAT_CASES
 DELETED_KEY = {"legacy": "global", "values": "values"}
 """The key deleted: the one each format's release is declared in."""
 
@@ -110,23 +104,6 @@ def inspect(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@contextlib.asynccontextmanager
-async def controller(
-    cp: LocalControlPlane, kube: KubeClient, certs: Path, webhooks: bool
-) -> AsyncIterator[None]:
-    """The controller in this process, its admission webhooks in effect or not."""
-    if not webhooks:
-        async with scenario.controller(cp, "deleted-key"):
-            yield
-        return
-    flags, ca_pem, port = webhooks_on.serving(certs)
-    async with (
-        scenario.controller(cp, "deleted-key", *flags),
-        webhooks_on.in_effect(kube, ca_pem, port),
-    ):
-        yield
-
-
 @pytest.mark.parametrize(("fmt", "webhooks"), CASES)
 async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
     own_control_plane: LocalControlPlane,
@@ -136,7 +113,10 @@ async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
     webhooks: bool,
 ) -> None:
     cp, kube = own_control_plane, own_kube
-    async with formats.installed(cp, kube, fmt), controller(cp, kube, tmp_path / "certs", webhooks):
+    async with (
+        formats.installed(cp, kube, fmt),
+        webhooks_on.controller(cp, kube, tmp_path / "certs", webhooks, "deleted-key"),
+    ):
         # -- names, as each object's writer names them -----------------------------------
         spec, hub_field = unwritable(fmt, "absent-1")
         names = {"v1alpha1": hub_field, "v1alpha2": served_field(hub_field, V1ALPHA2)}

@@ -17,8 +17,6 @@ the controller in this process, after the LinkerdConfig is Ready:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +33,9 @@ from tests.support.waiting import eventually
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 CM_PATH = CONFIGMAPS.path("linkerd", "linkerd-config")
-CASES = [
-    pytest.param(fmt, webhooks, id=f"{fmt.name}-webhooks-{'on' if webhooks else 'off'}")
-    for fmt in formats.FORMATS
-    for webhooks in (False, True)
-]
+CASES = webhooks_on.FORMAT_CASES
 MANAGED_KEY = {"legacy": "proxy", "values": "values"}
 EDITS = 10
-
-
-@contextlib.asynccontextmanager
-async def controller(
-    cp: LocalControlPlane, kube: KubeClient, certs: Path, webhooks: bool
-) -> AsyncIterator[App]:
-    """The controller in this process, its admission webhooks in effect or not."""
-    if not webhooks:
-        async with scenario.controller(cp, "revert-once") as app:
-            yield app
-        return
-    flags, ca_pem, port = webhooks_on.serving(certs)
-    async with (
-        scenario.controller(cp, "revert-once", *flags) as app,
-        webhooks_on.in_effect(kube, ca_pem, port),
-    ):
-        yield app
 
 
 def reconciles(app: App) -> float:
@@ -115,7 +92,7 @@ async def test_each_edit_is_reverted_by_one_reconcile(
     cp, kube = own_control_plane, own_kube
     async with (
         formats.installed(cp, kube, fmt),
-        controller(cp, kube, tmp_path / "certs", webhooks) as app,
+        webhooks_on.controller(cp, kube, tmp_path / "certs", webhooks, "revert-once") as app,
     ):
         await scenario.apply_linkerdconfig(kube, "managed", fmt.spec(fmt.good, {}))
         await eventually(lambda: ready(kube), timeout=120, what="managed Ready")

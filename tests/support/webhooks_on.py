@@ -9,11 +9,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from devcluster.cluster import free_port
+import pytest
+
+from devcluster.cluster import LocalControlPlane, free_port
+from linkerd_config.app import App
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.linkerd.webhooks import webhook_configurations
-from tests.support import scenario
+from tests.support import formats, scenario
 from tests.support.waiting import eventually
 from tests.support.webhook_probe import webhook_in_effect
 
@@ -54,3 +57,26 @@ async def in_effect(kube: KubeClient, ca_pem: bytes, port: int) -> AsyncIterator
     async with registered(kube, ca_pem, port):
         await eventually(lambda: webhook_in_effect(kube), timeout=60, what="webhooks in effect")
         yield
+
+
+FORMAT_CASES = [
+    pytest.param(fmt, webhooks, id=f"{fmt.name}-webhooks-{'on' if webhooks else 'off'}")
+    for fmt in formats.FORMATS
+    for webhooks in (False, True)
+]
+"""``(fmt, webhooks)``: every format, with the webhooks off and on."""
+
+
+@contextlib.asynccontextmanager
+async def controller(
+    cp: LocalControlPlane, kube: KubeClient, certs: Path, webhooks: bool, identity: str
+) -> AsyncIterator[App]:
+    """The controller in this process, its admission webhooks in effect (served with a pair
+    written to ``certs``) or not."""
+    if not webhooks:
+        async with scenario.controller(cp, identity) as app:
+            yield app
+        return
+    flags, ca_pem, port = serving(certs)
+    async with scenario.controller(cp, identity, *flags) as app, in_effect(kube, ca_pem, port):
+        yield app
