@@ -90,16 +90,8 @@ class _Types:
             for message, fields in shapes["messages"].items()
         }
         self.lists = frozenset(shapes["lists"])
-        self._classes: dict[str, type[Message]] = {}
 
     def message(self, full_name: str) -> type[Message]:
-        """The message class of ``full_name`` (looked up once: every watch frame asks)."""
-        cls = self._classes.get(full_name)
-        if cls is None:
-            cls = self._classes[full_name] = self._find(full_name)
-        return cls
-
-    def _find(self, full_name: str) -> type[Message]:
         try:
             found: type[Message] = message_factory.GetMessageClass(
                 self.pool.FindMessageTypeByName(full_name)
@@ -199,13 +191,7 @@ def _scalar(field: FieldDescriptor) -> Converter:
     if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         # Go writes 2.0 as 2, which a JSON decoder reads back as an int.
         return lambda v: int(v) if float(v).is_integer() else v
-    return _as_is
-
-
-def _as_is(value: Any) -> Any:
-    """A scalar JSON writes as protobuf holds it (strings, integers, booleans): the steps
-    below skip calling it."""
-    return value
+    return lambda v: v
 
 
 Step = Callable[[Any, Json], None]
@@ -305,23 +291,13 @@ def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
 
         return message
     scalar = _scalar(field)
-    pointer = shape.pointer
-    omit_zero = (shape.omitempty or shape.omitzero) and not pointer
-
-    if scalar is _as_is and not pointer:  # most fields: a string or number, as it is
-
-        def plain_as_is(msg: Any, out: Json) -> None:
-            value = getattr(msg, attr)
-            if value or not omit_zero:
-                out[key] = value
-
-        return plain_as_is
+    omit_zero = shape.omitempty or shape.omitzero
 
     def plain(msg: Any, out: Json) -> None:
-        if pointer and not msg.HasField(attr):
+        if shape.pointer and not msg.HasField(attr):
             return
         value = getattr(msg, attr)
-        if omit_zero and not value:
+        if omit_zero and not shape.pointer and not value:
             return
         out[key] = scalar(value)
 
