@@ -198,14 +198,9 @@ class _Records:
 class LineReader(_Records):
     """Newline-delimited records from a chunked byte source, any length up to ``max_line``."""
 
-    def __init__(
-        self,
-        source: ByteSource,
-        max_line: int = DEFAULT_MAX_LINE,
-        deadline: RecordDeadline = RecordDeadline(),
-    ) -> None:
-        super().__init__(source, max_line, deadline)
-        self._scan = 0  # no newline in _buf[_pos:_scan]; resume the search here
+    _scan = 0
+    """No newline in ``_buf[_pos:_scan]``: the search resumes here (set per reader once it
+    scans; the class's 0 until then)."""
 
     def buffered(self) -> bytes | None:
         """The next whole line if it is already here (no wait), else None."""
