@@ -24,6 +24,7 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from linkerd_config.kube.memo import json_digest
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.api_conversion import (
     V1ALPHA1,
@@ -237,8 +238,8 @@ class Verdicts:
 
 
 def _verdict_key(obj: Json) -> tuple[str, bytes | None]:
-    """The name ``obj`` is remembered by, and what ``judge`` reads of it as bytes (None: not
-    JSON, never remembered)."""
+    """The name ``obj`` is remembered by, and a digest of what ``judge`` reads of it (None:
+    not JSON, never remembered)."""
     metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(metadata, Mapping) or not isinstance(metadata.get("name"), str):
         return "", None
@@ -249,10 +250,7 @@ def _verdict_key(obj: Json) -> tuple[str, bytes | None]:
         metadata.get("annotations"),
         obj.get("spec"),
     ]
-    try:
-        return metadata["name"], orjson.dumps(read, option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError):
-        return metadata["name"], None
+    return metadata["name"], json_digest(read)
 
 
 def _malformed_annotation(metadata: Mapping[str, Any]) -> str | None:
