@@ -19,9 +19,9 @@ from pathlib import Path
 from aiohttp import web
 
 from linkerd_config.kube.certs import write_serving_pair
-from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
+from linkerd_config.kube.serving import ConnectionLimits, server_context
 from tests.support import raw_http
-from tests.support.raw_http import Streams, ask, connect
+from tests.support.raw_http import Streams, ask, connect, served
 
 SMALL = ConnectionLimits(
     max_connections=4,
@@ -66,24 +66,8 @@ async def server(tls: Path | None = None, limits: ConnectionLimits = SMALL) -> A
         write_serving_pair(tls, ["localhost"], ["127.0.0.1"])
         context = server_context()
         context.load_cert_chain(tls / "tls.crt", tls / "tls.key")
-    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            app,
-            "127.0.0.1",
-            0,
-            name="limits-test",
-            ssl_context=context,
-            on_bound=bound.set_result,
-            limits=limits,
-        )
-    )
-    try:
-        yield await asyncio.wait_for(bound, 10)
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with served(app, "limits-test", limits, context) as port:
+        yield port
 
 
 async def ended(streams: Streams, within: float = ENDS_WITHIN) -> bool:

@@ -1,10 +1,18 @@
 """HTTP/1.1 spoken by hand over a stream, for tests of what a server does with connections:
 from a chosen loopback address (any 127/8 address is loopback's, so each is a source of its
-own), one keep-alive GET at a time, and whether the server ends the connection."""
+own), one keep-alive GET at a time, and whether the server ends the connection; and the
+server under test, ``served`` on a free port."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from linkerd_config.kube.serving import ConnectionLimits, serve
 
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
@@ -41,3 +49,32 @@ async def ended(streams: Streams, within: float) -> bool:
         return True
     except TimeoutError:
         return False
+
+
+@contextlib.asynccontextmanager
+async def served(
+    app: web.Application,
+    name: str,
+    limits: ConnectionLimits,
+    ssl_context: ssl.SSLContext | None = None,
+) -> AsyncIterator[int]:
+    """``kube.serving.serve`` of ``app`` on a free loopback port, over TLS with
+    ``ssl_context``, while the block runs: the port."""
+    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    task = asyncio.create_task(
+        serve(
+            app,
+            "127.0.0.1",
+            0,
+            name=name,
+            ssl_context=ssl_context,
+            on_bound=bound.set_result,
+            limits=limits,
+        )
+    )
+    try:
+        yield await asyncio.wait_for(bound, 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -26,7 +26,7 @@ from aiohttp import web
 from linkerd_config.kube import serving
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.serving import ConnectionLimits, serve, server_context
-from tests.support.raw_http import Streams, ask, connect
+from tests.support.raw_http import Streams, ask, connect, served
 
 SMALL = ConnectionLimits(
     max_connections=8,
@@ -114,26 +114,11 @@ async def running(
     app.router.add_get("/held", held)
     app.router.add_post("/echo", echo)
     app.router.add_get("/slow", slow)
-    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    task = asyncio.create_task(
-        serve(
-            app,
-            "127.0.0.1",
-            0,
-            name="bookkeeping",
-            ssl_context=ssl_context,
-            on_bound=bound.set_result,
-            limits=limits,
-        )
-    )
-    try:
-        port = await asyncio.wait_for(bound, 10)
-        yield Running(port, listeners[-1], gate, calls)
-    finally:
-        gate.set()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with served(app, "bookkeeping", limits, ssl_context) as port:
+        try:
+            yield Running(port, listeners[-1], gate, calls)
+        finally:
+            gate.set()
 
 
 def reset(streams: Streams) -> None:
