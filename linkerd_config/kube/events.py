@@ -16,6 +16,13 @@ mirrors client-go ``tools/record/events_cache.go``:
 * a token bucket per source and object (burst 25, refilling one every 5 minutes) drops
   the excess of Normal events, so an object that is always busy cannot flood etcd.
 
+Like client-go's newer ``tools/events`` (an EventSeries is written once, then its count is
+kept in memory and written on a heartbeat), a repeated Event's count is written at most
+once per ``series_interval`` (5 s): the first repeat within it waits, later ones replace
+it, and the newest count and ``lastTimestamp`` are written when the interval is up (or at
+:meth:`EventRecorder.flush`). A storm of reverts then costs one PATCH every few seconds,
+not one per revert; ``kubectl describe`` may show a count a few seconds old.
+
 One departure from client-go: a Warning is never dropped by the spam filter (nor does it
 spend the object's budget). A failure is what a person reads Events for, and the two steps
 above already bound what a repeated one costs: one Event whose count goes up, and at most
@@ -53,6 +60,7 @@ AGGREGATE_MAX_SIMILAR = 10
 AGGREGATE_WINDOW = 600.0
 SPAM_BURST = 25
 SPAM_QPS = 1.0 / 300.0
+SERIES_INTERVAL = 5.0
 
 # API validation limits for Event fields (core/v1).
 MESSAGE_LIMIT = 1024
@@ -297,16 +305,26 @@ class EventRecorder:
         correlator: EventCorrelator | None = None,
         max_queue: int = 1000,
         request_timeout: float = 10.0,
+        series_interval: float = SERIES_INTERVAL,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not component:
             raise ValueError("EventRecorder needs a component name")
+        if series_interval < 0:
+            raise ValueError("EventRecorder needs series_interval >= 0")
         self.client = client
         self.component = component
         self.instance = (instance or socket.gethostname())[:INSTANCE_LIMIT]
         self.correlator = correlator or EventCorrelator()
         self.request_timeout = request_timeout
         self.stats: Counter[str] = Counter()
+        self.series_interval = series_interval
+        self._clock = clock
         self._queue: asyncio.Queue[_Write] = asyncio.Queue(maxsize=max_queue)
+        # A repeat's count waits here (newest only) until its Event's last write is
+        # series_interval old; one timer each, at that moment.
+        self._queued_at: _Lru[tuple[str, str], float] = _Lru(MAX_LRU_ENTRIES)
+        self._deferred: dict[tuple[str, str], tuple[_Write, asyncio.TimerHandle]] = {}
 
     def record(self, involved: Mapping[str, Any], type: str, reason: str, message: str) -> None:
         """Decide and enqueue; never waits and never raises for API trouble."""
@@ -332,13 +350,50 @@ class EventRecorder:
                 log.debug("event dropped by spam filter", reason=spec.reason, **fields)
             return
         write = self._build(spec, decision)
+        if write.patch is None or not self._defer(write):
+            self._enqueue(write)
+
+    def _defer(self, write: _Write) -> bool:
+        """Hold a repeat's count if its Event was queued less than series_interval ago."""
+        key = (write.namespace, write.name)
+        queued_at, now = self._queued_at.get(key), self._clock()
+        if queued_at is None or now - queued_at >= self.series_interval:
+            return False
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop to wait on (a synchronous caller): write it now
+            return False
+        waiting = self._deferred.get(key)
+        timer = (
+            waiting[1]
+            if waiting is not None
+            else loop.call_later(queued_at + self.series_interval - now, self._release, key)
+        )
+        self._deferred[key] = (write, timer)
+        return True
+
+    def _release(self, key: tuple[str, str]) -> None:
+        deferred = self._deferred.pop(key, None)
+        if deferred is not None:
+            deferred[1].cancel()
+            self._enqueue(deferred[0])
+
+    def _enqueue(self, write: _Write) -> None:
+        key = (write.namespace, write.name)
+        deferred = self._deferred.pop(key, None)
+        if deferred is not None:  # this write is newer: the waiting one is superseded
+            deferred[1].cancel()
         try:
             self._queue.put_nowait(write)
         except asyncio.QueueFull:
             self.stats["dropped_queue"] += 1
             log.warning(
-                "event queue full; dropping event", event_name=write.name, reason=spec.reason
+                "event queue full; dropping event",
+                event_name=write.name,
+                reason=write.body["reason"],
             )
+            return
+        self._queued_at.put(key, self._clock())
 
     def _build(self, spec: EventSpec, d: Decision) -> _Write:
         message = d.message[:MESSAGE_LIMIT]
@@ -368,7 +423,8 @@ class EventRecorder:
 
     @property
     def pending(self) -> int:
-        return self._queue.qsize()
+        """Writes not yet made: queued, and counts waiting for their series interval."""
+        return self._queue.qsize() + len(self._deferred)
 
     async def run(self) -> None:
         """Write queued events one at a time, in order (a PATCH needs its CREATE first)."""
@@ -380,7 +436,10 @@ class EventRecorder:
                 self._queue.task_done()
 
     async def flush(self, timeout: float) -> bool:
-        """Wait until every queued event was written or given up; False on timeout."""
+        """Write the counts waiting for their interval now, then wait until every queued
+        event was written or given up; False on timeout."""
+        for key in list(self._deferred):
+            self._release(key)
         try:
             async with asyncio.timeout(timeout):
                 await self._queue.join()

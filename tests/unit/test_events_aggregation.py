@@ -20,6 +20,7 @@ from linkerd_config.kube.events import (
 )
 from linkerd_config.kube.leader import NotLeaderError
 from tests.support.clock import FakeClock
+from tests.support.waiting import eventually
 
 
 def correlator(clock: FakeClock, **kw: Any) -> EventCorrelator:
@@ -248,8 +249,9 @@ async def test_recorder_creates_then_patches_and_fills_every_field() -> None:
     finally:
         await stop(task)
 
-    (post, _, body, _), (patch, ppath, pbody, ctype), (post2, npath, nbody, _) = client.calls
-    assert (post, patch, post2) == ("POST", "PATCH", "POST")
+    # The repeat's count waited for its series interval; flush wrote it after the rest.
+    (post, _, body, _), (post2, npath, nbody, _), (patch, ppath, pbody, ctype) = client.calls
+    assert (post, post2, patch) == ("POST", "POST", "PATCH")
     assert ppath == f"/api/v1/namespaces/ns/events/{body['metadata']['name']}"
     assert ctype == MERGE_PATCH and pbody["count"] == 2 and "lastTimestamp" in pbody
     assert body["involvedObject"] == {
@@ -326,6 +328,106 @@ async def test_spam_filtered_events_are_not_written() -> None:
     rec = EventRecorder(client, "c")  # type: ignore[arg-type]
     for _ in range(30):
         rec.record(CM, "Normal", "Busy", "same")
-    assert rec.stats["dropped_spam"] == 5 and rec.pending == 25
+    # 25 allowed: one create queued, the 24 repeats' newest count waiting for its interval.
+    assert rec.stats["dropped_spam"] == 5 and rec.pending == 2
     rec.record(CM, "Warning", "Failing", "same")  # a failure is never dropped
-    assert rec.stats["dropped_spam"] == 5 and rec.pending == 26
+    assert rec.stats["dropped_spam"] == 5 and rec.pending == 3
+
+
+# -- a repeated Event's count: written at most once per series interval -------------------------
+
+
+def patches(client: FakeClient) -> list[dict[str, Any]]:
+    return [body for method, _, body, _ in client.calls if method == "PATCH"]
+
+
+async def test_repeats_within_the_interval_cost_one_patch_written_when_it_is_up() -> None:
+    client = FakeClient()
+    rec = EventRecorder(client, "c", series_interval=0.2)  # type: ignore[arg-type]
+    task = await start(rec)
+    try:
+        rec.record(CM, "Normal", "Reverted", "again")
+
+        async def created() -> bool:
+            return rec.stats["created"] == 1
+
+        async def patched() -> bool:
+            return rec.stats["patched"] == 1
+
+        await eventually(created, timeout=5, what="the create")
+        for _ in range(4):
+            rec.record(CM, "Normal", "Reverted", "again")
+        assert rec.pending == 1 and patches(client) == []  # the newest count waits
+        # No flush: its timer writes it.
+        await eventually(patched, timeout=5, what="the waiting count")
+        assert rec.pending == 0
+    finally:
+        await stop(task)
+    ((event,),) = [list(client.events.values())]
+    assert [p["count"] for p in patches(client)] == [5] and event["count"] == 5
+    assert rec.stats == {"created": 1, "patched": 1}
+
+
+async def test_the_newest_waiting_count_replaces_older_ones_and_flush_writes_it() -> None:
+    clock = FakeClock(1000.0)
+    rec = EventRecorder(FakeClient(), "c", clock=clock)  # type: ignore[arg-type]
+    rec.record(CM, "Normal", "R", "m")
+    waits = []
+    for message in ("m", "m", "m"):
+        clock.now += 1
+        rec.record(CM, "Normal", "R", message)
+        waits.append(rec.pending)
+    assert waits == [2, 2, 2]  # the create, and one waiting count however many repeats
+    client: FakeClient = rec.client  # type: ignore[assignment]
+    task = await start(rec)
+    try:
+        assert await rec.flush(5)
+    finally:
+        await stop(task)
+    (patch,) = patches(client)
+    assert patch["count"] == 4
+    (post,) = [body for method, _, body, _ in client.calls if method == "POST"]
+    assert patch["lastTimestamp"] >= post["lastTimestamp"]
+
+
+async def test_a_repeat_after_the_interval_is_queued_at_once_and_supersedes_a_waiting_one() -> None:
+    clock = FakeClock(1000.0)
+    client = FakeClient()
+    rec = EventRecorder(client, "c", clock=clock)  # type: ignore[arg-type]
+    rec.record(CM, "Normal", "R", "m")
+    clock.now += 4.9
+    rec.record(CM, "Normal", "R", "m")  # within 5 s of the create: waits
+    assert rec.pending == 2 and rec._queue.qsize() == 1
+    clock.now += 0.1
+    rec.record(CM, "Normal", "R", "m")  # 5 s on: queued now, the waiting count superseded
+    assert rec.pending == 2 and rec._queue.qsize() == 2
+    task = await start(rec)
+    try:
+        assert await rec.flush(5)
+    finally:
+        await stop(task)
+    assert [c[0] for c in client.calls] == ["POST", "PATCH"]
+    assert [p["count"] for p in patches(client)] == [3] and rec.pending == 0
+
+
+async def test_a_zero_interval_writes_every_repeat_as_client_go_tools_record() -> None:
+    client = FakeClient()
+    rec = EventRecorder(client, "c", series_interval=0)  # type: ignore[arg-type]
+    for _ in range(3):
+        rec.record(CM, "Normal", "R", "m")
+    assert rec.pending == 3
+    task = await start(rec)
+    try:
+        assert await rec.flush(5)
+    finally:
+        await stop(task)
+    assert [p["count"] for p in patches(client)] == [2, 3]
+    with pytest.raises(ValueError, match="series_interval"):
+        EventRecorder(client, "c", series_interval=-1)  # type: ignore[arg-type]
+
+
+def test_a_caller_without_an_event_loop_queues_every_repeat() -> None:
+    rec = EventRecorder(FakeClient(), "c")  # type: ignore[arg-type]
+    for _ in range(3):
+        rec.record(CM, "Normal", "R", "m")
+    assert rec.pending == 3  # nothing to wait on: nothing is held back
