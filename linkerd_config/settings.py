@@ -124,9 +124,10 @@ class Settings:
         "refuses it",
     )  # fmt: skip
     watch_list: bool = _opt(
-        "--watch-list", "WATCH_LIST", "true", _bool,
+        "--watch-list", "WATCH_LIST", "false", _bool,
         "fill the caches from streaming lists (a watch that starts with every object, "
-        "client-go's WatchListClient); false, or a server that refuses them: paged LISTs",
+        "client-go's WatchListClient) instead of paged LISTs (client-go's default, and "
+        "what a server that refuses streaming lists gets)",
     )  # fmt: skip
     namespace: str = _opt(
         "--namespace", "POD_NAMESPACE", "linkerd", str,

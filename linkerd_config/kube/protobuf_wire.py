@@ -422,18 +422,25 @@ def decode_object(
     reached, so a caller can act on the list's metadata first."""
     env = envelope(body)
     cls = types().message(message_name(env.api_version, env.kind))
+    items_field = cls.DESCRIPTOR.fields_by_name.get("items")
+    is_list = env.kind.endswith("List") and items_field is not None
+    raw: bytes | memoryview = env.raw
+    spans: list[memoryview] = []
+    if is_list:
+        # Each item is parsed on its own as it is reached: parsing the whole list at once
+        # would hold every item's message (more than the body: 3.3 MiB for a page of 500
+        # pods' metadata) until the last one is converted.
+        raw, spans = _split_repeated(env.raw, items_field.number)
     try:
-        msg: Any = cls.FromString(env.raw)
+        msg: Any = cls.FromString(raw)
     except DecodeError as exc:
         raise ProtobufError(f"undecodable {env.kind}: {exc}") from exc
-    is_list = env.kind.endswith("List") and "items" in msg.DESCRIPTOR.fields_by_name
     node: Node = None if env.kind == "Status" else fields
     out = converter(msg.DESCRIPTOR, _LIST_REST if is_list else node)(msg)
     if not isinstance(out, dict):
         raise ProtobufError(f"{env.kind} is not an object")
     if is_list:
-        item = converter(msg.DESCRIPTOR.fields_by_name["items"].message_type, fields)
-        items: Iterator[Json] = (item(m) for m in msg.items)
+        items: Iterator[Json] = _items(spans, items_field.message_type, fields, env.kind)
         if env.kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
             items = _with_type_meta(items, env.api_version)
         # The server writes an empty list as [], never Go's nil.
@@ -442,6 +449,51 @@ def decode_object(
         out["kind"] = env.kind
         out["apiVersion"] = env.api_version
     return out
+
+
+def _split_repeated(raw: memoryview, number: int) -> tuple[bytes, list[memoryview]]:
+    """A message's encoding without field ``number`` (its other fields, for the protobuf
+    runtime) and that field's values (views into ``raw``), read field by field."""
+    rest: list[memoryview] = []
+    spans: list[memoryview] = []
+    pos, end = 0, len(raw)
+    while pos < end:
+        start = pos
+        key, pos = _varint(raw, pos)
+        wire = key & 7
+        if wire == 2:
+            length, pos = _varint(raw, pos)
+            if pos + length > end:
+                raise ProtobufError("truncated protobuf list")
+            if key >> 3 == number:
+                spans.append(raw[pos : pos + length])
+                pos += length
+                continue
+            pos += length
+        elif wire == 0:
+            _, pos = _varint(raw, pos)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+            if pos > end:
+                raise ProtobufError("truncated protobuf list")
+        else:
+            raise ProtobufError(f"unexpected wire type {wire} in a protobuf list")
+        rest.append(raw[start:pos])
+    return b"".join(rest), spans
+
+
+def _items(
+    spans: list[memoryview], descriptor: Descriptor, fields: FieldTree | None, kind: str
+) -> Iterator[Json]:
+    """A list's items, each parsed and converted when reached (its message dropped after)."""
+    cls = types().message(descriptor.full_name)
+    convert = converter(descriptor, fields)
+    for span in spans:
+        try:
+            msg: Any = cls.FromString(span)
+        except DecodeError as exc:
+            raise ProtobufError(f"undecodable item of a {kind}: {exc}") from exc
+        yield convert(msg)
 
 
 def _keeps_type_meta(node: Node) -> bool:

@@ -476,8 +476,8 @@ async def controller(
         "0.5s",
         "--identity",
         identity,
-        # Paged LISTs, the path a server without streaming lists gets: with streaming lists
-        # (the default) the informers' first fill is a watch, and `list` goes unused.
+        # Paged LISTs (the default; said here because with streaming lists the informers'
+        # first fill is a watch, and `list` would go unused).
         "--watch-list",
         "false",
         *flags,

@@ -255,6 +255,56 @@ def test_a_list_converts_its_items_as_they_are_reached() -> None:
     assert pw.decode_object(empty, None)["items"] == []
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    names=st.lists(st.text(min_size=1, max_size=12), max_size=6),
+    resource_version=st.text(max_size=8),
+    token=st.text(max_size=8),
+    remaining=st.none() | st.integers(min_value=0, max_value=2**40),
+)
+def test_a_list_parsed_item_by_item_reads_as_the_whole_list_parsed_at_once(
+    names: list[str], resource_version: str, token: str, remaining: int | None
+) -> None:
+    listed = message(f"{META}.PartialObjectMetadataList")
+    listed.metadata.resourceVersion = resource_version
+    setattr(listed.metadata, "continue", token)
+    if remaining is not None:  # a varint field beside the items
+        listed.metadata.remainingItemCount = remaining
+    for i, name in enumerate(names):
+        item = listed.items.add()
+        item.metadata.name = name
+        item.metadata.generation = i  # a varint inside an item
+        item.metadata.labels["config.linkerd.io/reconcile"] = name
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+    whole = pw.converter(listed.DESCRIPTOR, None)(listed)
+    for item in whole["items"] or []:
+        item |= {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
+    page = pw.decode_object(body, None, lazy_items=True)
+    assert page["metadata"] == whole["metadata"]
+    assert list(page["items"]) == (whole["items"] or [])
+
+
+def test_a_broken_item_is_named_when_reached_and_a_cut_list_at_once() -> None:
+    listed = message(f"{META}.PartialObjectMetadataList")
+    listed.items.add().metadata.name = "fine"
+    encoded = listed.SerializeToString() + b"\x12\x03\x0a\xff\xff"  # an item cut short
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = (
+        "meta.k8s.io/v1",
+        "PartialObjectMetadataList",
+    )
+    unknown.raw = encoded
+    page = pw.decode_object(pw.MAGIC + unknown.SerializeToString(), None, lazy_items=True)
+    items = iter(page["items"])
+    assert next(items)["metadata"]["name"] == "fine"
+    with pytest.raises(pw.ProtobufError, match="undecodable item of a PartialObjectMetadataList"):
+        next(items)
+    for cut in (b"\x12\x09\x0a", b"\x0b", b"\x09\x00"):  # past the end; bad wire; short
+        unknown.raw = listed.SerializeToString() + cut
+        with pytest.raises(pw.ProtobufError, match="protobuf list"):
+            pw.decode_object(pw.MAGIC + unknown.SerializeToString(), None)
+
+
 def test_large_and_small_envelopes_read_alike() -> None:
     d = deployment()
     d.metadata.annotations["big"] = "x" * (pw.SMALL_BODY + 10)
