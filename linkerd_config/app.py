@@ -13,14 +13,12 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 from prometheus_client import CollectorRegistry, ProcessCollector, disable_created_metrics
 
-from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
-from linkerd_config.kube.certs import TinyCA, self_signed_serving_pair
 from linkerd_config.kube.client import CONTENT_TYPES, KubeClient
-from linkerd_config.kube.delegated_auth import DelegatedAuth
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import (
@@ -30,7 +28,6 @@ from linkerd_config.kube.leader import (
     NoElection,
     default_identity,
 )
-from linkerd_config.kube.local_conversion import LocalConversion, Refusal, Registration
 from linkerd_config.kube.probes import Probes
 from linkerd_config.kube.serving import (
     LIMITS,
@@ -49,9 +46,12 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     LOCAL_CONVERTER,
 )
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.webhooks import convert_object, register
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings
+
+if TYPE_CHECKING:
+    from linkerd_config.kube.admission import AdmissionServer
+    from linkerd_config.kube.local_conversion import LocalConversion
 
 log = structlog.get_logger(__name__)
 
@@ -203,6 +203,12 @@ def _metrics_server(
     host, port = settings.metrics_address
     if not settings.metrics_secure:
         return lambda: serve(probes.metrics_app(), host, port, name="metrics", limits=SCRAPE_LIMITS)
+    # What serves only with HTTPS metrics, the webhooks or local conversion is imported when
+    # asked for: a plain local run starts without it (cryptography alone is 17 ms, 8 MiB).
+    from linkerd_config.kube.admission import ReloadingCertificate  # noqa: PLC0415
+    from linkerd_config.kube.certs import self_signed_serving_pair  # noqa: PLC0415
+    from linkerd_config.kube.delegated_auth import DelegatedAuth  # noqa: PLC0415
+
     certificate: ServingCertificate
     if settings.metrics_cert_dir:
         cert_dir = Path(settings.metrics_cert_dir)
@@ -219,6 +225,9 @@ def _metrics_server(
 def _admission(
     settings: Settings, controller: LinkerdConfigController, registry: CollectorRegistry
 ) -> AdmissionServer:
+    from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate  # noqa: PLC0415
+    from linkerd_config.linkerd.webhooks import register  # noqa: PLC0415
+
     cert_dir = Path(settings.webhook_cert_dir)
     host, port = settings.webhook_address
     server = AdmissionServer(
@@ -247,6 +256,15 @@ def _local_conversion(
     """With the webhooks off, outside the cluster: the CRD's conversion webhook served here,
     with a certificate made now, and registered on the CRD once this process leads (a CRD
     write); see ``kube/local_conversion.py``."""
+    from linkerd_config.kube.admission import AdmissionServer  # noqa: PLC0415
+    from linkerd_config.kube.certs import TinyCA  # noqa: PLC0415
+    from linkerd_config.kube.local_conversion import (  # noqa: PLC0415
+        LocalConversion,
+        Refusal,
+        Registration,
+    )
+    from linkerd_config.linkerd.webhooks import convert_object  # noqa: PLC0415
+
     host, port = settings.webhook_address
     origin = settings.conversion_url
     # ":9443" (every interface) is for a pod; on a laptop, loopback unless a URL says where

@@ -20,9 +20,6 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeGuard
 
 import orjson
-from cryptography import x509
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from linkerd_config.kube.memo import json_digest
 from linkerd_config.kube.resource import Json, rfc3339
@@ -83,7 +80,8 @@ _MULTILINE: Final = frozenset({TRUST_ANCHOR})
 # END rescans the rest of the text from every unmatched BEGIN).
 _PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 _MAX_CERTIFICATES: Final = 100
-_SUPPORTED_CURVES: Final = (ec.SECP256R1, ec.SECP384R1)
+_SUPPORTED_CURVES: Final = ("secp256r1", "secp384r1")
+"""P-256 and P-384, by cryptography's curve names."""
 _MIN_RSA_BITS: Final = 2048
 
 
@@ -288,6 +286,8 @@ def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str
     moment = now or datetime.datetime.now(datetime.UTC)
     found: list[str] = []
     blocks, _ = _pem_blocks(pem)
+    from cryptography import x509  # noqa: PLC0415  (imported when first needed, as below)
+
     for index, block in enumerate(blocks, start=1):
         try:
             cert = x509.load_pem_x509_certificate(block.text.encode())
@@ -651,6 +651,11 @@ def _anchor_problems(
 ) -> list[str]:
     """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can. Its
     validity period's ends, which the answer depends on, are added to ``moments``."""
+    # cryptography (17 ms, 8 MiB) is imported when a certificate is first read, not at start.
+    from cryptography import x509  # noqa: PLC0415
+    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: PLC0415
+
     try:
         cert = x509.load_pem_x509_certificate(block.encode())
     except (ValueError, TypeError, UnicodeError) as error:
@@ -689,7 +694,7 @@ def _anchor_problems(
         problems.append(f"{subject!r} has an unsupported public key ({error})")
         return problems
     if isinstance(key, ec.EllipticCurvePublicKey):
-        if not isinstance(key.curve, _SUPPORTED_CURVES):
+        if key.curve.name not in _SUPPORTED_CURVES:
             problems.append(f"{subject!r} uses curve {key.curve.name}; use P-256 or P-384")
     elif isinstance(key, rsa.RSAPublicKey):
         if key.key_size < _MIN_RSA_BITS:

@@ -251,7 +251,7 @@ def test_a_bundle_is_parsed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> No
         calls.append(data)
         return real(data)
 
-    monkeypatch.setattr(guard.x509, "load_pem_x509_certificate", counting)
+    monkeypatch.setattr(x509, "load_pem_x509_certificate", counting)
     first = guard.parse_bundle(text, "here")
     assert len(calls) == 2
     assert guard.parse_bundle(text, "elsewhere") is first
