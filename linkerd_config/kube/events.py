@@ -373,10 +373,9 @@ class EventRecorder:
         return True
 
     def _release(self, key: tuple[str, str]) -> None:
-        deferred = self._deferred.pop(key, None)
+        deferred = self._deferred.get(key)
         if deferred is not None:
-            deferred[1].cancel()
-            self._enqueue(deferred[0])
+            self._enqueue(deferred[0])  # which drops it from the waiting, timer and all
 
     def _enqueue(self, write: _Write) -> None:
         key = (write.namespace, write.name)

@@ -383,26 +383,13 @@ def envelope(body: bytes | memoryview) -> Envelope:
         return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, memoryview(unknown.raw))
     type_meta: Any = None
     raw = view[0:0]
-    pos = 4
-    while pos < len(view):
-        key, pos = _varint(view, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            _, pos = _varint(view, pos)
-            continue
-        if wire != 2:
-            raise ProtobufError(f"unexpected wire type {wire} in a protobuf envelope")
-        length, pos = _varint(view, pos)
-        if pos + length > len(view):
-            raise ProtobufError("truncated protobuf envelope")
-        value = view[pos : pos + length]
-        pos += length
-        if field == 1:
+    for field, _, value in _fields(view[4:], "envelope"):
+        if field == 1 and value is not None:
             try:
                 type_meta = _type_meta().FromString(value)
             except DecodeError as exc:
                 raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
-        elif field == 2:
+        elif field == 2 and value is not None:
             raw = value
     if type_meta is None or not type_meta.kind:
         raise ProtobufError("a protobuf envelope without its type")
@@ -451,34 +438,43 @@ def decode_object(
     return out
 
 
-def _split_repeated(raw: memoryview, number: int) -> tuple[bytes, list[memoryview]]:
-    """A message's encoding without field ``number`` (its other fields, for the protobuf
-    runtime) and that field's values (views into ``raw``), read field by field."""
-    rest: list[memoryview] = []
-    spans: list[memoryview] = []
-    pos, end = 0, len(raw)
+def _fields(view: memoryview, what: str) -> Iterator[tuple[int, memoryview, memoryview | None]]:
+    """A message's top-level fields in order, read by hand: each one's number, its whole
+    encoding, and its value for a length-delimited one (None for a scalar), all views into
+    ``view``. ``what`` names the message in errors."""
+    pos, end = 0, len(view)
     while pos < end:
         start = pos
-        key, pos = _varint(raw, pos)
+        key, pos = _varint(view, pos)
         wire = key & 7
+        value = None
         if wire == 2:
-            length, pos = _varint(raw, pos)
+            length, pos = _varint(view, pos)
             if pos + length > end:
-                raise ProtobufError("truncated protobuf list")
-            if key >> 3 == number:
-                spans.append(raw[pos : pos + length])
-                pos += length
-                continue
+                raise ProtobufError(f"truncated protobuf {what}")
+            value = view[pos : pos + length]
             pos += length
         elif wire == 0:
-            _, pos = _varint(raw, pos)
+            _, pos = _varint(view, pos)
         elif wire in (1, 5):
             pos += 8 if wire == 1 else 4
             if pos > end:
-                raise ProtobufError("truncated protobuf list")
+                raise ProtobufError(f"truncated protobuf {what}")
         else:
-            raise ProtobufError(f"unexpected wire type {wire} in a protobuf list")
-        rest.append(raw[start:pos])
+            raise ProtobufError(f"unexpected wire type {wire} in a protobuf {what}")
+        yield key >> 3, view[start:pos], value
+
+
+def _split_repeated(raw: memoryview, number: int) -> tuple[bytes, list[memoryview]]:
+    """A message's encoding without field ``number`` (its other fields, for the protobuf
+    runtime) and that field's values (views into ``raw``)."""
+    rest: list[memoryview] = []
+    spans: list[memoryview] = []
+    for field, encoding, value in _fields(raw, "list"):
+        if field == number and value is not None:
+            spans.append(value)
+        else:
+            rest.append(encoding)
     return b"".join(rest), spans
 
 
