@@ -8,6 +8,9 @@ the controller in this process, after the LinkerdConfig is Ready:
   waited for until it is reverted. The controller's own reconcile counter
   (``controller_runtime_reconcile_total``) counts at most 1.3 reconciles per edit; before the
   change it was two each (the edit's, then our write's echo).
+* **Its Event.** Every revert records ``ConfigMapReverted`` on the LinkerdConfig; repeats
+  within 5 s wait and their newest count is written when the interval is up (no flush in
+  this process): the Event ends counting at least the ten sequential reverts.
 * **An edit racing our write.** Edits sent back to back, each while the previous one's
   revert may be in flight: the last one wins the race or not, but it is reverted too (an
   event that comes while our write is in flight is judged when the write returns, never
@@ -25,7 +28,7 @@ import pytest
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import App
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
-from linkerd_config.kube.resource import CONFIGMAPS
+from linkerd_config.kube.resource import CONFIGMAPS, EVENTS
 from tests.support import formats, scenario, webhooks_on
 from tests.support.formats import Format
 from tests.support.waiting import eventually
@@ -70,6 +73,18 @@ async def holds(kube: KubeClient, key: str, value: str) -> bool:
     return data.get(key) == value
 
 
+async def revert_event_count(kube: KubeClient) -> int:
+    """The count of the LinkerdConfig's ``ConfigMapReverted`` Event (cluster-scoped: its
+    Events are in ``default``), 0 if there is none yet."""
+    listed = await kube.request(
+        "GET",
+        EVENTS.path("default"),
+        params={"fieldSelector": "involvedObject.kind=LinkerdConfig,involvedObject.name=managed"},
+    )
+    found = [e for e in listed["items"] if e["reason"] == "ConfigMapReverted"]
+    return max((int(e.get("count") or 1) for e in found), default=0)
+
+
 async def quiet(app: App) -> float:
     """The reconcile count once it has not moved for a second."""
     before = reconciles(app)
@@ -109,6 +124,12 @@ async def test_each_edit_is_reverted_by_one_reconcile(
         per_edit = (after - before) / EDITS
         print(f"\n{fmt.name}, webhooks {'on' if webhooks else 'off'}: {per_edit:.2f} per edit")
         assert per_edit <= 1.3, (before, after)
+
+        async def counted() -> int | None:
+            count = await revert_event_count(kube)
+            return count if count >= EDITS else None
+
+        await eventually(counted, timeout=30, what=f"the revert Event counting {EDITS}")
 
         # Back to back: each edit may land while the previous one's revert is in flight.
         for n in range(EDITS, EDITS + 5):
