@@ -135,6 +135,8 @@ def scale_section(results: dict[str, Any]) -> str:
     )
     if any("peak_rss_mib_median" not in v["ours"] for v in results["points"].values()):
         lines[-1] += " Peak RSS here is the maximum of the rounds (written before medians)."
+    if results.get("import_floor"):
+        lines += ["", *floor_lines(results)]
     rollout = results.get("rollout")
     if rollout:
         lines += [
@@ -173,6 +175,44 @@ def scale_section(results: dict[str, Any]) -> str:
     if results.get("notes"):
         lines += ["", f"Note: {results['notes']}."]
     return "\n".join(lines)
+
+
+def _above(value: float, floor: float) -> str:
+    gap = round(value - floor, 1)
+    return f"{_show(abs(gap))} MiB {'above' if gap >= 0 else 'below'}"
+
+
+def floor_lines(results: dict[str, Any]) -> list[str]:
+    """The runtime's memory before any work, and what it leaves of the best Go peer's peak
+    at each scale point for ours' caches, connections and work."""
+    floor = results["import_floor"]
+    lines = [
+        "Ours' floor: the whole-process RSS of a fresh runtime interpreter (the image's "
+        "dependencies, `requirements/runtime.lock`) after importing each stage, no work done "
+        f"(medians of {results['args']['repeats']} processes; `FLOOR_STAGES` in "
+        "`bench/scale_bench.py`):",
+        "",
+        "| stage | RSS (MiB) |",
+        "|---|---|",
+        *(f"| {row['stage']} | {_show(row['rss_mib'])} |" for row in floor),
+    ]
+    base, bare = floor[-1]["rss_mib"], floor[-2]["rss_mib"]
+    left = []
+    for pods, point in results["points"].items():
+        peers = [_rss(point.get(p) or {}) for p in ("go", "go-stream", "go-trim")]
+        best = min((v for v in peers if v is not None), default=None)
+        ours = _rss(point["ours"])
+        if best is None or ours is None:
+            continue
+        left.append(
+            f"at {int(pods):,} pods the best Go peer peaked at {_show(best)} MiB: "
+            f"{_above(best, base)} the floor with cryptography ({_show(base)} MiB) and "
+            f"{_above(best, bare)} the floor without it ({_show(bare)} MiB); ours peaked "
+            f"{_above(ours, base)} the first"
+        )
+    if left:
+        lines += ["", "Against the floor: " + "; ".join(left) + "."]
+    return lines
 
 
 def flood_section(results: dict[str, Any]) -> str:

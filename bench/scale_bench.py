@@ -20,6 +20,9 @@ opted-in Running pods (25 per namespace, each ~6 KB of JSON like a meshed worklo
   ``linkerd-config``'s managed key and times until the watch shows it restored, counting a
   restore only after it has seen its own tamper event; CPU per revert from /proc.
 
+Before the cluster starts, ours' floor: the RSS of fresh runtime interpreters after importing
+each stage of its dependencies (``FLOOR_STAGES``), no work done.
+
 Then, on a second control plane with the scheduler, kwok and Linkerd's real edge-19.12.3
 injector, ``--deployments`` opted-in Deployments are rolled to a new proxy with ``--batch``
 restarts per pass every ``--interval`` seconds: first → last restart against what that rate
@@ -284,6 +287,58 @@ def runtime_python() -> Path:
         check=True,
     )
     return python
+
+
+FLOOR_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("the interpreter", ()),
+    ("+ asyncio, ssl", ("asyncio", "ssl")),
+    ("+ aiohttp (client and server)", ("aiohttp", "aiohttp.web")),
+    (
+        "+ protobuf, PyYAML, orjson, structlog, prometheus-client",
+        ("google.protobuf", "yaml", "orjson", "structlog", "prometheus_client"),
+    ),
+    ("+ what `run` imports (linkerd_config.app)", ("linkerd_config.app",)),
+    ("+ cryptography (a local run's conversion certificate, the anchor checks)",
+     ("cryptography.x509", "linkerd_config.kube.certs")),
+)  # fmt: skip
+"""The runtime's memory before any work, a stage at a time: the floor under ours' peak RSS
+that no change to our own code moves (the dependencies are the architecture's)."""
+
+_FLOOR_PROBE = """
+import importlib, json, sys
+def rss():
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+out = []
+for modules in json.loads(sys.argv[1]):
+    for name in modules:
+        importlib.import_module(name)
+    out.append(rss())
+print(json.dumps(out))
+"""
+
+
+def import_floor(repeats: int) -> list[Json]:
+    """RSS after each of ``FLOOR_STAGES`` in a fresh runtime interpreter (``runtime_python``,
+    the tree's code on ``PYTHONPATH`` as ours runs), the median of ``repeats`` processes."""
+    stages = json.dumps([list(modules) for _, modules in FLOOR_STAGES])
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent)}
+    runs = [
+        json.loads(
+            subprocess.run(
+                [str(runtime_python()), "-c", _FLOOR_PROBE, stages],
+                env=env, check=True, capture_output=True, text=True, timeout=120,
+            ).stdout
+        )
+        for _ in range(repeats)
+    ]  # fmt: skip
+    return [
+        {"stage": label, "rss_mib": round(statistics.median(run[i] for run in runs), 1)}
+        for i, (label, _) in enumerate(FLOOR_STAGES)
+    ]
 
 
 def ours_argv(kubeconfig: Path, *extra: str) -> list[str]:
@@ -766,6 +821,7 @@ async def main_async(args: argparse.Namespace) -> Json:
         # Built (or found in the cache) before the cluster starts: no build in a measurement.
         results["go_peer"] = {"binary": str(await asyncio.to_thread(ensure_go_peer))}
     results["ours_python"] = str(await asyncio.to_thread(runtime_python))
+    results["import_floor"] = await asyncio.to_thread(import_floor, args.repeats)
     with tempfile.TemporaryDirectory() as tmp:
         desired_file = Path(tmp) / "desired"
         async with cluster() as (cp, kube):
