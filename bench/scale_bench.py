@@ -292,7 +292,11 @@ def runtime_python() -> Path:
 FLOOR_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("the interpreter", ()),
     ("+ asyncio, ssl", ("asyncio", "ssl")),
-    ("+ aiohttp (client and server)", ("aiohttp", "aiohttp.web")),
+    # As `run` imports it: without the system CA bundle aiohttp's import would load.
+    (
+        "+ aiohttp (client and server)",
+        ("linkerd_config.kube.tls:import_aiohttp_without_system_cas", "aiohttp.web"),
+    ),
     (
         "+ protobuf, PyYAML, orjson, structlog, prometheus-client",
         ("google.protobuf", "yaml", "orjson", "structlog", "prometheus_client"),
@@ -301,8 +305,9 @@ FLOOR_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("+ cryptography (a local run's conversion certificate, the anchor checks)",
      ("cryptography.x509", "linkerd_config.kube.certs")),
 )  # fmt: skip
-"""The runtime's memory before any work, a stage at a time: the floor under ours' peak RSS
-that no change to our own code moves (the dependencies are the architecture's)."""
+"""The runtime's memory before any work, a stage at a time, each imported as ``run`` imports
+it (``module:function`` is a call after the import): the floor under ours' peak RSS that no
+change to our own code moves (the dependencies are the architecture's)."""
 
 _FLOOR_PROBE = """
 import importlib, json, sys
@@ -315,7 +320,10 @@ def rss():
 out = []
 for modules in json.loads(sys.argv[1]):
     for name in modules:
-        importlib.import_module(name)
+        module, _, function = name.partition(":")
+        imported = importlib.import_module(module)
+        if function:
+            getattr(imported, function)()
     out.append(rss())
 print(json.dumps(out))
 """
