@@ -148,6 +148,9 @@ def _assemble(
             "health", lambda: serve(probes.health_app(), hhost, hport, name="health")
         )
     manager.add_server("events", recorder.run)
+    # Counts waiting for their series interval, and Events queued, are written at a graceful
+    # stop while this replica still leads (its writes allowed), before the Lease goes.
+    manager.add_drain("events", recorder.flush)
     # Under election the elector's Lease requests and the Lease's renewals are the signs of
     # a live path; without it, a heartbeat request of the same period is.
     health = WatchHealth(

@@ -11,8 +11,10 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
    key enqueued once (level-triggered: nothing changed while no one led is missed).
 
 Shutdown runs in reverse under one grace deadline: controllers drain their in-flight
-reconciles, the elector releases the Lease (a successor takes over at once), then informers
-and servers stop. A task that does not stop in time is named in the log.
+reconciles, the drains run (writes still waiting, such as Events, made while this replica
+still leads and its writes are allowed), the elector releases the Lease (a successor takes
+over at once), then informers and servers stop. A task that does not stop in time is named
+in the log.
 """
 
 from __future__ import annotations
@@ -32,6 +34,12 @@ log = structlog.get_logger(__name__)
 
 FRESH_SYNC_SECONDS = 10.0
 """Caches listed this recently need no second LIST when leadership comes."""
+
+DRAIN_SECONDS = 5.0
+"""The most a shutdown waits for one drain (less when the grace deadline is nearer)."""
+
+Drain = Callable[[float], Awaitable[bool]]
+"""Writes what its component still holds within the seconds given; False if it could not."""
 
 
 class Leadership(Protocol):
@@ -61,6 +69,7 @@ class Manager:
     _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
     _leader_work: list[_LeaderWork] = field(default_factory=list)
+    _drains: list[tuple[str, Drain]] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
     # Invariant: _tasks holds exactly the running components, in start order.
     synced: asyncio.Event = field(default_factory=asyncio.Event)
@@ -72,6 +81,10 @@ class Manager:
 
     def add_server(self, name: str, run: Callable[[], Awaitable[None]]) -> None:
         self._servers.append((name, run))
+
+    def add_drain(self, name: str, drain: Drain) -> None:
+        """At shutdown, once the controllers have stopped and before the Lease is released."""
+        self._drains.append((name, drain))
 
     def add_informer(self, informer: Informer) -> None:
         self._informers.append(informer)
@@ -219,11 +232,26 @@ class Manager:
         self._stopping = True
         started = time.monotonic()
         await self._stop_controllers(drain=True)
+        for name, drain in self._drains:
+            remaining = self.shutdown_grace - (time.monotonic() - started)
+            await self._drain(name, drain, max(0.1, min(DRAIN_SECONDS, remaining)))
         # Reverse start order: the elector releases the Lease before caches and servers go.
         for name in reversed(list(self._tasks)):
             remaining = max(1.0, self.shutdown_grace - (time.monotonic() - started))
             await self._cancel([name], timeout=remaining)
         log.info("manager stopped", seconds=round(time.monotonic() - started, 2))
+
+    async def _drain(self, name: str, drain: Drain, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout + 1.0):  # a drain that ignores its timeout
+                done = await drain(timeout)
+        except TimeoutError:
+            done = False
+        except Exception as exc:
+            log.error("drain failed", drain=name, error=describe(exc))
+            return
+        if not done:
+            log.warning("drain did not finish in time", drain=name, timeout=round(timeout, 2))
 
     async def _cancel(self, names: list[str], timeout: float) -> None:
         tasks = [self._tasks.pop(n) for n in names if n in self._tasks]

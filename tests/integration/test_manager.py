@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry
 from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
+from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.leader import (
@@ -23,7 +24,7 @@ from linkerd_config.kube.leader import (
     NoElection,
 )
 from linkerd_config.kube.probes import Probes
-from linkerd_config.kube.resource import CONFIGMAPS, LEASES
+from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, LEASES
 from linkerd_config.kube.serving import serve
 from linkerd_config.manager import Manager
 from tests.support.waiting import eventually
@@ -190,3 +191,56 @@ async def test_manager_stops_when_a_component_fails(kube: KubeClient) -> None:
     await asyncio.wait_for(manager.run(asyncio.Event()), 10)
     assert not manager.ready()
     assert not manager.alive()
+
+
+async def test_a_graceful_stop_writes_waiting_event_counts_before_the_lease_goes(
+    kube: KubeClient, control_plane: LocalControlPlane
+) -> None:
+    """A repeat's count waits up to the series interval (5 s) to be written. At a graceful
+    stop the manager's drain writes it while the replica still holds the Lease: after the
+    release the write gate would refuse it, and the Event would keep its first count."""
+    ns = f"mgr-{uuid.uuid4().hex[:6]}"
+    await kube.request("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}})
+    cm = await kube.request(
+        "POST", CONFIGMAPS.path(ns), body={"metadata": {"name": "involved"}, "data": {}}
+    )
+    cm |= {"apiVersion": "v1", "kind": "ConfigMap"}
+    registry = CollectorRegistry()
+    client = KubeClient(await load_access(str(control_plane.kubeconfig)), registry=registry)
+    client.open()
+    elector = LeaderElector(
+        client,
+        LeaderElectionConfig(
+            ns, "drain-test", lease_duration=4, renew_deadline=3, retry_period=0.5
+        ),
+        registry,
+    )
+    client.write_gate = LeaderGate(elector)
+    recorder = EventRecorder(client, "linkerd-config-test")
+    manager = Manager(elector)
+    manager.add_server("events", recorder.run)
+    manager.add_drain("events", recorder.flush)
+    stop = asyncio.Event()
+    running = asyncio.create_task(manager.run(stop))
+    try:
+
+        async def leading() -> bool:
+            return manager.leading
+
+        await eventually(leading, timeout=30, what="the manager leads")
+        for _ in range(3):
+            recorder.record(cm, "Normal", "Repeated", "the same message")
+        assert recorder.pending >= 1  # the repeats' count waits for its interval
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 30)
+        await client.close()
+    assert recorder.stats == {"created": 1, "patched": 1}, recorder.stats
+    listed = await kube.request(
+        "GET",
+        EVENTS.path(ns),
+        params={"fieldSelector": f"involvedObject.uid={cm['metadata']['uid']}"},
+    )
+    assert [(e["reason"], e["count"]) for e in listed["items"]] == [("Repeated", 3)]
+    lease: dict[str, Any] = await kube.request("GET", LEASES.path(ns, "drain-test"))
+    assert not lease["spec"].get("holderIdentity")

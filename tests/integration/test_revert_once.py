@@ -10,7 +10,9 @@ the controller in this process, after the LinkerdConfig is Ready:
   change it was two each (the edit's, then our write's echo).
 * **Its Event.** Every revert records ``ConfigMapReverted`` on the LinkerdConfig; repeats
   within 5 s wait and their newest count is written when the interval is up (no flush in
-  this process): the Event ends counting at least the ten sequential reverts.
+  this process): the Event ends counting at least the ten sequential reverts. After the
+  graceful stop it counts exactly the reverts recorded: the count still waiting then is
+  written before the Lease goes.
 * **An edit racing our write.** Edits sent back to back, each while the previous one's
   revert may be in flight: the last one wins the race or not, but it is reverted too (an
   event that comes while our write is in flight is judged when the write returns, never
@@ -85,6 +87,19 @@ async def revert_event_count(kube: KubeClient) -> int:
     return max((int(e.get("count") or 1) for e in found), default=0)
 
 
+def reverts_recorded(app: App) -> list[int]:
+    """How many ``ConfigMapReverted`` Events the app's recorder is asked for, as it goes."""
+    seen = [0]
+    record = app.recorder.record
+
+    def counting(involved: Any, type: str, reason: str, message: str) -> None:
+        seen[0] += reason == "ConfigMapReverted"
+        record(involved, type, reason, message)
+
+    app.recorder.record = counting  # type: ignore[method-assign]
+    return seen
+
+
 async def quiet(app: App) -> float:
     """The reconcile count once it has not moved for a second."""
     before = reconciles(app)
@@ -109,6 +124,7 @@ async def test_each_edit_is_reverted_by_one_reconcile(
         formats.installed(cp, kube, fmt),
         webhooks_on.controller(cp, kube, tmp_path / "certs", webhooks, "revert-once") as app,
     ):
+        recorded = reverts_recorded(app)
         await scenario.apply_linkerdconfig(kube, "managed", fmt.spec(fmt.good, {}))
         await eventually(lambda: ready(kube), timeout=120, what="managed Ready")
         key = MANAGED_KEY[fmt.name]
@@ -140,3 +156,7 @@ async def test_each_edit_is_reverted_by_one_reconcile(
         await quiet(app)
         assert await holds(kube, key, written)
         assert await ready(kube) is not None
+    # The graceful stop wrote the count still waiting for its interval, before the Lease went:
+    # the Event counts every revert the controller recorded, the back-to-back ones included.
+    assert recorded[0] >= EDITS + 1
+    assert await revert_event_count(kube) == recorded[0]
