@@ -38,6 +38,10 @@ FRESH_SYNC_SECONDS = 10.0
 DRAIN_SECONDS = 5.0
 """The most a shutdown waits for one drain (less when the grace deadline is nearer)."""
 
+RELEASE_SECONDS = 5.0
+"""What drains leave of the grace for the elector to release the Lease: a successor that
+must wait out the lease duration instead leaves the controllers idle that long."""
+
 Drain = Callable[[float], Awaitable[bool]]
 """Writes what its component still holds within the seconds given; False if it could not."""
 
@@ -66,6 +70,8 @@ class Manager:
     """While caches have not synced (the API server unreachable, say), say so this often:
     leader election starts only after them, and would otherwise be silent."""
     shutdown_grace: float = 25.0
+    drain_timeout: float = DRAIN_SECONDS
+    release_reserve: float = RELEASE_SECONDS
     _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
     _leader_work: list[_LeaderWork] = field(default_factory=list)
@@ -83,7 +89,8 @@ class Manager:
         self._servers.append((name, run))
 
     def add_drain(self, name: str, drain: Drain) -> None:
-        """At shutdown, once the controllers have stopped and before the Lease is released."""
+        """At shutdown, once the controllers have stopped and before the Lease is released,
+        in the grace the release does not need (``RELEASE_SECONDS``)."""
         self._drains.append((name, drain))
 
     def add_informer(self, informer: Informer) -> None:
@@ -233,8 +240,11 @@ class Manager:
         started = time.monotonic()
         await self._stop_controllers(drain=True)
         for name, drain in self._drains:
-            remaining = self.shutdown_grace - (time.monotonic() - started)
-            await self._drain(name, drain, max(0.1, min(DRAIN_SECONDS, remaining)))
+            spare = self.shutdown_grace - (time.monotonic() - started) - self.release_reserve
+            if spare <= 0:
+                log.warning("no time left to drain; releasing the Lease", drain=name)
+                break
+            await self._drain(name, drain, min(self.drain_timeout, spare))
         # Reverse start order: the elector releases the Lease before caches and servers go.
         for name in reversed(list(self._tasks)):
             remaining = max(1.0, self.shutdown_grace - (time.monotonic() - started))
@@ -243,7 +253,7 @@ class Manager:
 
     async def _drain(self, name: str, drain: Drain, timeout: float) -> None:
         try:
-            async with asyncio.timeout(timeout + 1.0):  # a drain that ignores its timeout
+            async with asyncio.timeout(timeout):  # a drain that ignores its timeout too
                 done = await drain(timeout)
         except TimeoutError:
             done = False

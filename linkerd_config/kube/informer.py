@@ -640,8 +640,8 @@ class Informer:
         """Every object, page by page, each page transformed as it arrives to bound memory.
 
         The next page is asked for before this one is transformed: the server works on it
-        meanwhile, its answer waiting in the socket until read (two pages are never held).
-        Work on a page yields to the loop every ``LIST_YIELD_EVERY`` objects."""
+        meanwhile. Work on a page yields to the loop every ``LIST_YIELD_EVERY`` objects, when
+        the next page's body may be read: at most two pages' bodies are held at once."""
         base = self._selectors()
         paged = self.page_size > 0
         objects: list[Json] = []

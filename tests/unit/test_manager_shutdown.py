@@ -1,7 +1,8 @@
 """A graceful stop runs each drain (the Event recorder's flush, in the app) once the
 controllers have stopped and while this replica still leads, before the Lease is released and
 before the servers stop; each is bounded by its timeout, and one that hangs or fails holds up
-neither the others nor the stop."""
+neither the others nor the stop. Drains get only the grace the Lease's release does not need:
+a successor that waits out the lease duration leaves the controllers idle that long."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from structlog.testing import capture_logs
 
 from linkerd_config.kube.leader import NoElection
 from linkerd_config.manager import DRAIN_SECONDS, Manager
+from tests.support.leadership_fakes import SlowRelease
 from tests.support.waiting import eventually
 
 
@@ -58,7 +60,7 @@ async def test_drains_run_while_still_leading_and_before_the_servers_stop() -> N
 
 async def test_a_drain_that_hangs_or_fails_holds_up_neither_the_others_nor_the_stop() -> None:
     elector = NoElection()
-    manager = Manager(elector, shutdown_grace=0.5)
+    manager = Manager(elector, drain_timeout=0.3)
     ran: list[str] = []
 
     async def hangs(timeout: float) -> bool:
@@ -85,8 +87,7 @@ async def test_a_drain_that_hangs_or_fails_holds_up_neither_the_others_nor_the_s
     await _started(manager)
     with capture_logs() as logs:
         stop.set()
-        # The hung drain is given what is left of the 0.5 s grace (at least 0.1 s), plus 1 s.
-        await asyncio.wait_for(task, 10)
+        await asyncio.wait_for(task, 10)  # the hung drain is cut off at its 0.3 s
     assert ran == ["hangs", "fails", "times out", "finishes, leading=True"]
     assert elector.leadership_lost.is_set()
     said = {(e["event"], e.get("drain")) for e in logs}
@@ -94,3 +95,43 @@ async def test_a_drain_that_hangs_or_fails_holds_up_neither_the_others_nor_the_s
     assert ("drain failed", "fails") in said
     assert ("drain did not finish in time", "late") in said
     assert not any(e.get("drain") == "ok" for e in logs)
+
+
+async def _stop_with_a_slow_drain(grace: float) -> tuple[SlowRelease, list[float], list[str]]:
+    """Stop a manager (drains up to 2 s each, 1.5 s kept for the release) with ``grace``,
+    whose one drain takes all the time it is given (slow writes) and whose Lease release
+    takes 1.2 s: what the drain got, and what was said."""
+    leadership = SlowRelease(release_seconds=1.2)
+    manager = Manager(leadership, shutdown_grace=grace, drain_timeout=2.0, release_reserve=1.5)
+    given: list[float] = []
+
+    async def slow(timeout: float) -> bool:
+        given.append(timeout)
+        await asyncio.sleep(timeout)
+        return False
+
+    manager.add_drain("events", slow)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    await _started(manager)
+    with capture_logs() as logs:
+        stop.set()
+        await asyncio.wait_for(task, grace + 10)
+    return leadership, given, [str(e["event"]) for e in logs]
+
+
+async def test_drains_leave_the_lease_release_its_share_of_the_grace() -> None:
+    # A drain given all of the 3 s grace (2 s, its cap) would leave the release 1 s of the
+    # 1.2 s it takes: the Lease would stay held and a successor wait out its duration.
+    leadership, given, said = await _stop_with_a_slow_drain(grace=3.0)
+    (timeout,) = given
+    assert 1.3 < timeout <= 1.5, timeout  # the grace less what the release keeps
+    assert leadership.released, said
+    assert "component did not stop in time" not in said
+
+
+async def test_no_drain_when_the_release_needs_all_the_grace_left() -> None:
+    leadership, given, said = await _stop_with_a_slow_drain(grace=1.4)
+    assert given == []
+    assert "no time left to drain; releasing the Lease" in said
+    assert leadership.released
