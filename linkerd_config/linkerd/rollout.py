@@ -263,7 +263,9 @@ def running_pod_metadata(pod: Json) -> Json:
     (one that stops running arrives as deleted), so Running is what its phase is. Every
     decision is made from metadata: Linkerd's injector stamps ``linkerd.io/proxy-version``
     on every pod it injects (pkg/inject, edge-19.12 to edge-26)."""
-    return {**pod_projection(pod), "status": RUNNING}
+    projected = pod_projection(pod)  # a new dict each time: ours to finish
+    projected["status"] = RUNNING
+    return projected
 
 
 @reads(*(f for f in POD_FIELDS if isinstance(f, tuple) or f.startswith("metadata.")))
