@@ -649,6 +649,61 @@ async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
         await proxy.close()
 
 
+async def test_a_graceful_stop_ends_within_its_grace_while_the_api_server_is_silent(
+    cp: LocalControlPlane, kube: KubeClient, tmp_path: Path
+) -> None:
+    """SIGTERM while every connection to the API server, old and new, is silent (a hung load
+    balancer), with a revert's Event count waiting for its interval: the stop drains what it
+    can within its bound, gives up on writing the count and on releasing the Lease, and ends
+    within the manager's grace, not at some request's timeout or never."""
+    await ensure_applied(kube)
+    proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
+    port = await proxy.start()
+    kubeconfig = tmp_path / "via-proxy.kubeconfig"
+    identity = cp.certificate_authority.client("silent-stop", ["system:masters"])
+    write_kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", cp.ca_pem, "silent-stop", identity)
+    settings = scenario.local_settings(
+        kubeconfig, "--identity", "silent-stop", "--leader-elect", "true"
+    )
+    app = await build(settings)
+    stop = asyncio.Event()
+    task = asyncio.create_task(app.manager.run(stop), name="manager")
+    try:
+        await eventually(lambda: asyncio.sleep(0, result=app.manager.leading), timeout=60)
+        await synced(kube)
+        for n in range(2):  # two reverts within 5 s: the second one's count waits
+            await kube.request(
+                "PATCH", CM_PATH, body={"data": {"proxy": f"{{{n}}}"}}, content_type=MERGE_PATCH
+            )
+
+            async def reverted(n: int = n) -> bool:
+                cm: Obj = await kube.request("GET", CM_PATH)
+                return cm["data"]["proxy"] != f"{{{n}}}"
+
+            await eventually(reverted, timeout=30, interval=0.1, what=f"edit {n} reverted")
+        await eventually(
+            lambda: asyncio.sleep(0, result=app.recorder.pending > 0), timeout=5,
+            what="a count waiting",
+        )  # fmt: skip
+        proxy.freeze(new_too=True)
+        with capture_logs() as logs:
+            stopped = time.monotonic()
+            stop.set()
+            await asyncio.wait_for(task, app.manager.shutdown_grace + 10)
+            took = time.monotonic() - stopped
+    finally:
+        stop.set()
+        if not task.done():
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await app.client.close()
+        await proxy.close()
+    said = {(e["event"], e.get("drain")) for e in logs}
+    print(f"\nstopped in {took:.1f}s with the API server silent: {sorted(said)[:12]}")
+    assert ("drain did not finish in time", "events") in said
+    assert took <= app.manager.shutdown_grace + 2.0, took
+
+
 SAMPLE_FILE = SAMPLES / "edge_19.12.3.yaml"
 HUGE_KUBECONFIG = 300 * 2**20
 """Issue 39, finding 6: a kubeconfig this size was read and parsed whole (60 s, 659 MB)."""

@@ -1,6 +1,7 @@
 """A TCP proxy on loopback whose existing connections can be frozen, as a dead NAT entry or a
 hung load balancer freezes them: the connections stay open (the proxy's kernel even ACKs what
-arrives), no byte goes through any more, and new connections work normally."""
+arrives), no byte goes through any more, and new connections work normally (or, frozen with
+``new_too``, are accepted and never answered)."""
 
 from __future__ import annotations
 
@@ -23,14 +24,17 @@ class FreezableProxy:
         self._server: asyncio.Server | None = None
         self._connections: list[_Connection] = []
         self._never = asyncio.Event()  # never set: what a frozen pump waits on
+        self._freeze_new = False
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self.port
 
-    def freeze(self) -> int:
-        """Freeze every connection open now; returns how many."""
+    def freeze(self, *, new_too: bool = False) -> int:
+        """Freeze every connection open now; returns how many. With ``new_too``, connections
+        opened from now on are accepted and never answered (the whole path is down)."""
+        self._freeze_new = self._freeze_new or new_too
         for conn in self._connections:
             conn.frozen = True
         return len(self._connections)
@@ -54,7 +58,7 @@ class FreezableProxy:
         except OSError:
             writer.close()
             return
-        conn = _Connection(writers=[writer, up_writer])
+        conn = _Connection(frozen=self._freeze_new, writers=[writer, up_writer])
         self._connections.append(conn)
         conn.tasks = [
             asyncio.create_task(self._pump(conn, reader, up_writer), name="proxy-up"),
