@@ -591,6 +591,19 @@ async def test_a_missing_crd_is_one_line_then_waited_for(
 # -- 2. a frozen path to the API server is noticed, and recovered from -----------------------
 
 
+async def via_proxy(
+    cp: LocalControlPlane, tmp_path: Path, user: str
+) -> tuple[FreezableProxy, Path]:
+    """A started proxy to the API server, and a kubeconfig (``user``, cluster admin) through
+    it."""
+    proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
+    port = await proxy.start()
+    kubeconfig = tmp_path / "via-proxy.kubeconfig"
+    identity = cp.certificate_authority.client(user, ["system:masters"])
+    write_kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", cp.ca_pem, user, identity)
+    return proxy, kubeconfig
+
+
 @pytest.mark.parametrize("elect", ["true", "false"], ids=["leader-elect", "no-leader-elect"])
 async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
     cp: LocalControlPlane, kube: KubeClient, tmp_path: Path, elect: str
@@ -600,11 +613,7 @@ async def test_a_frozen_path_is_noticed_within_30_seconds_and_recovered_from(
     leader election (the Lease requests and renewals are the signs) and without it (one
     replica, or a local run: a heartbeat request is)."""
     await ensure_applied(kube)
-    proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
-    port = await proxy.start()
-    kubeconfig = tmp_path / "via-proxy.kubeconfig"
-    identity = cp.certificate_authority.client("frozen-path", ["system:masters"])
-    write_kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", cp.ca_pem, "frozen-path", identity)
+    proxy, kubeconfig = await via_proxy(cp, tmp_path, "frozen-path")
     health = free_port()
     ready_url = f"http://127.0.0.1:{health}/readyz"
     # Default lease timings (15 s / 10 s / 2 s): the promise is for what users run.
@@ -657,11 +666,7 @@ async def test_a_graceful_stop_ends_within_its_grace_while_the_api_server_is_sil
     can within its bound, gives up on writing the count and on releasing the Lease, and ends
     within the manager's grace, not at some request's timeout or never."""
     await ensure_applied(kube)
-    proxy = FreezableProxy("127.0.0.1", cp.apiserver_port)
-    port = await proxy.start()
-    kubeconfig = tmp_path / "via-proxy.kubeconfig"
-    identity = cp.certificate_authority.client("silent-stop", ["system:masters"])
-    write_kubeconfig(kubeconfig, f"https://127.0.0.1:{port}", cp.ca_pem, "silent-stop", identity)
+    proxy, kubeconfig = await via_proxy(cp, tmp_path, "silent-stop")
     settings = scenario.local_settings(
         kubeconfig, "--identity", "silent-stop", "--leader-elect", "true"
     )
@@ -678,7 +683,7 @@ async def test_a_graceful_stop_ends_within_its_grace_while_the_api_server_is_sil
 
             async def reverted(n: int = n) -> bool:
                 cm: Obj = await kube.request("GET", CM_PATH)
-                return cm["data"]["proxy"] != f"{{{n}}}"
+                return str(cm["data"]["proxy"]) != f"{{{n}}}"
 
             await eventually(reverted, timeout=30, interval=0.1, what=f"edit {n} reverted")
         await eventually(
