@@ -87,7 +87,7 @@ def scale_section(results: dict[str, Any]) -> str:
         ]
         for name, (a, g, gs, gt, b, m), c in starts:
             c_num = c if isinstance(c, int | float) else None
-            best = min((v for v in (g, gs, gt) if v is not None), default=None)
+            best = _best(g, gs, gt)
             lines.append(
                 f"| {int(pods):,} | {name} | {_show(a)} | {_show(g)} | {_show(gs)} "
                 f"| {_show(gt)} | {_show(b)} | {_show(m)} | {_show(c)} | {_ratio(a, best)} "
@@ -177,6 +177,11 @@ def scale_section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _best(*values: Any) -> Any:
+    """The best (lowest) of the Go peers' figures that were measured, or None."""
+    return min((v for v in values if v is not None), default=None)
+
+
 def _above(value: float, floor: float) -> str:
     gap = round(value - floor, 1)
     return f"{_show(abs(gap))} MiB {'above' if gap >= 0 else 'below'}"
@@ -199,8 +204,7 @@ def floor_lines(results: dict[str, Any]) -> list[str]:
     base, bare = floor[-1]["rss_mib"], floor[-2]["rss_mib"]
     left = []
     for pods, point in results["points"].items():
-        peers = [_rss(point.get(p) or {}) for p in ("go", "go-stream", "go-trim")]
-        best = min((v for v in peers if v is not None), default=None)
+        best = _best(*(_rss(point.get(p) or {}) for p in ("go", "go-stream", "go-trim")))
         ours = _rss(point["ours"])
         if best is None or ours is None:
             continue

@@ -185,14 +185,19 @@ def _is_zero_message(msg: Any, full_name: str) -> bool:
 Converter = Callable[[Any], Any]
 
 
-def _scalar(field: FieldDescriptor) -> Converter | None:
-    """How a scalar's value becomes JSON; None: as it is (strings, ints, bools)."""
+def _as_is(value: Any) -> Any:
+    """A scalar JSON writes as protobuf decoded it (strings, ints, bools): the steps check
+    for this converter and skip the call."""
+    return value
+
+
+def _scalar(field: FieldDescriptor) -> Converter:
     if field.type == FieldDescriptor.TYPE_BYTES:
         return lambda v: base64.b64encode(v).decode()
     if field.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         # Go writes 2.0 as 2, which a JSON decoder reads back as an int.
         return lambda v: int(v) if float(v).is_integer() else v
-    return None
+    return _as_is
 
 
 Step = Callable[[Any, Json], None]
@@ -251,12 +256,8 @@ def _build(descriptor: Descriptor, node: Node) -> Converter:
 def _value_converter(field: FieldDescriptor, node: Node) -> Converter:
     """One value of ``field`` (an item, for a repeated field) as JSON."""
     if field.message_type is None:
-        return _scalar(field) or _as_is
+        return _scalar(field)
     return converter(field.message_type, node)
-
-
-def _as_is(value: Any) -> Any:
-    return value
 
 
 def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
@@ -302,12 +303,13 @@ def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
 
         return message
     scalar = _scalar(field)
+    as_is = scalar is _as_is
     if pointer:
 
         def present(msg: Any, out: Json) -> None:
             if msg.HasField(attr):
                 value = getattr(msg, attr)
-                out[key] = value if scalar is None else scalar(value)
+                out[key] = value if as_is else scalar(value)
 
         return present
     if shape.omitempty or shape.omitzero:
@@ -315,13 +317,13 @@ def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
         def unless_zero(msg: Any, out: Json) -> None:
             value = getattr(msg, attr)
             if value:
-                out[key] = value if scalar is None else scalar(value)
+                out[key] = value if as_is else scalar(value)
 
         return unless_zero
 
     def always(msg: Any, out: Json) -> None:
         value = getattr(msg, attr)
-        out[key] = value if scalar is None else scalar(value)
+        out[key] = value if as_is else scalar(value)
 
     return always
 

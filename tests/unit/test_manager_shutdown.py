@@ -11,7 +11,7 @@ import asyncio
 from structlog.testing import capture_logs
 
 from linkerd_config.kube.leader import NoElection
-from linkerd_config.manager import DRAIN_SECONDS, Manager
+from linkerd_config.manager import DRAIN_SECONDS, Drain, Manager
 from tests.support.leadership_fakes import SlowRelease
 from tests.support.waiting import eventually
 
@@ -36,7 +36,7 @@ async def test_drains_run_while_still_leading_and_before_the_servers_stop() -> N
 
     seen: list[tuple[str, float, bool, bool]] = []
 
-    def drain(name: str):  # type: ignore[no-untyped-def]
+    def drain(name: str) -> Drain:
         async def run(timeout: float) -> bool:
             seen.append((name, timeout, elector.leadership_lost.is_set(), server_stopped.is_set()))
             return True
