@@ -97,6 +97,10 @@ def main() -> None:
         "largest admitted: rendered as reconcile does (off the loop)": timed(
             lambda: render(big, installed), max(3, args.repeats // 4)
         ),
+        # Quoting decided by one pass (it backtracked quadratically: minutes, GIL held).
+        "number-like value at the bound (digits, then a letter), dumped": timed(
+            lambda: dump_values({"note": "1" * (bounded.MAX_BYTES - 2048) + "x"}), args.repeats
+        ),
     }
     width = max(map(len, rows))
     print(f"{'':{width}}  median ms  max ms")

@@ -32,7 +32,14 @@ import orjson
 from linkerd_config.kube.memo import Memo
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.defaults import COMMON_DEFAULTS, defaulted
-from linkerd_config.linkerd.formats import Installed, Snapshot, format_of
+from linkerd_config.linkerd.formats import (
+    FormatError,
+    Installed,
+    Rendering,
+    Snapshot,
+    bounded,
+    format_of,
+)
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
@@ -134,6 +141,7 @@ def _desired(
         if snapshot is None
         else fmt.restoring(snapshot, spec, installed)
     )
+    _readable_back(rendering, target)
     identity = {"managed": rendering.managed, "companions": rendering.companions}
     if not rendering.companions:
         identity = dict(rendering.managed)  # the legacy format's hash, unchanged since v1
@@ -150,6 +158,29 @@ def _desired(
         fmt.name,
         rendering.depends_on,
     )
+
+
+def _readable_back(rendering: Rendering, target: Target) -> None:
+    """FormatError naming the key when a rendering would write more than the readers read
+    back (``bounded.MAX_BYTES``): written, it would refuse its own write at the next
+    reconcile (installed values near the bound, and a spec adding a trust anchor)."""
+    places = [(str(target), rendering.data)] + [
+        (f"{target.namespace}/{name}", data) for name, data in rendering.companions.items()
+    ]
+    for where, data in places:
+        for key, text in data.items():
+            try:
+                bounded.check_size(text)
+            except bounded.Unreadable as error:
+                raise FormatError(
+                    [
+                        (
+                            f"ConfigMap {where}, key {key}",
+                            f"as written it {error}, more than is read back: the spec's "
+                            "fields and what is installed there, together",
+                        )
+                    ]
+                ) from None
 
 
 def in_namespace(objects: Iterable[tuple[str, Json]], namespace: str) -> dict[str, Json]:

@@ -21,7 +21,14 @@ import yaml
 
 from linkerd_config.kube.admission import AdmissionRequest, AdmissionResponse, AdmissionServer
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, V1ALPHA1, convert, to_hub
+from linkerd_config.linkerd.api_conversion import (
+    GROUP,
+    SERVED_VERSIONS,
+    V1ALPHA1,
+    TooDeepError,
+    convert,
+    to_hub,
+)
 from linkerd_config.linkerd.defaults import object_patch
 from linkerd_config.linkerd.linkerdconfig_resource import (
     CERTIFICATE,
@@ -102,9 +109,13 @@ def mutate(review: AdmissionRequest) -> AdmissionResponse:
     webhook then refuse it with field-level messages, which a failure here could not give.
     """
     obj = review.object or {}
-    if not defaultable(obj.get("spec")) or not defaultable(to_hub(obj).get("spec")):
+    try:
+        if not defaultable(obj.get("spec")) or not defaultable(to_hub(obj).get("spec")):
+            return AdmissionResponse()
+        patch = object_patch(obj)
+    except TooDeepError:  # the annotation's values: the validating webhook names it (422)
         return AdmissionResponse()
-    return AdmissionResponse(patch=object_patch(obj) or None)
+    return AdmissionResponse(patch=patch or None)
 
 
 def validator(controller: ConfigCache) -> Callable[[AdmissionRequest], AdmissionResponse]:

@@ -57,7 +57,10 @@ AMBIGUOUS = st.one_of(
                      "017", "1_000", "1:30", "190:20:30", ".5", "5.", "+.5", ".inf", "-.Inf",
                      ".NaN", "1.0", "6.8523015e+5", "yes", "No", "on", "OFF", "y", "n",
                      "true", "False", "null", "~", "Null", "2001-12-14", "2001-12-14t21:59:43",
-                     "2001-12-14 21:59:43.10 -5", "<<", "=", "0", "-0", "00", "1.2.3"]),
+                     "2001-12-14 21:59:43.10 -5", "<<", "=", "0", "-0", "00", "1.2.3",
+                     # beyond ASCII, written as UTF-8; YAML's own line breaks escaped
+                     "中文", "\U0001f600", "é1", "a\u2028b", "a\x85b", "a\u2029",
+                     "\ufeffa", "a\u00a0b", "a\nb\x85c"]),
     st.from_regex(r"[-+]?[0-9]{1,4}(\.[0-9]{0,3})?([eE][-+]?[0-9]{1,2})?", fullmatch=True),
     st.from_regex(r"[-+]?0[oxb][-+]?[0-9a-f_]{1,6}", fullmatch=True),  # 0b-101 is -5 to Go
     st.text(st.characters(codec="ascii", exclude_categories=["Cc"]), max_size=12),
@@ -281,6 +284,22 @@ def go_refuses(answer: dict[str, Any]) -> str | None:
 @pytest.fixture(scope="module")
 def yaml_to_json() -> Path:
     return ensure_linkerd("edge-26.8.3", "yaml-to-json")
+
+
+BEYOND_ASCII = ["中文", "\U0001f600", "é1", "a\u2028b", "a\x85b", "a\u2029", "\ufeffa",
+                "a\u00a0b", "a\nb\x85c\n"]  # fmt: skip
+
+
+def test_text_beyond_ascii_is_read_as_stated(yaml_to_json: Path) -> None:
+    """Written as UTF-8 (no longer escaped, which doubled a values text past the bound), and
+    YAML's own line breaks beyond ASCII (NEL, LS, PS) and the BOM escaped: written as they
+    are, a reader would fold them. Judged by Linkerd's reader's JSON (a ``strict-values``
+    round trip writes a NEL back raw, and PyYAML then folds it)."""
+    written = [dump_values({"identityTrustDomain": value}) for value in BEYOND_ASCII]
+    for value, text, go in zip(BEYOND_ASCII, written, go_reads(yaml_to_json, written), strict=True):
+        assert go_refuses(go) is None, (text, go)
+        assert go["json"] == {"identityTrustDomain": value}, text
+    assert "中文" in written[0] and "\U0001f600" in written[1]  # as they are, not escaped
 
 
 def installation(values: str) -> Installed:

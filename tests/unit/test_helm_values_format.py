@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from linkerd_config.linkerd.formats import (
     FormatError,
@@ -18,6 +21,7 @@ from linkerd_config.linkerd.formats import (
     format_of,
 )
 from linkerd_config.linkerd.formats.helm_values import (
+    _NOT_PLAIN,
     TRUST_ROOTS_CONFIGMAP,
     TRUST_ROOTS_KEY,
     VALUES_KEY,
@@ -304,8 +308,56 @@ def test_unmanaged_values_are_written_back_as_linkerd_read_them() -> None:
 @pytest.mark.parametrize(
     "value",
     ["0b-101", "0b+1_01", "+_1", "._5", ".5_0", "08", "1e400", "1_000", "0o17", "y", "~",
-     "2001-12-14", "<<", "=", "1:30", "-", "0x", "é1", "tRUE", "infinity"],
+     "2001-12-14", "<<", "=", "1:30", "-", "0x", "é1", "tRUE", "infinity",
+     "中文", "\U0001f600", "a\u2028b", "a\x85b", "a\u2029", "\x85", "a\nb\x85c\n", "\ufeffa",
+     "a\u00a0b", "é:", "1" * 40 + "x"],
 )  # fmt: skip
 def test_a_string_is_written_so_it_reads_back_as_itself(value: str) -> None:
     text = dump_values({value: value, "list": [value]})
     assert go_same(parse_values(text, "back"), {value: value, "list": [value]}), text
+
+
+def test_text_beyond_ascii_is_written_as_utf8_not_escaped() -> None:
+    """Escaped, each character took up to 10 bytes: 240 KB of values was written at twice
+    what the reader admits, and refused at the next reconcile. Go reads UTF-8."""
+    text = dump_values({"note": "中" * 1000, "smile": "\U0001f600"})
+    assert "中" * 1000 in text and "\U0001f600" in text
+    assert "\\u" not in text and "\\U" not in text
+    assert parse_values(text, "back") == {"note": "中" * 1000, "smile": "\U0001f600"}
+
+
+def test_the_longest_number_like_value_is_written_quoted() -> None:
+    """Digits and then a letter, as long as the bound admits: the pattern deciding whether
+    it needs quotes backtracked quadratically over it (minutes, the event loop stopped with
+    the GIL held); it is one pass now. The hostile-input bench renders it."""
+    value = "1" * (256 * 1024 - 2048) + "x"
+    text = dump_values({"note": value, "num": "1" * 1000})
+    assert text.startswith("note: " + value) and "num: '" + "1" * 1000 + "'" in text
+    assert parse_values(text, "back") == {"note": value, "num": "1" * 1000}
+
+
+_BACKTRACKING = re.compile(_NOT_PLAIN.pattern.replace("*+", "*").replace("++", "+"), re.VERBOSE)
+"""``_NOT_PLAIN`` as first written (plain quantifiers, which backtrack): what it matched."""
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet="0123456789_.:eExXoObB+-aTy ", max_size=14))
+def test_the_possessive_pattern_matches_what_the_backtracking_one_did(value: str) -> None:
+    assert "*+" in _NOT_PLAIN.pattern  # what is compared: two spellings of one pattern
+    assert bool(_NOT_PLAIN.fullmatch(value)) == bool(_BACKTRACKING.fullmatch(value))
+
+
+@pytest.mark.parametrize(("installed_as", "spec"), [("0", False), ("1", True), ("1.0", True)])
+def test_a_hand_edited_value_of_another_type_is_written_over(installed_as: str, spec: bool) -> None:
+    """To Go ``0`` is no bool (Linkerd's injector fails on it); Python's ``0 == False`` made
+    the rendering keep the installed text, and drift was never seen."""
+    current = installed()
+    text = current["linkerd-config"][VALUES_KEY]
+    assert "\ncniEnabled: false\n" in text
+    current["linkerd-config"] = {
+        VALUES_KEY: text.replace("\ncniEnabled: false\n", f"\ncniEnabled: {installed_as}\n")
+    }
+    stated = {"global": {"cniEnabled": spec}}  # the one field: nothing else to rewrite for
+    written = FMT.rendering(stated, on(current)).data[VALUES_KEY]
+    assert f"\ncniEnabled: {str(spec).lower()}\n" in written
+    assert parse_values(written, "after")["cniEnabled"] is spec

@@ -28,7 +28,7 @@ from tests.support.hostile import (
 )
 from tests.support.linkerdconfigs import config as legacy_config
 from tests.support.linkerdconfigs import small
-from tests.support.samples import install_configmap, modern_install
+from tests.support.samples import SECOND_TRUST_ANCHOR, install_configmap, modern_install
 
 VALUES_AT = "ConfigMap linkerd/linkerd-config, key values"
 GLOBAL_AT = "ConfigMap linkerd/linkerd-config, key global"
@@ -359,3 +359,65 @@ def test_plan_s_diff_of_values_lists_only_what_linkerd_reads_differently() -> No
     changes = key_diff(text, after)
     assert {c.path for c in changes} == {"proxy.image.version", "proxy.logLevel"}
     json.dumps([c.as_json() for c in changes])
+
+
+# -- hostile text a review found (lone surrogates, a rendering past the bound) -------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": "x\\udc00"}', '{"x\\ud800": 1}', '["fine", {"b": ["\\udfff"]}]'],
+    ids=["value", "key", "nested"],
+)
+def test_json_with_an_escaped_lone_surrogate_is_refused_naming_it(text: str) -> None:
+    with pytest.raises(bounded.Unreadable, match=r"an escaped lone surrogate \(U\+D[89A-F]"):
+        bounded.json_value(text)
+
+
+@pytest.mark.parametrize("text", ['a: "x\\udc00"\n', '"\\ud800": 1\n'], ids=["value", "key"])
+def test_yaml_with_an_escaped_lone_surrogate_is_refused_too(text: str) -> None:
+    """The values format's reader: libyaml refuses the escape itself."""
+    with pytest.raises(bounded.Unreadable, match=r"line 1, column \d+: is not YAML: .*escape"):
+        bounded.yaml_value(text)
+
+
+def test_an_escaped_surrogate_pair_is_one_character_and_read() -> None:
+    assert bounded.json_value('{"a": "\\ud83d\\ude00"}') == {"a": "\U0001f600"}
+
+
+def test_a_lone_surrogate_in_the_legacy_global_is_the_configmaps_problem() -> None:
+    """It parsed in Python and crashed every reconcile when set on a protobuf string field
+    (UnicodeEncodeError, retried for ever, no status); now the ConfigMap and key are named."""
+    cm = install_configmap()
+    global_ = json.loads(cm["data"]["global"])
+    global_["identityContext"]["trustAnchorsPem"] = "x\udc00"
+    text = json.dumps(global_)  # escapes it: \udc00, as someone could write it
+    assert "\\udc00" in text
+    bad = {**cm, "data": {**cm["data"], "global": text}}
+    stated = legacy_config()
+    del stated["spec"]["global"]["identityContext"]["trustAnchorsPEM"]  # the cluster's is read
+    message = refusal(bad, stated)
+    assert message.startswith(f"{GLOBAL_AT}: the string 'x\\udc00' holds an escaped lone")
+
+
+def test_a_rendering_the_readers_would_refuse_is_not_written() -> None:
+    """Installed values just within the bound, and a spec that adds a second trust anchor
+    (a rotation's bundle): written, the values would be past the bound, and the next
+    reconcile would refuse its own write. The spec is refused instead, naming the key."""
+    config_cm, roots = modern_install()
+    values = config_cm["data"]["values"]
+    filler = "x" * (bounded.MAX_BYTES - len(values.encode()) - len("filler: \n") - 8)
+    near = with_values(config_cm, values + f"filler: {filler}\n")
+    bounded.check_size(near["data"]["values"])  # what is installed reads
+    stated = small()
+    bundle = parse_values(values, "installed")["identityTrustAnchorsPEM"] + SECOND_TRUST_ANCHOR
+    stated["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": bundle}}
+    target = target_of(stated)
+    current = current_data({target.name: near, roots["metadata"]["name"]: roots}, target)
+    with pytest.raises(FormatError) as raised:
+        desired_config(stated, current)
+    (error,) = raised.value.errors
+    assert error.field == VALUES_AT
+    assert error.message.startswith(f"as written it is larger than {bounded.MAX_BYTES} bytes")
+    # Without the anchor it fits, and is written.
+    assert f"\nfiller: {filler}\n" in desired_config(small(), current).data["values"]

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkerd_config.kube.admission import AdmissionRequest, AdmissionResponse, render_review
+from linkerd_config.linkerd.api_conversion import MAX_DEPTH, VALUES_ANNOTATION
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.webhooks import (
     CERTIFICATE_ANNOTATION,
@@ -186,6 +187,23 @@ def test_mutate_patches_the_minimal_sample_and_nothing_else() -> None:
 )
 def test_mutate_lets_malformed_specs_through_unpatched(obj: Any) -> None:
     assert mutate(review(obj)) == AdmissionResponse()
+
+
+def test_mutate_lets_a_too_deep_values_annotation_through_for_the_validator_to_name() -> None:
+    """The annotation's values nested past conversion's bound: the mutating webhook answered
+    500 ("internal error in admission"); it lets the object through unpatched, and the
+    validating webhook refuses it with a 422 naming the annotation."""
+    deep: Any = "x"
+    for _ in range(MAX_DEPTH + 2):
+        deep = {"a": deep}
+    obj = sample("edge_19.12.3.yaml")
+    obj["metadata"].setdefault("annotations", {})[VALUES_ANNOTATION] = orjson.dumps(
+        {"proxy": deep}
+    ).decode()
+    assert mutate(review(obj)) == AdmissionResponse()
+    denied = validator(cache())(review(obj))
+    assert not denied.allowed and denied.code == 422
+    assert VALUES_ANNOTATION in denied.message
 
 
 def test_validate_accepts_the_full_sample() -> None:

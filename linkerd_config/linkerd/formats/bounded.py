@@ -37,6 +37,7 @@ __all__ = [
     "MAX_DEPTH",
     "MAX_NODES",
     "Unreadable",
+    "check_size",
     "json_value",
     "refuse",
     "yaml_documents",
@@ -100,7 +101,7 @@ def yaml_with(text: str, load: Callable[[], Any]) -> Any:
 
 
 def _yaml(text: str, load: Callable[[], Any]) -> Any:
-    _size(text)
+    check_size(text)
     try:
         _scan(text)
         return load()
@@ -120,7 +121,7 @@ def _yaml(text: str, load: Callable[[], Any]) -> Any:
 
 def json_value(text: str) -> Any:
     """One JSON value (strict JSON: no NaN or Infinity), within the bounds above."""
-    _size(text)
+    check_size(text)
     try:
         parsed = json.loads(text, object_pairs_hook=_json_object, parse_constant=_json_constant)
     except Unreadable:
@@ -140,7 +141,9 @@ def json_value(text: str) -> Any:
 # -- the bounds ---------------------------------------------------------------------------------
 
 
-def _size(text: str) -> None:
+def check_size(text: str) -> None:
+    """Unreadable when ``text`` is more than ``MAX_BYTES`` of UTF-8: what the readers refuse,
+    and so what a writer must not write."""
     if len(text) > MAX_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise Unreadable(f"is larger than {MAX_BYTES} bytes")
 
@@ -195,11 +198,29 @@ def _json_bounds(parsed: Any) -> None:
         nodes += 1
         if nodes > MAX_NODES:
             raise Unreadable(f"holds more than {MAX_NODES} values")
-        if isinstance(item, (dict, list)):
+        if isinstance(item, str):
+            _text(item)
+        elif isinstance(item, (dict, list)):
             if level > MAX_DEPTH:
                 raise Unreadable(f"is nested more than {MAX_DEPTH} levels deep")
             children = item.values() if isinstance(item, dict) else item
+            if isinstance(item, dict):
+                for key in item:
+                    _text(key)
             stack.extend((child, level + 1) for child in children)
+
+
+def _text(value: str) -> None:
+    """A JSON string is text: an escaped lone surrogate (``\\udc00``) parses in Python, but
+    no UTF-8 holds it (Go reads U+FFFD there, and the protobuf runtime refuses it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        code = ord(error.object[error.start])
+        raise Unreadable(
+            f"the string {_short(value)} holds an escaped lone surrogate (U+{code:04X}), "
+            "which is not text"
+        ) from None
 
 
 def _where(mark: Any) -> str:

@@ -256,7 +256,7 @@ class HelmValuesFormat:
     ) -> Rendering:
         """The rendering of ``updated`` values (``text`` kept when nothing changed) and, when
         ``bundle_written``, the trust roots written with it."""
-        out = {VALUES_KEY: text if updated == values else dump_values(updated)}
+        out = {VALUES_KEY: text if _identical(updated, values) else dump_values(updated)}
         companions: dict[str, dict[str, str]] = {}
         bundle = (installed.others.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
         if self.trust_roots_configmap and bundle_written is not None:
@@ -349,7 +349,7 @@ class _ValuesDumper(yaml.SafeDumper):
 
 _NOT_PLAIN: Final = re.compile(
     r"""
-    [-+]?(?:[0-9][0-9_]*)?\.?[0-9_]*(?:[eE][-+]?[0-9]+)?   # decimal, float, exponent: 1e3, .5
+    [-+]?(?:[0-9][0-9_]*+)?\.?[0-9_]*+(?:[eE][-+]?[0-9]++)?  # decimal, float, exponent: 1e3, .5
     | [-+]?0[xXoObB][0-9a-fA-F_]+                       # hex, YAML 1.2 octal 0o17, binary
     | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?  # YAML 1.1 base 60: 1:30
     | [-+]?\.(?:inf|Inf|INF|nan|NaN|NAN)
@@ -363,10 +363,20 @@ _NOT_PLAIN: Final = re.compile(
 merge key: YAML 1.1 (PyYAML, Helm's go-yaml v2), YAML 1.2 (go-yaml v3: ``0o17``) and Go's
 float syntax (``1e3``, which PyYAML reads as a string). Linkerd's ``config.Values`` read
 ``identityTrustDomain: 1e3`` as "1000" and ``name: 0o17`` as "15" (issue 39, finding 2).
-A string matching it is written quoted, which every reader reads as the same string."""
+A string matching it is written quoted, which every reader reads as the same string.
+
+Possessive (``*+``): the decimal's two runs of digits, backtracked into each other, made a
+match of 250,000 digits and a letter quadratic (minutes, holding the GIL: the event loop
+stopped with it); they match the same strings, in one pass."""
+
+
+_LINE_BREAKS: Final = frozenset("\x85\u2028\u2029")
+"""YAML 1.1's line breaks beyond ASCII: written as they are (UTF-8), a reader folds them."""
 
 
 def _string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _LINE_BREAKS.intersection(value):  # escaped (\N, \L, \P): in quotes or a block, folded
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
     if "\n" in value:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     # Go's own rules decide too (go_yaml.resolve): 0b-101 is -5 to Go, and no pattern above
@@ -386,8 +396,28 @@ def dump_values(values: Mapping[str, Any]) -> str:
 def dump_yaml(data: Mapping[str, Any], *, sort_keys: bool) -> str:
     """Block YAML, multi-line strings as literal blocks (a PEM bundle stays readable)."""
     return yaml.dump(
-        data, Dumper=_ValuesDumper, sort_keys=sort_keys, default_flow_style=False, width=1 << 20
+        data,
+        Dumper=_ValuesDumper,
+        sort_keys=sort_keys,
+        default_flow_style=False,
+        width=1 << 20,
+        # UTF-8 as it is (Go's readers read it): escaped, each character took up to 10 bytes,
+        # and a values text of 240 KB could be written at twice the size the reader admits.
+        allow_unicode=True,
     )
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Equal, and of one type all the way down. To Go ``false`` is not ``0`` and ``1.0`` is
+    not ``1``, where Python's ``==`` says they are: a hand-edited ``cniEnabled: 0`` is not the
+    spec's ``false``, and is written over."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
 
 
 def _get(root: Any, path: Sequence[str]) -> Any:
