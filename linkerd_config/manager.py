@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from linkerd_config.kube.concurrently import all_of
 from linkerd_config.kube.controller import Controller
 from linkerd_config.kube.informer import Informer
 
@@ -41,6 +42,9 @@ DRAIN_SECONDS = 5.0
 RELEASE_SECONDS = 5.0
 """What drains leave of the grace for the elector to release the Lease: a successor that
 must wait out the lease duration instead leaves the controllers idle that long."""
+
+CANCEL_SECONDS = 5.0
+"""How long reconciles still running after their drain are given to end once cancelled."""
 
 Drain = Callable[[float], Awaitable[bool]]
 """Writes what its component still holds within the seconds given; False if it could not."""
@@ -132,7 +136,7 @@ class Manager:
             for informer in self._informers:
                 self._start(f"informer:{informer.name}", informer.run())
             await self._wait_synced(stop)
-            if stop.is_set():
+            if stop.is_set() or self._failed():  # a component down: no campaign for the Lease
                 return
             self.synced.set()
             self._synced_at = time.monotonic()
@@ -193,7 +197,7 @@ class Manager:
     async def _relist_all(self) -> None:
         started = time.monotonic()
         try:
-            await asyncio.gather(
+            await all_of(
                 *(i.relist("leadership gained", self.sync_timeout) for i in self._informers)
             )
         except TimeoutError as exc:
@@ -224,21 +228,26 @@ class Manager:
             exc = task.exception()
             log.error("component exited; shutting down", component=name, error=describe(exc))
 
-    async def _stop_controllers(self, drain: bool) -> None:
+    async def _stop_controllers(self, drain: bool, budget: float | None = None) -> None:
         names = [n for n in self._tasks if n.startswith("controller:")]
         if drain:
+            started = time.monotonic()
             for work in self._leader_work:
-                finished = await work.controller.shut_down()
+                left = None if budget is None else max(0.0, budget - (time.monotonic() - started))
+                finished = await work.controller.shut_down(left)
                 if not finished:
                     log.warning(
                         "reconciles still running at shutdown", controller=work.controller.name
                     )
-        await self._cancel(names, timeout=5.0)
+        await self._cancel(names, timeout=CANCEL_SECONDS)
 
     async def _shut_down(self) -> None:
         self._stopping = True
         started = time.monotonic()
-        await self._stop_controllers(drain=True)
+        # In-flight reconciles get what the grace leaves after the drains' bounds, the
+        # cancellation of what is still running and the Lease release: they never take it.
+        kept = self.release_reserve + CANCEL_SECONDS + (self.drain_timeout if self._drains else 0.0)
+        await self._stop_controllers(drain=True, budget=max(1.0, self.shutdown_grace - kept))
         for name, drain in self._drains:
             spare = self.shutdown_grace - (time.monotonic() - started) - self.release_reserve
             if spare <= 0:

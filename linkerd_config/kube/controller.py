@@ -172,9 +172,12 @@ class Controller:
         finally:
             log.info("controller stopped", controller=self.name)
 
-    async def shut_down(self) -> bool:
-        """Stop taking keys and let in-flight reconciles finish; True if all finished."""
-        return await self.queue.shut_down_with_drain(self.options.drain_timeout)
+    async def shut_down(self, timeout: float | None = None) -> bool:
+        """Stop taking keys, new or waiting, and let in-flight reconciles finish within
+        ``options.drain_timeout`` (or ``timeout``, if less); True if all finished. A key left
+        waiting is reconciled by whoever leads next: every object is, on taking the lead."""
+        limit = self.options.drain_timeout if timeout is None else timeout
+        return await self.queue.shut_down_with_drain(min(self.options.drain_timeout, limit))
 
     async def _report_unfinished_work(self) -> None:
         while True:
@@ -184,6 +187,10 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             try:
+                # Stopping: no new reconcile starts (a rollout pass could restart workloads
+                # after SIGTERM); the queue would still hand out what waits, as client-go's.
+                if self.queue.shutting_down:
+                    return
                 key = await self.queue.get()
             except QueueShutDown:
                 return

@@ -396,6 +396,7 @@ class Informer:
         self._relisted.clear()
         self._relist_reason = reason
         self.reconnect(reason)
+        self.retry_now()  # "now": not after a backoff the informer may be sleeping out
         try:
             async with asyncio.timeout(timeout):
                 await self._relisted.wait()

@@ -32,6 +32,7 @@ import aiohttp
 import structlog
 
 from linkerd_config.kube.client import JSON_PATCH, ApiError, KubeClient
+from linkerd_config.kube.leader import NotLeaderError
 from linkerd_config.kube.resource import CRDS, Json
 
 log = structlog.get_logger(__name__)
@@ -255,6 +256,8 @@ class LocalConversion:
                 return None
             try:
                 return await self.register()
+            except NotLeaderError:  # the term ended while registering: the next registers
+                return None
             except TRANSIENT as exc:
                 delay = self.retry_delays[min(attempt, len(self.retry_delays) - 1)]
                 log.warning(

@@ -3,10 +3,10 @@ LinkerdConfigs: the controller runs them; ``plan`` and ``status`` fill them once
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 
 from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.concurrently import all_of
 from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
@@ -102,7 +102,7 @@ class LinkerdCaches:
 
     async def list_once(self) -> None:
         """Fill every cache from one LIST each, concurrently; no watch stays open."""
-        await asyncio.gather(*(informer.list_once() for informer in self.informers))
+        await all_of(*(informer.list_once() for informer in self.informers))
 
     def view(self) -> ClusterView:
         """The caches' contents as plain data, for ``preview``'s pure decisions."""

@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.concurrently import all_of
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import (
@@ -324,7 +325,7 @@ class RolloutExecutor:
                 async with gate:
                     return await self._restart_reported(config, workload, config_hash, version)
 
-            done = await asyncio.gather(*(one(w) for w in restart.workloads))
+            done = await all_of(*(one(w) for w in restart.workloads))
             # A record's time is stamped before its PATCH is sent; the batch's last PATCH
             # lands a little later. The interval runs from when the pass finished.
             self._of(config_hash).pass_finished = self.wall()
@@ -343,7 +344,7 @@ class RolloutExecutor:
                         config, workload, desired, effective, to_hash
                     )
 
-            brought = await asyncio.gather(*(bring(w) for w in restore.workloads))
+            brought = await all_of(*(bring(w) for w in restore.workloads))
             decided = machine.after_restores(decided, back, sum(brought))
         return decided.outcome
 

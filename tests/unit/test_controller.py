@@ -197,3 +197,49 @@ async def test_active_workers_and_max_concurrency_are_reported() -> None:
     # Every result series exists before the first reconcile.
     for result in ("success", "error", "requeue", "requeue_after"):
         assert sample(registry, result) == 0.0
+
+
+async def test_a_stopping_controller_finishes_its_reconcile_and_starts_no_other() -> None:
+    """At SIGTERM a reconcile in flight ends; the keys waiting are not started (a rollout
+    pass could restart workloads after the stop began): the next leader reconciles every
+    object on taking the lead. The queue itself still hands them out, as client-go's does."""
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def held() -> Result:
+        started.set()
+        await release.wait()
+        return Result()
+
+    reconciler = ScriptedReconciler({"first": [held], "waiting": [ok]})
+    controller = make(CollectorRegistry(), workers=1)(reconciler)
+    task = asyncio.create_task(controller.run(initial_keys=lambda: ["first", "waiting"]))
+    await asyncio.wait_for(started.wait(), 5)
+    stopping = asyncio.create_task(controller.shut_down(timeout=5))
+    await asyncio.sleep(0.05)
+    release.set()
+    assert await asyncio.wait_for(stopping, 5)  # drained: the one in flight finished
+    await asyncio.sleep(0.05)
+    assert reconciler.calls == Counter({"first": 1})
+    assert controller.queue.get_nowait() == "waiting"  # left, not reconciled
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_shutdown_waits_no_longer_than_the_time_it_is_given() -> None:
+    started = asyncio.Event()
+
+    async def hung() -> Result:
+        started.set()
+        await asyncio.sleep(3600)
+        return Result()
+
+    controller = make(CollectorRegistry(), workers=1)(ScriptedReconciler({"k": [hung]}))
+    controller.options = ControllerOptions(workers=1, reconcile_timeout=60, drain_timeout=30)
+    task = asyncio.create_task(controller.run(initial_keys=lambda: ["k"]))
+    await asyncio.wait_for(started.wait(), 5)
+    # Given 0.2 s of its 30: False (unfinished) well before the 30, or wait_for fails.
+    assert await asyncio.wait_for(controller.shut_down(timeout=0.2), 5) is False
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

@@ -8,6 +8,7 @@ against a real kube-apiserver.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import aiohttp
 import pytest
@@ -366,3 +367,24 @@ async def test_late_handler_gets_cache_replayed_and_wait_synced() -> None:
         inf.remove_handler(handle)
         with pytest.raises(RuntimeError, match="already running"):
             await inf.run()
+
+
+async def test_a_relist_wakes_an_informer_sleeping_out_a_backoff() -> None:
+    """On gaining the lead every informer relists; one waiting out a long backoff (a
+    Retry-After of minutes) did so only when its sleep ended, and the new leader's
+    controllers waited for it up to the sync timeout."""
+    api = FakeApi()
+    api.lists.extend([page([cm("a", "1")], "1"), page([cm("a", "1"), cm("b", "2")], "2")])
+    api.watches.append(aiohttp.ClientConnectionError("refused"))
+    inf, rec = make_informer(api, backoff=JitteredBackoff(initial=600, maximum=600, jitter=0))
+    task = asyncio.create_task(inf.run())
+    try:
+        await inf.wait_synced(5)
+        await asyncio.sleep(0.05)  # the watch failed: the informer sleeps out 600 s
+        await inf.relist("leadership gained", timeout=5)  # TimeoutError if it slept on
+        assert sorted(inf.store.keys()) == ["ns/a", "ns/b"]
+        assert ("add", "b", "2") in rec.calls
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

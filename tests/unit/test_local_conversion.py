@@ -11,6 +11,7 @@ import copy
 import pytest
 
 from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.leader import NotLeaderError
 from linkerd_config.kube.local_conversion import (
     LocalConversion,
     Outcome,
@@ -385,3 +386,31 @@ async def test_a_crd_that_keeps_changing_is_tried_again() -> None:
     assert conv.outcome is Outcome.REGISTERED
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_term_ending_mid_registration_is_not_fatal() -> None:
+    """The renew deadline passes while the CRD is read: the write gate refuses the PATCH
+    (NotLeaderError). That ended the conversion task, and with it the process; now the term
+    is over, and the next one registers."""
+    leading = Leading()
+    api = CrdApi(crd(local=True))
+    real = api.request
+
+    async def request(method: str, path: str, **kw: object) -> dict:
+        if method == "PATCH" and kw.get("fenced", True) and not api.writes:
+            api.writes.append(("refused", True))
+            leading.lose()
+            raise NotLeaderError(method, path, "the renew deadline passed")
+        return await real(method, path, **kw)
+
+    api.request = request  # type: ignore[method-assign]
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, leading))
+    await asyncio.sleep(0.2)
+    assert not task.done() and not conv.settled.is_set()
+    leading.win()
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    assert conv.outcome is Outcome.REGISTERED and not task.done()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]

@@ -7,9 +7,12 @@ a successor that waits out the lease duration leaves the controllers idle that l
 from __future__ import annotations
 
 import asyncio
+import time
 
+from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
+from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.leader import NoElection
 from linkerd_config.manager import DRAIN_SECONDS, Drain, Manager
 from tests.support.leadership_fakes import SlowRelease
@@ -135,3 +138,53 @@ async def test_no_drain_when_the_release_needs_all_the_grace_left() -> None:
     assert given == []
     assert "no time left to drain; releasing the Lease" in said
     assert leadership.released
+
+
+class _Hangs:
+    """A reconciler whose every reconcile runs until cancelled (a rollout pass with a slow
+    API server); ``started`` once one is running."""
+
+    def __init__(self) -> None:
+        self.started = asyncio.Event()
+
+    async def reconcile(self, key: str) -> Result:
+        self.started.set()
+        await asyncio.Event().wait()
+        return Result()
+
+
+async def test_a_reconcile_running_at_the_stop_leaves_the_drains_and_release_theirs() -> None:
+    """The controllers' own drain (30 s here) was not taken from the grace: a reconcile still
+    running at SIGTERM used it all, the Events drain was skipped and the Lease release got
+    1 s. They now get what the grace leaves after the drains, the cancellation and the
+    release: here 8 - (1 + 5 + 1.5) = 0.5, so 1 s, the least."""
+    leadership = SlowRelease(release_seconds=1.2)
+    manager = Manager(leadership, shutdown_grace=8.0, drain_timeout=1.0, release_reserve=1.5)
+    reconciler = _Hangs()
+    controller = Controller(
+        "test",
+        reconciler,
+        options=ControllerOptions(workers=1, reconcile_timeout=60, drain_timeout=30),
+        registry=CollectorRegistry(),
+    )
+    manager.add_controller(controller, lambda: ["k"])
+    given: list[float] = []
+
+    async def events(timeout: float) -> bool:
+        given.append(timeout)
+        return True
+
+    manager.add_drain("events", events)
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    await asyncio.wait_for(reconciler.started.wait(), 10)
+    with capture_logs() as logs:
+        started = time.monotonic()
+        stop.set()
+        await asyncio.wait_for(task, 20)
+        took = time.monotonic() - started
+    said = [str(e["event"]) for e in logs]
+    assert "reconciles still running at shutdown" in said
+    assert given == [1.0], said  # the Events drain ran, with its whole bound
+    assert leadership.released, said
+    assert took < 8.0, took  # within the grace: nothing waited out the 30 s

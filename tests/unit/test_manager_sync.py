@@ -39,3 +39,23 @@ async def test_waiting_for_caches_is_reported_until_stopped() -> None:
     assert all(e["waiting"] == ["linkerdconfigs"] and e["log_level"] == "warning" for e in said)
     assert any(e["event"] == "leader election starts once the caches have synced" for e in logs)
     assert not manager.leading and not manager.synced.is_set()
+
+
+async def test_a_component_down_before_the_caches_sync_starts_no_campaign() -> None:
+    """A server that cannot start (its port taken) stops the process: it must not first
+    campaign for the Lease (a dying replica briefly leading bumps the Lease's transitions)."""
+    elector = NoElection()
+    manager = Manager(elector)
+
+    async def cannot_listen() -> None:
+        raise OSError(98, "cannot listen on 127.0.0.1:8081: Address already in use")
+
+    manager.add_server("health", cannot_listen)
+    manager.add_informer(NeverSyncs())  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        await asyncio.wait_for(manager.run(asyncio.Event()), 10)
+    said = [str(e["event"]) for e in logs]
+    assert "component exited; shutting down" in said
+    assert "caches synced" not in said
+    assert not manager.synced.is_set()
+    assert "leader election disabled; leading" not in said  # its campaign never ran

@@ -270,6 +270,31 @@ async def test_a_pass_restarts_its_batch_concurrently_ten_at_a_time() -> None:
     assert peak == RESTART_CONCURRENCY == 10
 
 
+async def test_a_restart_failing_otherwise_than_refused_stops_the_passes_other_restarts() -> None:
+    """A PATCH that times out (or a write the gate refuses) fails the pass; the other
+    restarts of its batch used to go on, owned by no one, past the reconcile that had
+    failed, and the retried pass could then have twice the writes in flight."""
+    world = World(5, max_restarts_per_pass=5)
+    patch = world.writer.merge_patch
+    ended: list[str] = []
+
+    async def one_times_out(resource: Any, namespace: str, name: str, body: Json) -> Json:
+        if name == "app-00":
+            await asyncio.sleep(0.01)
+            raise TimeoutError("PATCH timed out")
+        try:
+            await asyncio.sleep(3600)
+            return await patch(resource, namespace, name, body)
+        finally:
+            ended.append(name)
+
+    world.writer.merge_patch = one_times_out  # type: ignore[method-assign,assignment]
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(world.roll(), 10)
+    assert sorted(ended) == ["app-01", "app-02", "app-03", "app-04"]  # cancelled, not left
+    assert world.writer.patched == []
+
+
 async def test_while_the_injector_lags_it_is_asked_at_most_every_two_seconds() -> None:
     """Pod events wake reconciles often; the injector's answer changes only once it has read
     its files, so it is not asked again within PROBE_SPACING."""
