@@ -345,16 +345,21 @@ class LocalConversion:
         return bool(verdict)
 
     async def _restore_quietly(self) -> None:
-        """The refusal back, if the CRD still points here; never raises (a stop path)."""
+        """The refusal back, if the CRD still points here; never raises (a stop path), and
+        takes at most a GET's and a PATCH's timeouts (Retry-After answers would add more)."""
         try:
-            crd = await self._get()
-            patch = restore_patch(crd, self.registration)
-            if patch is not None:
-                # Unfenced: at shutdown the Lease is already released; the test ops make the
-                # write apply only while the CRD still points at this process.
-                await self._patch(patch, fenced=False)
-                log.info("conversion unregistered: the refusal is back", crd=self.registration.crd)
-        except (ApiError, OSError, TimeoutError) as exc:
+            async with asyncio.timeout(2 * self.request_timeout):
+                crd = await self._get()
+                patch = restore_patch(crd, self.registration)
+                if patch is not None:
+                    # Unfenced: at shutdown the Lease is already released; the test ops make
+                    # the write apply only while the CRD still points at this process.
+                    await self._patch(patch, fenced=False)
+                    log.info(
+                        "conversion unregistered: the refusal is back", crd=self.registration.crd
+                    )
+        # TRANSIENT's, and the client closed under it (RuntimeError: a stop cut short).
+        except (*TRANSIENT, RuntimeError) as exc:
             log.warning(
                 "could not put the conversion refusal back",
                 crd=self.registration.crd,

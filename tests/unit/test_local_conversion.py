@@ -8,7 +8,9 @@ from __future__ import annotations
 import asyncio
 import copy
 
+import aiohttp
 import pytest
+from structlog.testing import capture_logs
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.leader import NotLeaderError
@@ -414,3 +416,26 @@ async def test_a_term_ending_mid_registration_is_not_fatal() -> None:
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert rules(api.crd, "v1alpha1") == [CONVERSION_REFUSAL]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        aiohttp.ServerDisconnectedError(),
+        RuntimeError("KubeClient used before open() or after close()"),
+    ],
+    ids=["disconnected", "client-closed"],
+)
+async def test_the_restore_at_stop_never_raises(failure: BaseException) -> None:
+    """A stop path: the API server gone, or the client closed under it (the manager moved
+    on), is said in a warning, not raised out of the stop."""
+    api = CrdApi(crd(local=True))
+    conv = local(api)
+    task = asyncio.create_task(conv.run(REG, Leading()))
+    await asyncio.wait_for(conv.settled.wait(), 5)
+    api.failures = [failure]
+    task.cancel()
+    with capture_logs() as logs:
+        results = await asyncio.gather(task, return_exceptions=True)
+    assert isinstance(results[0], asyncio.CancelledError), results
+    assert any(e["event"] == "could not put the conversion refusal back" for e in logs)
