@@ -12,10 +12,10 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
 
 Shutdown runs in reverse under one grace deadline: controllers start no new reconcile and
 drain those in flight (in what the grace leaves after the drains' bounds, the cancellation of
-what still runs and the Lease release), the drains run (writes still waiting, such as Events, made while this replica
-still leads and its writes are allowed), the elector releases the Lease (a successor takes
-over at once), then informers and servers stop. A task that does not stop in time is named
-in the log.
+what still runs and the Lease release), the drains run (writes still waiting, such as Events,
+made while this replica still leads and its writes are allowed), the elector releases the
+Lease (a successor takes over at once), then informers and servers stop. A task that does
+not stop in time is named in the log.
 """
 
 from __future__ import annotations

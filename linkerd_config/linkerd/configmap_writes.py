@@ -16,13 +16,14 @@ from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import CONFIGMAPS, Json
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
-from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION, Target
+from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import (
     Desired,
     apply_body,
     companion_body,
     foreign_in_copy,
     from_preserved,
+    held_config_hash,
     preserved_copy,
     preserved_name,
     restored,
@@ -146,12 +147,11 @@ class ConfigMapWrites:
         restored_fields = await self.restore(desired, owner_name) if current is None else []
         await self.writer.apply(CONFIGMAPS, apply_body(desired, config["metadata"]["name"]))
         self.metrics.reverts.labels(owner_name)  # from the first write: a later revert counts
-        annotations = ((current or {}).get("metadata") or {}).get("annotations") or {}
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
             if restored_fields:
                 message += f", restoring what it held besides ours ({', '.join(restored_fields)})"
-        elif annotations.get(HASH_ANNOTATION) == desired.config_hash:
+        elif held_config_hash(current) == desired.config_hash:
             reason = "ConfigMapReverted"
             changed = sorted(
                 k for k, v in desired.data.items() if (current.get("data") or {}).get(k) != v

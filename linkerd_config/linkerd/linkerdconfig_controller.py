@@ -37,6 +37,7 @@ from linkerd_config.linkerd.reconcile import (
     adopted_snapshot,
     desired_config,
     drifted,
+    held_config_hash,
     now_rfc3339,
     restored_config,
     unrestorable,
@@ -169,6 +170,7 @@ class LinkerdConfigController:
             return await self.outcomes.held_without_bundle(config, guard, why)
         if not await self._adopt(config, configmaps, current, desired):
             return Result(requeue=True)
+        held_before = held_config_hash(configmaps.get(target.name))
         try:
             for name in (target.name, *sorted(desired.depends_on)):
                 if name in configmaps:
@@ -186,7 +188,7 @@ class LinkerdConfigController:
             return await self.outcomes.dependency_lost(
                 config, conditions, generation, desired, lost
             )
-        self.rollout.found(desired.config_hash)
+        self.rollout.found(desired.config_hash, written=held_before != desired.config_hash)
         anchors = None
         if held is not None:
             anchors = machine.AnchorHold(held.decision.message(), desired.config_hash)

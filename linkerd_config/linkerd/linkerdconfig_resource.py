@@ -318,9 +318,16 @@ def status_schema() -> dict[str, Any]:
                 },
             ),
             "rolloutForgiven": _obj(
-                "Workloads a resume forgave: the rollout of configHash no longer waits for them.",
+                "Workloads a resume forgave: the rollout of configHash, in generation, no "
+                "longer waits for them (a later attempt forgives nothing).",
                 {
                     "configHash": _str("The configuration they were forgiven for."),
+                    "generation": {
+                        "type": "integer",
+                        "format": "int64",
+                        "minimum": 0,
+                        "description": "The LinkerdConfig's generation they were forgiven in.",
+                    },
                     "workloads": {
                         "type": "array",
                         "maxItems": 1000,

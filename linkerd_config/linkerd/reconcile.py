@@ -215,6 +215,13 @@ def _ours(configmap: Json) -> bool:
     return bool(labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE)
 
 
+def held_config_hash(configmap: Json | None) -> str | None:
+    """The configuration a ConfigMap holds, by the hash we annotate it with (None: none)."""
+    annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(HASH_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
 def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
     """The ConfigMaps (by name) whose managed keys or our hash differ from ``desired``."""
     found = []

@@ -207,10 +207,12 @@ class RolloutExecutor:
     def _of(self, config_hash: str) -> _ConfigProgress:
         return self._progress.setdefault(config_hash, _ConfigProgress())
 
-    def found(self, config_hash: str) -> None:
-        """The configuration is in the ConfigMap now: the injector's fallback wait starts."""
+    def found(self, config_hash: str, *, written: bool = False) -> None:
+        """The configuration is in the ConfigMap now: the injector's fallback wait starts;
+        again when ``written`` (the ConfigMap moved to it from another configuration: back
+        after a rollback, or the spec back to it), as the injector must read it again."""
         progress = self._of(config_hash)
-        if progress.written_at is None:
+        if progress.written_at is None or written:
             progress.written_at = self.monotonic()
 
     def _plan(self, desired: Desired) -> rollout.RolloutPlan:

@@ -286,17 +286,29 @@ def halt_state(config: Json, config_hash: str) -> HaltState:
     status = config.get("status") or {}
     stored = status.get(HALT_FIELD)
     record = Halt.parse(stored)
+    generation = _generation(config)
     forgiven_record = status.get(FORGIVEN_FIELD)
     forgiven: frozenset[str] = frozenset()
-    if isinstance(forgiven_record, Mapping) and forgiven_record.get("configHash") == config_hash:
+    # Forgiven for this configuration and generation only: the resume's attempt. Kept by
+    # hash alone, a workload forgiven once was forgiven in every later attempt of the hash
+    # (the spec back to it, or only its rollout settings changed), and a rollout failing
+    # on it again neither halted nor completed.
+    if (
+        isinstance(forgiven_record, Mapping)
+        and forgiven_record.get("configHash") == config_hash
+        and forgiven_record.get("generation") == generation
+    ):
         forgiven = frozenset(str(w) for w in forgiven_record.get("workloads") or ())
+    stale = {FORGIVEN_FIELD: None} if forgiven_record is not None and not forgiven else {}
     if record is None:
-        return HaltState(None, forgiven, {HALT_FIELD: None} if stored is not None else {})
-    same = record.config_hash == config_hash and record.generation == _generation(config)
+        return HaltState(
+            None, forgiven, {HALT_FIELD: None, **stale} if stored is not None else stale
+        )
+    same = record.config_hash == config_hash and record.generation == generation
     if not same:
         return HaltState(None, frozenset(), {HALT_FIELD: None, FORGIVEN_FIELD: None})
     if record.resume_token == _resume_token(config):
-        return HaltState(record, forgiven, {})
+        return HaltState(record, forgiven, stale)
     resumed = forgiven | {w.split(":", 1)[0] for w in record.failed}
     return HaltState(
         None,
@@ -305,6 +317,7 @@ def halt_state(config: Json, config_hash: str) -> HaltState:
             HALT_FIELD: None,
             FORGIVEN_FIELD: {
                 "configHash": config_hash,
+                "generation": generation,
                 "workloads": sorted(resumed)[:MAX_LISTED],
             },
         },

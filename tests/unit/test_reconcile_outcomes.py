@@ -15,6 +15,7 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
 from tests.support.controller_fakes import FakeRecorder, FakeWriter, conditions, controller
 from tests.support.linkerdconfigs import config, small
 from tests.support.samples import (
@@ -539,3 +540,30 @@ async def test_no_adoption_of_an_installation_pods_do_not_run_or_after_a_first_w
     assert ("Normal", "Adopted") not in recorder.events
     # With no pods its own configuration completes at once: a spec, no installation.
     assert writer.statuses[-1]["lastCompleted"]["installed"] is None
+
+
+async def test_the_injector_wait_restarts_when_the_configmap_moves_to_the_configuration() -> None:
+    """The rollout's fallback wait for the injector runs from when the ConfigMap came to the
+    configuration: a reconcile that writes it over another (the first write, a rollback's
+    end, the spec back to it) restarts it; one that finds it there, or reverts an edit of
+    it, does not."""
+    ctl, writer, _ = controller(config(), configmap=install_configmap())
+    clock = [100.0]
+    ctl.rollout.monotonic = lambda: clock[0]
+    await ctl.reconcile("edge-19.12.3")
+    (first,) = [a for a in writer.applied if a["metadata"]["name"] == "linkerd-config"]
+    written = first["metadata"]["annotations"][HASH_ANNOTATION]
+    progress = ctl.rollout._of(written)
+    assert progress.written_at == 100.0  # written over an installation of no hash of ours
+
+    ctl.configmaps.store.put(merged(install_configmap(), first))
+    clock[0] = 200.0
+    await ctl.reconcile("edge-19.12.3")
+    assert progress.written_at == 100.0  # found there: the wait runs on
+
+    elsewhere = merged(install_configmap(), first)
+    elsewhere["metadata"]["annotations"][HASH_ANNOTATION] = "0123456789abcdef"
+    ctl.configmaps.store.put(elsewhere)  # another configuration in it since (a rollback's)
+    clock[0] = 300.0
+    await ctl.reconcile("edge-19.12.3")
+    assert progress.written_at == 300.0

@@ -15,7 +15,7 @@ from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.reconcile import Desired
 from linkerd_config.linkerd.rollout import DesiredProxy
 from linkerd_config.linkerd.rollout_executor import PROBE_SPACING, RESTART_CONCURRENCY
-from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
+from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION, halt_state
 from tests.support.rollout_worlds import (
     CONFIG,
     DESIRED,
@@ -74,6 +74,24 @@ async def test_an_injector_that_cannot_be_asked_is_waited_for_then_trusted() -> 
     world.executor.found(HASH)
     waiting = await world.roll()
     assert waiting.reason == "WaitingForInjector" and "60s more" in waiting.message
+    world.clock.now += 60.0
+    after = await world.roll()
+    assert len(world.writer.patched) == 2 and "after waiting 60s" in after.message
+
+
+async def test_the_injector_is_waited_for_again_when_the_configmap_comes_back_to_it() -> None:
+    """Written, rolled back from, then written again (a resume, or the spec back to it):
+    the injector must read it again. The wait ran from the first write only, so a refused
+    dry-run let a batch restart at once, onto whatever the injector still served."""
+    world = World(2, injector_wait=60.0)
+    world.writer.deployments.clear()  # no template to ask about: the wait decides
+    world.executor.found(HASH)
+    world.clock.now += 600.0  # long since; the ConfigMap held another configuration since
+    world.executor.found(HASH, written=True)
+    waiting = await world.roll()
+    assert waiting.reason == "WaitingForInjector" and "60s more" in waiting.message
+    assert world.writer.patched == []
+    world.executor.found(HASH)  # a reconcile that wrote nothing new: the wait runs on
     world.clock.now += 60.0
     after = await world.roll()
     assert len(world.writer.patched) == 2 and "after waiting 60s" in after.message
@@ -511,9 +529,40 @@ async def test_a_resume_forgives_the_failed_and_a_new_generation_is_a_new_attemp
     assert resumed.status["rolloutHalt"] is None
     assert resumed.status["rolloutForgiven"] == {
         "configHash": HASH,
+        "generation": 2,
         "workloads": ["deployment/ns/app-00"],
     }
     assert world.writer.patched == ["ns/app-00", "ns/app-01"]
+
+
+FORGIVEN = {"configHash": HASH, "generation": 2, "workloads": ["deployment/ns/app-00"]}
+
+
+@pytest.mark.parametrize(
+    ("generation", "record", "forgiven", "status"),
+    [
+        (2, FORGIVEN, {"deployment/ns/app-00"}, {}),  # the resume's own attempt
+        (3, FORGIVEN, set(), {"rolloutForgiven": None}),  # the spec back to the hash later
+        (2, {**FORGIVEN, "configHash": "other"}, set(), {"rolloutForgiven": None}),
+        (2, {k: v for k, v in FORGIVEN.items() if k != "generation"}, set(),
+         {"rolloutForgiven": None}),  # written before generations were kept: not trusted
+        (2, None, set(), {}),
+    ],
+    ids=["same-attempt", "later-generation", "other-hash", "no-generation", "none"],
+)  # fmt: skip
+def test_a_workload_is_forgiven_only_in_the_attempt_its_resume_ended(
+    generation: int, record: Json | None, forgiven: set[str], status: Json
+) -> None:
+    """Kept by hash alone, a workload forgiven once stayed forgiven in every later attempt
+    of its configuration: failing again, it neither halted the rollout nor let it complete."""
+    config = {
+        "metadata": {"name": "cfg", "generation": generation},
+        "status": {} if record is None else {"rolloutForgiven": record},
+    }
+    state = halt_state(config, HASH)
+    assert state.halted is None
+    assert state.forgiven == forgiven
+    assert state.status == status
 
 
 async def test_refused_new_pods_halt_at_once() -> None:
