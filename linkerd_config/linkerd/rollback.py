@@ -231,9 +231,14 @@ def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     return _going_back(config, target)[0]
 
 
+def rolls_back(halt: Halt | None) -> bool:
+    """Whether ``halt`` is a rollback: only then has ``going_back`` anything to render."""
+    return halt is not None and halt.rollback is not None
+
+
 def _target_in_force(config: Json, halt: Halt | None) -> Completed | None:
     """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
-    if halt is None or halt.rollback is None:
+    if halt is None or halt.rollback is None:  # not rolls_back(halt), spelled for mypy
         return None
     target = last_completed(config)
     if target is None or target.config_hash != halt.rollback.to_hash:
