@@ -12,8 +12,8 @@ T = TypeVar("T")
 async def all_of(*aws: Awaitable[T]) -> list[T]:
     """Every awaitable's result, in order, run concurrently, as ``asyncio.gather`` gives
     them; but the first failure cancels the others, and they are awaited before it is
-    raised (``gather`` leaves them running, owned by no one: a rollout pass's other
-    restarts would go on writing after the pass had failed). The caller's cancellation
+    raised (``gather`` leaves them running, owned by no one: a batch of writes would go on
+    after the step that made them had failed). The caller's cancellation
     cancels them all, as ``gather``'s does."""
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:

@@ -187,8 +187,8 @@ class Controller:
     async def _worker(self) -> None:
         while True:
             try:
-                # Stopping: no new reconcile starts (a rollout pass could restart workloads
-                # after SIGTERM); the queue would still hand out what waits, as client-go's.
+                # Stopping: no new reconcile starts (one could write after SIGTERM); the
+                # queue would still hand out what waits, as client-go's.
                 if self.queue.shutting_down:
                     return
                 key = await self.queue.get()

@@ -339,6 +339,9 @@ class Informer:
         # the stream is lost again (a failure, a watch that cannot resume, run() ending).
         self._wake = asyncio.Event()
         # Invariant: set by ``retry_now`` to cut short the backoff sleep under way, if any.
+        self._told_to_wait_until = float("-inf")
+        # Invariant: the monotonic time before which the server asked (Retry-After) not to be
+        # asked again; a relist does not cut that sleep short.
         self._backoff = backoff or JitteredBackoff(rng=rng, max_retry_after=MAX_RETRY_AFTER)
         self._rng = rng or random.Random()
         self.metrics = InformerMetrics.of(client.registry)
@@ -396,7 +399,10 @@ class Informer:
         self._relisted.clear()
         self._relist_reason = reason
         self.reconnect(reason)
-        self.retry_now()  # "now": not after a backoff the informer may be sleeping out
+        # "Now": not after a backoff the informer may be sleeping out; but not before the
+        # server's own Retry-After either (every informer relists when the lead changes).
+        if time.monotonic() >= self._told_to_wait_until:
+            self.retry_now()
         try:
             async with asyncio.timeout(timeout):
                 await self._relisted.wait()
@@ -508,6 +514,8 @@ class Informer:
                 log.exception("unexpected list/watch failure", resource=self.name)
             self._current = False
             delay = self._backoff.next(retry_after)
+            if retry_after is not None:
+                self._told_to_wait_until = time.monotonic() + delay
             log.debug("list/watch retry", resource=self.name, delay=round(delay, 2))
             self._wake.clear()
             with contextlib.suppress(TimeoutError):

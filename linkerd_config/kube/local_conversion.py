@@ -346,7 +346,7 @@ class LocalConversion:
 
     async def _restore_quietly(self) -> None:
         """The refusal back, if the CRD still points here; never raises (a stop path), and
-        takes at most a GET's and a PATCH's timeouts (Retry-After answers would add more)."""
+        takes at most a GET's and a PATCH's timeouts, Retry-After waits included."""
         try:
             async with asyncio.timeout(2 * self.request_timeout):
                 crd = await self._get()

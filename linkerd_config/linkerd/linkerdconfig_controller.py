@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
+import orjson
 import structlog
 
 from linkerd_config.kube.client import ApiError, KubeClient
@@ -125,10 +126,11 @@ class LinkerdConfigController:
         status: Json = dict(config.get("status") or {})
         conditions: list[Json] = list(status.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
-        # Off the event loop, over copies of the caches: reading the installed data and
-        # rendering onto it cost up to formats.bounded's limits, which anyone who may edit the
-        # ConfigMap can reach. Validation runs again here because the webhook may be off or
-        # may have been bypassed, and a value Linkerd cannot use must never be written.
+        # Over copies of the caches: reading the installed data and rendering onto it cost up
+        # to formats.bounded's limits, which anyone who may edit the ConfigMap can reach, and
+        # validating a spec up to its own (a hundred anchors). Validation runs again here
+        # because the webhook may be off or may have been bypassed, and a value Linkerd cannot
+        # use must never be written.
         configs, snapshot = self.configs.store.list(), self.configmaps.store.snapshot()
 
         def decide() -> reconcile_decision.Decided | reconcile_decision.Refused:
@@ -136,10 +138,14 @@ class LinkerdConfigController:
                 config, self.verdicts.validate(config), configs, snapshot, self.config_namespace
             )
 
-        # A few KB of data (a legacy installation's) decides in well under a millisecond:
-        # on the loop, sparing a thread's round trip, a tenth of a revert's CPU. More (a
-        # values text: 8 ms for Linkerd's own 8 KB), up to the bounds, in a thread.
-        small = _data_bytes(snapshot) <= INLINE_DECIDE_BYTES
+        # A few KB of data and of spec (a legacy installation's 1.5 and 1.5) decide in well
+        # under a millisecond: on the loop, sparing a thread's round trip, a tenth of a
+        # revert's CPU. More of either (Linkerd's own 8 KB of values: 8 ms; a spec's values
+        # rendering to 250 KB: 80 ms), up to the bounds, in a thread.
+        small = (
+            _data_bytes(snapshot, self.config_namespace) <= INLINE_DECIDE_BYTES
+            and _spec_bytes(config) <= INLINE_DECIDE_BYTES
+        )
         decided = decide() if small else await asyncio.to_thread(decide)
         if isinstance(decided, reconcile_decision.Refused):
             return await self.outcomes.refused(config, conditions, generation, decided)
@@ -190,6 +196,9 @@ class LinkerdConfigController:
             return await self.outcomes.dependency_lost(
                 config, conditions, generation, desired, lost
             )
+        # Moved to it from another configuration, by us or by another leader before us: the
+        # injector's fallback wait starts again. A cache that has not yet shown our own write
+        # starts it again too, which only holds restarts longer (the safe side).
         self.rollout.found(desired.config_hash, written=held_before != desired.config_hash)
         anchors = None
         if held is not None:
@@ -278,16 +287,29 @@ class LinkerdConfigController:
 
 
 INLINE_DECIDE_BYTES = 4096
-"""The most ConfigMap data a reconcile decides on over the event loop (as aiohttp compresses
-a body of up to ``max_sync_chunk_size`` inline and a larger one in the executor)."""
+"""The most ConfigMap data, and the most spec, a reconcile decides on over the event loop (as
+aiohttp compresses a body of up to ``max_sync_chunk_size`` inline and a larger one in the
+executor)."""
 
 
-def _data_bytes(configmaps: dict[str, Json]) -> int:
-    """The characters of every cached ConfigMap's data: what a decision reads, and a bound
-    on what reading it costs."""
+def _data_bytes(configmaps: dict[str, Json], namespace: str) -> int:
+    """The UTF-8 bytes of the data of the cached ConfigMaps in ``namespace`` (the target's,
+    its preserved copy, the trust roots, and any others there): what a decision may read."""
+    prefix = f"{namespace}/"
     return sum(
-        len(value)
-        for configmap in configmaps.values()
+        len(value.encode("utf-8", "surrogatepass"))
+        for key, configmap in configmaps.items()
+        if key.startswith(prefix)
         for value in (configmap.get("data") or {}).values()
         if isinstance(value, str)
     )
+
+
+def _spec_bytes(config: Json) -> int:
+    """The JSON bytes of what a decision reads of the LinkerdConfig itself: its spec and its
+    annotations (a v1alpha1 object's values travel in one)."""
+    metadata = config.get("metadata") or {}
+    try:
+        return len(orjson.dumps([config.get("spec"), metadata.get("annotations")]))
+    except orjson.JSONEncodeError:  # not JSON the API server would send: not small either
+        return INLINE_DECIDE_BYTES + 1

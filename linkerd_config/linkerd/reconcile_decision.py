@@ -4,8 +4,8 @@ it targets, whether that is in the namespace the controller manages, whether it 
 ConfigMap, and what it renders onto what is installed.
 
 Pure. Rendering reads installed data within ``formats.bounded``'s limits, which anyone who may
-edit the ConfigMap can reach: the controller runs ``decide`` off the event loop, over copies
-of its caches.
+edit the ConfigMap can reach: the controller runs ``decide`` over copies of its caches, off
+the event loop unless its inputs are a few KB.
 
 The messages state the fact; each caller adds what it does about it (the controller: nothing
 written; ``plan``: nothing would be).

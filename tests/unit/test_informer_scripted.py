@@ -388,3 +388,24 @@ async def test_a_relist_wakes_an_informer_sleeping_out_a_backoff() -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+async def test_a_relist_does_not_cut_short_a_wait_the_server_asked_for() -> None:
+    """Every informer relists when the lead changes; one the API server told to come back
+    later (429 with Retry-After, as API Priority and Fairness answers) waits it out, rather
+    than join a burst of LISTs against a server that is shedding load."""
+    api = FakeApi()
+    api.lists.extend([page([cm("a", "1")], "1"), page([cm("a", "1")], "2")])
+    api.watches.append(ApiError(429, "GET", "/x", status(429), 30.0))
+    inf, _ = make_informer(api, backoff=JitteredBackoff(initial=0.001, maximum=0.01, jitter=0))
+    task = asyncio.create_task(inf.run())
+    try:
+        await inf.wait_synced(5)
+        await asyncio.sleep(0.05)  # the watch was refused: the informer waits 30 s
+        with pytest.raises(TimeoutError, match="not relisted"):
+            await inf.relist("leadership gained", timeout=0.3)
+        assert len(api.list_calls()) == 1  # asked once, at the start
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -562,6 +562,14 @@ async def test_the_injector_wait_restarts_when_the_configmap_moves_to_the_config
     await ctl.reconcile("edge-19.12.3")
     assert progress.written_at == 100.0  # found there: the wait runs on
 
+    edited = merged(install_configmap(), first)
+    edited["data"] = {**edited["data"], "global": '{"tampered": 1}'}
+    ctl.configmaps.store.put(edited)  # a manual edit, our hash still on it: reverted
+    clock[0] = 250.0
+    await ctl.reconcile("edge-19.12.3")
+    assert writer.applied[-1]["metadata"]["name"] == "linkerd-config"  # the revert
+    assert progress.written_at == 100.0  # the same configuration: the wait runs on
+
     elsewhere = merged(install_configmap(), first)
     elsewhere["metadata"]["annotations"][HASH_ANNOTATION] = "0123456789abcdef"
     ctl.configmaps.store.put(elsewhere)  # another configuration in it since (a rollback's)
@@ -570,13 +578,22 @@ async def test_the_injector_wait_restarts_when_the_configmap_moves_to_the_config
     assert progress.written_at == 300.0
 
 
-@pytest.mark.parametrize(("padding", "threaded"), [(0, False), (8192, True)])
+@pytest.mark.parametrize(
+    ("padding", "where", "threaded"),
+    [
+        (0, "", False),
+        (8192, "linkerd-config", True),
+        (8192, "annotation", True),  # a spec's own size counts: its values render from it
+        (8192, "elsewhere", False),  # a ConfigMap of another namespace is not read
+    ],
+)
 async def test_only_a_reconcile_over_more_than_a_few_kb_decides_in_a_thread(
-    monkeypatch: pytest.MonkeyPatch, padding: int, threaded: bool
+    monkeypatch: pytest.MonkeyPatch, padding: int, where: str, threaded: bool
 ) -> None:
-    """A legacy installation's 1.5 KB decides in about 50 µs: on the event loop, sparing a
-    thread's round trip (a tenth of a revert's CPU). Linkerd's own 8 KB of values takes 8 ms,
-    and the bounds admit 256 KiB: that is decided in a thread, off the loop."""
+    """A legacy installation's 1.5 KB and its 1.5 KB spec decide in about 50 µs: on the event
+    loop, sparing a thread's round trip (a tenth of a revert's CPU). Linkerd's own 8 KB of
+    values takes 8 ms, a spec whose values render to 250 KB 80 ms, and the bounds admit
+    256 KiB: those are decided in a thread, off the loop."""
     sent: list[object] = []
     to_thread = asyncio.to_thread
 
@@ -585,9 +602,16 @@ async def test_only_a_reconcile_over_more_than_a_few_kb_decides_in_a_thread(
         return await to_thread(func, *args, **kwargs)
 
     monkeypatch.setattr(asyncio, "to_thread", recording)
-    installed = install_configmap()
-    installed["data"] = {**installed["data"], "unmanaged": "x" * padding}
-    ctl, writer, _ = controller(config(), configmap=installed)
+    installed, stated = install_configmap(), config()
+    if where == "linkerd-config":
+        installed["data"] = {**installed["data"], "unmanaged": "x" * padding}
+    if where == "annotation":
+        stated["metadata"]["annotations"] = {"example.com/note": "x" * padding}
+    ctl, writer, _ = controller(stated, configmap=installed)
+    if where == "elsewhere":
+        ctl.configmaps.store.put(
+            {"metadata": {"name": "big", "namespace": "other"}, "data": {"k": "x" * padding}}
+        )
     await ctl.reconcile("edge-19.12.3")
     assert [a["metadata"]["name"] for a in writer.applied][-1] == "linkerd-config"
     assert any(getattr(f, "__name__", "") == "decide" for f in sent) is threaded
