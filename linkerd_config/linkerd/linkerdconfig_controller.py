@@ -39,6 +39,7 @@ from linkerd_config.linkerd.reconcile import (
     desired_config,
     drifted,
     held_config_hash,
+    in_namespace,
     now_rfc3339,
     restored_config,
     unrestorable,
@@ -269,7 +270,7 @@ class LinkerdConfigController:
         failed rollout is rolled back: then the last completed configuration (the spec stays
         as the user wrote it; a new generation or a resume is a new attempt)."""
         halt = self.rollout.halt_state(config, asked.config_hash)
-        if not rollback.rolls_back(halt.halted):
+        if rollback.rollback_of(halt.halted) is None:
             return asked  # nothing to render, and no thread's round trip for it
         try:
             going_back = await asyncio.to_thread(rollback.going_back, config, halt.halted, current)
@@ -295,11 +296,9 @@ executor)."""
 def _data_bytes(configmaps: dict[str, Json], namespace: str) -> int:
     """The UTF-8 bytes of the data of the cached ConfigMaps in ``namespace`` (the target's,
     its preserved copy, the trust roots, and any others there): what a decision may read."""
-    prefix = f"{namespace}/"
     return sum(
         len(value.encode("utf-8", "surrogatepass"))
-        for key, configmap in configmaps.items()
-        if key.startswith(prefix)
+        for configmap in in_namespace(configmaps.items(), namespace).values()
         for value in (configmap.get("data") or {}).values()
         if isinstance(value, str)
     )

@@ -230,10 +230,9 @@ def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
         found.append(desired.target.name)
     else:
         data = configmap.get("data") or {}
-        annotations = configmap["metadata"].get("annotations") or {}
         if (
             any(data.get(k) != v for k, v in desired.data.items())
-            or annotations.get(HASH_ANNOTATION) != desired.config_hash
+            or held_config_hash(configmap) != desired.config_hash
         ):
             found.append(desired.target.name)
     for name, keys in desired.companions.items():

@@ -40,7 +40,7 @@ import orjson
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS, Snapshot
-from linkerd_config.linkerd.halt_record import Halt
+from linkerd_config.linkerd.halt_record import Halt, Rollback
 from linkerd_config.linkerd.linkerdconfig_resource import ROLLBACK_MAX_LISTED
 from linkerd_config.linkerd.reconcile import Desired, desired_config, restored_config
 from linkerd_config.linkerd.rollout import (
@@ -231,17 +231,18 @@ def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     return _going_back(config, target)[0]
 
 
-def rolls_back(halt: Halt | None) -> bool:
-    """Whether ``halt`` is a rollback: only then has ``going_back`` anything to render."""
-    return halt is not None and halt.rollback is not None
+def rollback_of(halt: Halt | None) -> Rollback | None:
+    """``halt``'s rollback, if it is one: only then has ``going_back`` anything to render."""
+    return None if halt is None else halt.rollback
 
 
 def _target_in_force(config: Json, halt: Halt | None) -> Completed | None:
     """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
-    if halt is None or halt.rollback is None:  # not rolls_back(halt), spelled for mypy
+    back = rollback_of(halt)
+    if back is None:
         return None
     target = last_completed(config)
-    if target is None or target.config_hash != halt.rollback.to_hash:
+    if target is None or target.config_hash != back.to_hash:
         return None
     return target
 
