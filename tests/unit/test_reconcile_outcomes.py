@@ -585,15 +585,16 @@ async def test_the_injector_wait_restarts_when_the_configmap_moves_to_the_config
         (8192, "linkerd-config", True),
         (8192, "annotation", True),  # a spec's own size counts: its values render from it
         (8192, "elsewhere", False),  # a ConfigMap of another namespace is not read
+        (0, "modern", True),  # the values format: Linkerd's own 8 KB of values
     ],
 )
 async def test_only_a_reconcile_over_more_than_a_few_kb_decides_in_a_thread(
     monkeypatch: pytest.MonkeyPatch, padding: int, where: str, threaded: bool
 ) -> None:
-    """A legacy installation's 1.5 KB and its 1.5 KB spec decide in about 50 µs: on the event
-    loop, sparing a thread's round trip (a tenth of a revert's CPU). Linkerd's own 8 KB of
-    values takes 8 ms, a spec whose values render to 250 KB 80 ms, and the bounds admit
-    256 KiB: those are decided in a thread, off the loop."""
+    """Both formats. A legacy installation's 1.5 KB and its 1.5 KB spec decide in about
+    50 µs: on the event loop, sparing a thread's round trip (a tenth of a revert's CPU).
+    Linkerd's own 8 KB of values takes 8 ms, a spec whose values render to 250 KB 80 ms, and
+    the bounds admit 256 KiB: those are decided in a thread, off the loop."""
     sent: list[object] = []
     to_thread = asyncio.to_thread
 
@@ -607,12 +608,17 @@ async def test_only_a_reconcile_over_more_than_a_few_kb_decides_in_a_thread(
         installed["data"] = {**installed["data"], "unmanaged": "x" * padding}
     if where == "annotation":
         stated["metadata"]["annotations"] = {"example.com/note": "x" * padding}
+    name = "edge-19.12.3"
+    if where == "modern":
+        (installed, roots), stated, name = modern_install(), small(), "modern"
     ctl, writer, _ = controller(stated, configmap=installed)
+    if where == "modern":
+        ctl.configmaps.store.put(roots)
     if where == "elsewhere":
         ctl.configmaps.store.put(
             {"metadata": {"name": "big", "namespace": "other"}, "data": {"k": "x" * padding}}
         )
-    await ctl.reconcile("edge-19.12.3")
+    await ctl.reconcile(name)
     assert [a["metadata"]["name"] for a in writer.applied][-1] == "linkerd-config"
     assert any(getattr(f, "__name__", "") == "decide" for f in sent) is threaded
     assert rollback.going_back not in sent  # no rollback in force: nothing sent for it
