@@ -186,7 +186,7 @@ def _assemble(
         )
     for informer in controller.informers:
         manager.add_informer(informer)
-    manager.add_controller(controller.controller, controller.config_names)
+    manager.add_controller(controller.controller, controller.config_names, controller.new_term)
     return app
 
 

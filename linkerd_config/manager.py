@@ -65,6 +65,9 @@ class Leadership(Protocol):
 class _LeaderWork:
     controller: Controller
     initial_keys: Callable[[], Iterable[str]]
+    new_term: Callable[[], None] | None = None
+    """Called before each term's controller starts: what a reconciler remembers of its last
+    term may be older than another leader's writes since."""
 
 
 @dataclass
@@ -102,9 +105,12 @@ class Manager:
         self._informers.append(informer)
 
     def add_controller(
-        self, controller: Controller, initial_keys: Callable[[], Iterable[str]]
+        self,
+        controller: Controller,
+        initial_keys: Callable[[], Iterable[str]],
+        new_term: Callable[[], None] | None = None,
     ) -> None:
-        self._leader_work.append(_LeaderWork(controller, initial_keys))
+        self._leader_work.append(_LeaderWork(controller, initial_keys, new_term))
 
     def retry_informers(self) -> None:
         """The API server answers again: every informer waiting out a backoff retries now."""
@@ -183,6 +189,8 @@ class Manager:
             self.leading = True
             log.info("leading: starting controllers", controllers=self._controller_names())
             for work in self._leader_work:
+                if work.new_term is not None:
+                    work.new_term()
                 self._start(
                     f"controller:{work.controller.name}", work.controller.run(work.initial_keys)
                 )

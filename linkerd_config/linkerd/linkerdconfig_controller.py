@@ -116,6 +116,10 @@ class LinkerdConfigController:
     def config_names(self) -> list[str]:
         return self.caches.config_names()
 
+    def new_term(self) -> None:
+        """Leading again: the rollout's memory of the last term gives way to status."""
+        self.rollout.new_term()
+
     async def reconcile(self, key: str) -> Result:
         config = self.configs.store.get(key)
         if config is None or config["metadata"].get("deletionTimestamp"):

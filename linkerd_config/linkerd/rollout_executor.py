@@ -200,9 +200,20 @@ class RolloutExecutor:
 
     def forget(self, name: str) -> None:
         """LinkerdConfig ``name`` is gone: its gauges go with it (a halted one's 1 would keep
-        the alert on it firing)."""
+        the alert on it firing), and so do its eviction counts (one made again under that
+        name starts from its own status)."""
         self.metrics.halted.remove(name)
         self.metrics.rolled_back.remove(name)
+        for key in [key for key in self._evicted if key[0] == name]:
+            del self._evicted[key]
+
+    def new_term(self) -> None:
+        """This process leads again after another may have: status is the record, and what
+        this process remembers of its last term (evictions counted, a canary seen passing,
+        a halt not read back, the injector's answers) may be older than another leader's
+        writes since. It starts as a leader just started would."""
+        self._progress.clear()
+        self._evicted.clear()
 
     def _of(self, config_hash: str) -> _ConfigProgress:
         return self._progress.setdefault(config_hash, _ConfigProgress())

@@ -25,3 +25,27 @@ class SlowRelease:
 
     async def wait_for_leadership(self, timeout: float | None = None) -> None:
         return None
+
+
+class Toggled:
+    """A leadership (as ``Manager`` needs one) that leads, loses and leads again when told:
+    ``lose()`` as a missed renewal does, ``gain()`` as a won campaign."""
+
+    def __init__(self) -> None:
+        self.leadership_lost = asyncio.Event()
+        self._leading = asyncio.Event()
+        self._leading.set()
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    def lose(self) -> None:
+        self._leading.clear()
+        self.leadership_lost.set()
+
+    def gain(self) -> None:
+        self.leadership_lost.clear()
+        self._leading.set()
+
+    async def wait_for_leadership(self, timeout: float | None = None) -> None:
+        await asyncio.wait_for(self._leading.wait(), timeout)

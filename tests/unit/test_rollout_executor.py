@@ -158,6 +158,51 @@ async def test_a_bare_pod_is_evicted_and_counted_from_status() -> None:
     assert outcome.evicted == 5 and outcome.restarted_total == 5  # 4 by a previous leader
 
 
+def bare_pod(world: World, name: str) -> None:
+    world.pods.put(
+        {
+            "metadata": {
+                "name": name,
+                "namespace": "ns",
+                "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                "annotations": {rollout.PROXY_VERSION_ANNOTATION: OLD},
+            },
+            "status": {"phase": "Running"},
+        }
+    )
+    world.writer.deployments[f"ns/{name}"] = {  # the pod the injector is asked about
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"containers": [{"name": name, "image": name}]},
+    }
+
+
+@pytest.mark.parametrize("regained", [True, False])
+async def test_a_term_regained_counts_evictions_from_status_not_from_its_last_term(
+    regained: bool,
+) -> None:
+    """This process evicted 1 pod and lost the lead; another leader evicted 5 more and wrote
+    6 to status. Leading again, this process counts from status: its own 1 would have
+    written 2 over the other leader's 6. ``forget`` (the LinkerdConfig deleted) lets go of
+    the count too: one made again under the name starts from its own status."""
+    world = World(0, restart_interval=0.0)
+    bare_pod(world, "first")
+    config = {"metadata": {"name": "cfg"}, "status": {"configHash": HASH}}
+    assert (await world.executor.roll(config, DESIRED)).evicted == 1
+    world.pods.delete("ns/first")
+    bare_pod(world, "second")
+    if regained:
+        world.executor.new_term()
+    others = {"metadata": {"name": "cfg"}, "status": {"configHash": HASH, "evictedPods": 6}}
+    outcome = await world.executor.roll(others, DESIRED)
+    assert world.writer.evicted == ["ns/first", "ns/second"]
+    assert outcome.evicted == (7 if regained else 2)
+    world.executor.forget("cfg")
+    world.pods.delete("ns/second")
+    bare_pod(world, "third")
+    again = {"metadata": {"name": "cfg"}, "status": {"configHash": HASH}}
+    assert (await world.executor.roll(again, DESIRED)).evicted == 1
+
+
 async def test_the_injector_is_asked_in_the_probe_namespace_when_there_is_one() -> None:
     own = World(1)
     await own.roll()
