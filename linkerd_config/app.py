@@ -321,15 +321,19 @@ def _is_ip(text: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def running(app: App) -> AsyncIterator[asyncio.Event]:
-    """Run the app in the background (tests, the demo); stop it on exit."""
+    """Run the app in the background (tests, the demo); stop it on exit. A stop that
+    outlasts the grace by far is cancelled and raises ``TimeoutError``; the client is
+    closed either way."""
     stop = asyncio.Event()
     task = asyncio.create_task(app.manager.run(stop), name="manager")
     try:
         yield stop
     finally:
         stop.set()
-        await asyncio.wait_for(task, app.manager.shutdown_grace + 10)
-        await app.client.close()
+        try:
+            await asyncio.wait_for(task, app.manager.shutdown_grace + 10)
+        finally:
+            await app.client.close()
 
 
 async def run(settings: Settings) -> int:

@@ -8,30 +8,17 @@ import asyncio
 
 from prometheus_client import CollectorRegistry
 
-from linkerd_config.kube.controller import Controller, ControllerOptions, Result
+from linkerd_config.kube.controller import Controller, ControllerOptions
 from linkerd_config.manager import Manager
 from tests.support.leadership_fakes import Toggled
+from tests.support.manager_fakes import Journal
 from tests.support.waiting import eventually
-
-
-class _Journal:
-    """A reconciler that writes down its reconciles and the terms they ran in."""
-
-    def __init__(self) -> None:
-        self.said: list[str] = []
-
-    async def reconcile(self, key: str) -> Result:
-        self.said.append(f"reconcile {key}")
-        return Result()
-
-    def new_term(self) -> None:
-        self.said.append("new term")
 
 
 async def test_each_term_lets_go_of_the_last_before_its_first_reconcile() -> None:
     leadership = Toggled()
     manager = Manager(leadership, shutdown_grace=5.0)
-    journal = _Journal()
+    journal = Journal()
     controller = Controller(
         "test", journal, options=ControllerOptions(workers=1), registry=CollectorRegistry()
     )
