@@ -132,9 +132,15 @@ def to_hub(obj: Mapping[str, Any]) -> Json:
 
 
 def convert(obj: Mapping[str, Any], version: str) -> Json:
-    """``obj`` (either version) in ``version`` (a new object)."""
-    if version_of(obj) == version and isinstance(obj.get("apiVersion"), str):
+    """``obj`` (either version, or the hub) in ``version`` (a new object). In v1alpha1 the
+    values annotation says the hub's ``spec.values``, whatever the object carried: a
+    v1alpha2 object's own copy of the annotation (which validation refuses, and nothing
+    reads) is not shown as values it does not have."""
+    spec = obj.get("spec")
+    hub_form = version == V1ALPHA1 and isinstance(spec, Mapping) and "values" in spec
+    if version_of(obj) == version and isinstance(obj.get("apiVersion"), str) and not hub_form:
         return copy.deepcopy(dict(obj))
+    stray = version_of(obj) == V1ALPHA2
     hub = to_hub(obj)
     spec = hub.get("spec")
     if version == V1ALPHA2:
@@ -144,6 +150,8 @@ def convert(obj: Mapping[str, Any], version: str) -> Json:
         values = spec.pop("values", None)
         if values is not None:
             _put_annotation(hub, values)
+        elif stray:
+            _drop_annotation(hub)
     hub["apiVersion"] = f"{GROUP}/{version}"
     return hub
 
@@ -287,10 +295,24 @@ def _take_annotation(obj: Json) -> Json | None:
     return values
 
 
+def _drop_annotation(obj: Json) -> None:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return
+    annotations = metadata.get("annotations")
+    if isinstance(annotations, dict):
+        annotations.pop(VALUES_ANNOTATION, None)
+        if not annotations:
+            del metadata["annotations"]
+
+
 def _put_annotation(obj: Json, values: Any) -> None:
     metadata = obj.setdefault("metadata", {})
     if not isinstance(metadata, dict):
-        return
+        raise ValueError(
+            "metadata is not an object: spec.values cannot be carried in v1alpha1's "
+            f"annotation {VALUES_ANNOTATION}"
+        )
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = metadata["annotations"] = {}

@@ -262,7 +262,7 @@ def _going_back(config: Json, record: Completed) -> tuple[Json | None, str]:
         return None, "its recorded spec is not a JSON object"
     rollout = (config.get("spec") or {}).get("rollout")
     going_back = {**config, "spec": {**spec, **({"rollout": rollout} if rollout else {})}}
-    problems = validate(going_back)
+    problems = validate(going_back, stored=True)
     if problems:
         return None, f"its spec no longer validates: {render_errors(problems)}"
     return going_back, ""

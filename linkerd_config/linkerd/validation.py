@@ -25,6 +25,7 @@ from linkerd_config.kube.memo import json_digest
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.api_conversion import (
     V1ALPHA1,
+    V1ALPHA2,
     VALUES_ANNOTATION,
     VALUES_ANNOTATION_FIELD,
     TooDeepError,
@@ -114,9 +115,10 @@ def validate(
     others: Iterable[Json] = (),
     *,
     now: datetime.datetime | None = None,
+    stored: bool = False,
 ) -> list[FieldError]:
     """Every reason ``obj`` must not be stored; empty when it may (``judge``'s errors)."""
-    return list(judge(obj, old, others, now=now).errors)
+    return list(judge(obj, old, others, now=now, stored=stored).errors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,8 +137,13 @@ def judge(
     others: Iterable[Json] = (),
     *,
     now: datetime.datetime | None = None,
+    stored: bool = False,
 ) -> Verdict:
     """Every reason ``obj`` must not be stored; empty when it may.
+
+    ``stored``: ``obj`` is already stored (reconcile, ``status``), not a write asked for
+    (admission, ``plan``): what only matters at the door is not held against it -- v1alpha1's
+    values annotation on a v1alpha2 object, which nothing reads, stops no reconcile.
 
     ``old`` is the stored object on update (None on create); ``others`` the LinkerdConfigs
     already in the cluster (``obj`` itself, by name, is ignored among them). Two updates
@@ -167,6 +174,8 @@ def judge(
     version = version_of(obj)
     # A v1alpha1 object's spec.values (the hub's own form has one) come from its annotation.
     annotated = version == V1ALPHA1 and "values" not in spec
+    if version == V1ALPHA2 and not stored and _stray_annotation(metadata, old):
+        return Verdict((FieldError(VALUES_ANNOTATION_FIELD, _STRAY_ANNOTATION),))
     malformed = _malformed_annotation(metadata) if annotated else None
     if malformed is not None:
         return Verdict((FieldError(VALUES_ANNOTATION_FIELD, malformed),))
@@ -223,7 +232,7 @@ class Verdicts:
         kept = self._kept.get(name) if key is not None else None
         if kept is not None and kept[0] == key and (kept[1].until is None or now < kept[1].until):
             return list(kept[1].errors)
-        verdict = judge(obj, now=now)
+        verdict = judge(obj, now=now, stored=True)
         if key is not None:
             self._kept[name] = (key, verdict)
         return list(verdict.errors)
@@ -249,6 +258,28 @@ def _verdict_key(obj: Json) -> tuple[str, bytes | None]:
         obj.get("spec"),
     ]
     return metadata["name"], json_digest(read)
+
+
+_STRAY_ANNOTATION: Final = (
+    "is how a v1alpha1 object carries values it has no field for; a v1alpha2 object sets "
+    "spec.values itself, and this annotation would be ignored: remove it"
+)
+
+
+def _annotation_text(metadata: Any) -> object:
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations.get(VALUES_ANNOTATION) if isinstance(annotations, Mapping) else None
+
+
+def _stray_annotation(metadata: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
+    """A v1alpha2 object given v1alpha1's values annotation: added or changed by this write
+    (an update that leaves one already stored as it was -- a label edit, a finalizer's
+    removal -- is not refused for it). Conversion shows v1alpha1 readers the values the
+    object has, not the annotation's."""
+    text = _annotation_text(metadata)
+    if text is None:
+        return False
+    return old is None or _annotation_text(old.get("metadata")) != text
 
 
 def _malformed_annotation(metadata: Mapping[str, Any]) -> str | None:

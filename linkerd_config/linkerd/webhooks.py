@@ -99,6 +99,12 @@ def convert_object(obj: Json, api_version: str) -> Json:
     group, _, version = api_version.rpartition("/")
     if group != GROUP or version not in SERVED_VERSIONS:
         raise ValueError(f"{api_version} is not a served version of {KIND}")
+    source = obj.get("apiVersion")
+    group, _, served = source.rpartition("/") if isinstance(source, str) else ("", "", "")
+    if group != GROUP or served not in SERVED_VERSIONS:
+        raise ValueError(f"apiVersion {source!r} is not a served version of {KIND}")
+    if obj.get("kind") != KIND:
+        raise ValueError(f"kind {obj.get('kind')!r} is not {KIND}")
     return convert(obj, version)
 
 

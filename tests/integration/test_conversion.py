@@ -95,6 +95,29 @@ async def test_values_only_v1alpha2_has_survive_a_v1alpha1_write(kube: KubeClien
         await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
 
 
+async def test_a_v1alpha2_objects_own_annotation_is_not_read_as_values_through_v1alpha1(
+    kube: KubeClient,
+) -> None:
+    """A v1alpha2 object stored with v1alpha1's values annotation (webhooks off: nothing
+    refused it), read and written back through v1alpha1 unchanged: the annotation was shown
+    as values, and the write stored them as spec.values that no validation saw."""
+    await scenario.install_crd(kube)
+    obj = named(load(SAMPLES / "edge_19.12.3.yaml"), "stray")
+    obj = convert(obj, "v1alpha2")
+    obj["metadata"]["annotations"] = {VALUES_ANNOTATION: '{"proxy": {"nativeSidecar": true}}'}
+    name = obj["metadata"]["name"]
+    await kube.request("POST", LINKERD_CONFIGS.path(), body=obj, fenced=False)
+    try:
+        v1, stored = await read(kube, name)
+        assert "nativeSidecar" not in json.dumps(stored["spec"])
+        assert VALUES_ANNOTATION not in (v1["metadata"].get("annotations") or {})
+        await kube.request("PUT", LINKERD_CONFIGS_V1ALPHA1.path(name=name), body=v1, fenced=False)
+        _, again = await read(kube, name)
+        assert again["spec"] == stored["spec"]
+    finally:
+        await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
+
+
 async def test_objects_stored_before_the_upgrade_still_read(
     private_control_plane: LocalControlPlane,
 ) -> None:

@@ -29,7 +29,9 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
+from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION
 from linkerd_config.linkerd.defaults import defaulted
+from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as V1ALPHA2_CONFIGS
 from linkerd_config.linkerd.linkerdconfig_resource import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
@@ -287,5 +289,26 @@ async def test_an_update_is_validated(webhooks: Webhooks) -> None:
         assert refused.value.status == 422
         assert DENIED in refused.value.message
         assert "spec.global.identityContext.issuanceLifeTime" in refused.value.message
+    finally:
+        await webhooks.delete(name)
+
+
+async def test_v1alpha1s_values_annotation_on_a_v1alpha2_object_is_refused(
+    webhooks: Webhooks,
+) -> None:
+    """Nothing reads it on a v1alpha2 object, and through v1alpha1 it would pass for values:
+    an update that adds it is refused, naming it."""
+    name = unique("stray")
+    try:
+        await webhooks.create(labelled(sample(FULL), name))
+        stored = await webhooks.kube.request("GET", V1ALPHA2_CONFIGS.path(name=name))
+        assert stored["apiVersion"].endswith("/v1alpha2")
+        stored["metadata"].setdefault("annotations", {})[VALUES_ANNOTATION] = "{}"
+        with pytest.raises(ApiError) as refused:
+            await webhooks.kube.request(
+                "PUT", V1ALPHA2_CONFIGS.path(name=name), body=stored, fenced=False
+            )
+        assert refused.value.status == 422
+        assert f"metadata.annotations[{VALUES_ANNOTATION}]" in refused.value.message
     finally:
         await webhooks.delete(name)

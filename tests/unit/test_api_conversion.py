@@ -390,3 +390,53 @@ def test_the_v1alpha2_sample_is_the_seed_converted() -> None:
     root = Path(__file__).resolve().parents[2]
     written = yaml.safe_load((root / "manifests/samples/v1alpha2/edge_19.12.3.yaml").read_text())
     assert written == convert(load(SAMPLES / "edge_19.12.3.yaml"), V1ALPHA2)
+
+
+def test_in_v1alpha1_the_annotation_says_the_values_the_object_has() -> None:
+    """A v1alpha2 object's own copy of the annotation (refused by validation, read by
+    nothing) is not shown in v1alpha1 as values it does not have; values it has are."""
+    stray = v2({"values": {"proxy": {"logLevel": "info"}}})
+    stray["metadata"]["annotations"] = {VALUES_ANNOTATION: '{"proxy": {"await": false}}'}
+    assert "annotations" not in convert(stray, V1ALPHA1)["metadata"]
+    stray["spec"]["values"]["proxy"]["nativeSidecar"] = True
+    annotations = convert(stray, V1ALPHA1)["metadata"]["annotations"]
+    assert orjson.loads(annotations[VALUES_ANNOTATION]) == {"proxy": {"nativeSidecar": True}}
+
+
+def test_the_hub_in_v1alpha1_carries_its_values_in_the_annotation() -> None:
+    """The hub's apiVersion is v1alpha1's, its spec.values is not: ``convert`` to v1alpha1
+    moves them (the mutating webhook's patch, built from the hub, added /spec/values, a
+    field v1alpha1 does not have)."""
+    hub = to_hub(v2({"values": {"proxy": {"nativeSidecar": True, "logLevel": "info"}}}))
+    down = convert(hub, V1ALPHA1)
+    assert down["spec"] == {"proxy": {"logLevel": "info"}}
+    assert orjson.loads(down["metadata"]["annotations"][VALUES_ANNOTATION]) == {
+        "proxy": {"nativeSidecar": True}
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        ({"apiVersion": f"{GROUP}/v9"}, "apiVersion 'config.linkerd.io/v9' is not a served"),
+        ({"apiVersion": "apps/v1", "kind": "Deployment"}, "apiVersion 'apps/v1' is not a served"),
+        ({"apiVersion": None}, "apiVersion None is not a served"),
+        ({"kind": "Other"}, "kind 'Other' is not LinkerdConfig"),
+        (
+            {"metadata": "x", "spec": {"values": {"proxy": {"nativeSidecar": True}}}},
+            "metadata is not an object",
+        ),
+    ],
+)
+def test_an_object_conversion_cannot_read_as_served_is_a_failure_not_a_success(
+    changes: Json, says: str
+) -> None:
+    """An older webhook (a rollback) handed objects of a newer stored version copied their
+    spec under the new version's name and said Success; a v1alpha2-only value with nowhere
+    to go was dropped."""
+    obj = {**v2({"values": {"proxy": {"logLevel": "info"}}}), **changes}
+    request = ConversionRequest("u-3", f"{GROUP}/{V1ALPHA1}", [v1({}), obj])
+    response = answer_conversion(request, convert_object)["response"]
+    assert response["convertedObjects"] == []
+    assert response["result"]["status"] == "Failure"
+    assert says in response["result"]["message"]

@@ -19,10 +19,12 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from linkerd_config.linkerd.api_conversion import convert
 from linkerd_config.linkerd.defaults import defaulted
 from linkerd_config.linkerd.validation import (
     TRUST_ANCHOR,
     FieldError,
+    Verdicts,
     defaultable,
     render_errors,
     validate,
@@ -903,3 +905,48 @@ def test_v1alpha1s_values_annotation_is_validated_and_named_as_v1alpha1_names_it
     assert len(errors) == len(expected), errors
     for error, (field, message) in zip(errors, expected, strict=True):
         assert error.field == field and message in error.message, error
+
+
+def modern_v1alpha2(annotation: str | None) -> dict[str, Any]:
+    obj = convert(modern_v1alpha1('{"proxy": {"nativeSidecar": false}}'), "v1alpha2")
+    if annotation is not None:
+        obj["metadata"]["annotations"] = {ANNOTATION: annotation}
+    return obj
+
+
+def test_a_v1alpha2_object_given_v1alpha1s_values_annotation_is_refused_when_it_brings_it() -> None:
+    """Nothing reads it on a v1alpha2 object, and through v1alpha1 it would pass for values.
+    Refused on a create and on an update that adds or changes it; an update leaving one
+    already stored (webhooks off) as it was -- a label edit -- is not refused for it."""
+    stray = '{"proxy": {"nativeSidecar": true}}'
+    field = ANNOTATION_FIELD
+    (error,) = validate(modern_v1alpha2(stray))
+    assert error.field == field and "remove it" in error.message
+    (error,) = validate(modern_v1alpha2(stray), modern_v1alpha2(None))
+    assert error.field == field
+    (error,) = validate(modern_v1alpha2(stray), modern_v1alpha2("{}"))
+    assert error.field == field
+    labelled = modern_v1alpha2(stray)
+    labelled["metadata"]["labels"] = {"team": "mesh"}
+    assert validate(labelled, modern_v1alpha2(stray)) == []
+    assert validate(modern_v1alpha2(None)) == []
+    # Already stored (webhooks off): nothing reads it, and it stops no reconcile.
+    assert validate(modern_v1alpha2(stray), stored=True) == []
+    assert Verdicts().validate(modern_v1alpha2(stray)) == []
+
+
+def test_a_no_op_write_through_v1alpha1_stores_no_unvalidated_values() -> None:
+    """A v1alpha2 object stored with the annotation (webhooks off), read and written back
+    unchanged through v1alpha1, as ``kubectl get -o yaml | kubectl replace -f -`` does: the
+    v1alpha1 view shows the values the object has (here none v1alpha1 lacks a field for),
+    not the annotation's, so the write stores no spec.values that validation never saw."""
+    plain = modern_v1alpha1("{}")
+    del plain["metadata"]["annotations"]
+    stored = convert(plain, "v1alpha2")
+    stored["metadata"]["annotations"] = {ANNOTATION: '{"proxy": {"nativeSidecar": true}}'}
+    view = convert(stored, "v1alpha1")
+    assert "annotations" not in view["metadata"]
+    assert validate(view, view) == []
+    written = convert(view, "v1alpha2")
+    assert written["spec"] == stored["spec"]
+    assert "nativeSidecar" not in str(written)

@@ -181,6 +181,21 @@ def test_mutate_patches_the_minimal_sample_and_nothing_else() -> None:
     assert mutate(review(complete, operation="UPDATE")) == AdmissionResponse()
 
 
+def test_mutate_never_adds_spec_values_to_a_v1alpha1_object_with_the_annotation() -> None:
+    """Its patch was built in the hub's form, whose apiVersion is v1alpha1's: every
+    admission of a v1alpha1 object carrying the values annotation added /spec/values, a
+    field v1alpha1 does not have. A complete one is not patched at all."""
+    obj = sample("edge_19.12.3.yaml")
+    obj["spec"] = defaulted(obj["spec"])
+    obj["metadata"].setdefault("annotations", {})[VALUES_ANNOTATION] = (
+        '{"proxy":{"nativeSidecar":true}}'
+    )
+    assert mutate(review(obj)) == AdmissionResponse()
+    del obj["spec"]["proxy"]
+    patch = mutate(review(obj)).patch
+    assert patch and all(not op["path"].startswith("/spec/values") for op in patch)
+
+
 @pytest.mark.parametrize(
     "obj",
     [None, {}, {"spec": None}, {"spec": "x"}, {"spec": {"global": [1]}}, {"spec": {"proxy": 1}}],
