@@ -39,6 +39,7 @@ from linkerd_config.linkerd.formats import (
     InstalledDataError,
     VersionError,
 )
+from linkerd_config.linkerd.formats.field_grammar import DNS_SUBDOMAIN
 from linkerd_config.linkerd.halt_record import Halt
 from linkerd_config.linkerd.linkerdconfig_resource import (
     HASH_ANNOTATION,
@@ -243,8 +244,12 @@ def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
             filled = {**hub, "spec": defaulted(dict(hub["spec"]))}
             mutated = convert(filled, version_of(config))
     errors = validate(mutated, old, others)
-    if not name:  # the API server's own check, which validation leaves to it
+    # The API server's own checks, which validation leaves to it.
+    if not name:
         errors.insert(0, FieldError("metadata.name", "is required"))
+    else:
+        given = metadata.get("name") if isinstance(metadata, dict) else None
+        errors[:0] = [FieldError("metadata.name", m) for _, m in DNS_SUBDOMAIN.problems(given)]
     if defaultable(spec):  # from here on the domain reads the hub (api_conversion)
         config = to_hub(config)
     if not errors:  # (an invalid one may have no metadata to keep it in)
@@ -736,9 +741,14 @@ def _status_of(
     config: Json, view: ClusterView, defaults: RolloutOptions, now: float
 ) -> ConfigStatus:
     name = str(config["metadata"]["name"])
-    stored = config.get("status") or {}
-    conditions = tuple(stored.get("conditions") or ())
-    decided = _desired(config, validate(config), view)
+    # Read leniently, as the rest of status is: the schema types them, but an object stored
+    # by another tool, or before the schema did, may hold anything.
+    stored = config.get("status")
+    if not isinstance(stored, Mapping):
+        stored, config = {}, {**config, "status": {}}
+    listed = stored.get("conditions")
+    conditions = tuple(c for c in listed if isinstance(c, dict)) if isinstance(listed, list) else ()
+    decided = _desired(config, validate(config, stored=True), view)
     if isinstance(decided, Problem):
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided.desired, decided.configmaps

@@ -226,6 +226,25 @@ def test_an_invalid_or_conflicting_linkerdconfig_has_no_plan() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        (123, "must be a string"),
+        ("UPPER", "'UPPER' is not a DNS-1123 subdomain"),
+        ("a/b", "'a/b' is not a DNS-1123 subdomain"),
+        ("a" * 254, "is longer than 253 characters"),
+    ],
+)
+def test_a_name_the_api_server_would_refuse_has_no_plan(name: Any, says: str) -> None:
+    """The API server refuses these names before any webhook is asked; plan said the object
+    would apply and listed its restarts."""
+    config = sample("edge_19.12.3.yaml")
+    config["metadata"]["name"] = name
+    result = plan(config, view(configmap=install_configmap(), deployments=APPS), DEFAULTS)
+    assert result.problem is not None and result.problem.reason == "Invalid"
+    assert result.problem.message.startswith(f"metadata.name: {says}")
+
+
 # -- status ----------------------------------------------------------------------------------
 
 
@@ -251,6 +270,23 @@ def test_status_counts_by_namespace_and_fails_while_stale() -> None:
     fine = {("emojivoto", "web"): (2, NEW)}
     (report,) = status(view(configmap=done, configs=[config], deployments=fine), DEFAULTS)
     assert report.failing == [] and render_status(report).rstrip().endswith("Healthy")
+
+
+@pytest.mark.parametrize(
+    "stored", ["weird", {"conditions": "x"}, {"conditions": [None, "Ready"]}, {"conditions": 7}]
+)
+def test_status_reads_a_status_the_schema_would_refuse_as_none_without_a_traceback(
+    stored: Any,
+) -> None:
+    """An object stored before the schema typed its status (or by another tool) crashed
+    ``status`` on its first condition; it reads as having none."""
+    config = sample("edge_19.12.3.yaml")
+    config["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    done = applied(config, install_configmap())
+    config["status"] = stored
+    (report,) = status(view(configmap=done, configs=[config], deployments=APPS), DEFAULTS)
+    assert "no Ready condition yet: has the controller seen it?" in report.failing
+    assert "Not healthy" in render_status(report)
 
 
 def test_status_says_when_the_configmap_is_not_what_the_linkerdconfig_says() -> None:

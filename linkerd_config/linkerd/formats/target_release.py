@@ -67,10 +67,21 @@ __all__ = [
 GLOBAL_VERSION: Final = "spec.global.version"
 PROXY_VERSION: Final = "spec.proxy.proxyVersion"
 STANDS_IN: Final = "(the Linkerd version when spec.global.version is not set)"
-_NOTHING_DECLARED: Final = (
-    "is not set, and ConfigMap {where} declares no version (no values key, nor a global with "
-    "one): state it, or restore the ConfigMap (linkerd upgrade)"
-)
+
+
+def _nothing_declared(installed: Installed) -> str:
+    """Why no version is declared, as the ConfigMap shows it: its values key, or its global,
+    may be there without one (a values text holding ``linkerdVersion: 26``, say)."""
+    if VALUES_KEY in installed.data:
+        why = f"its {VALUES_KEY} key has no linkerdVersion that is a string"
+    elif "global" in installed.data:
+        why = "its global key has no version"
+    else:
+        why = f"no {VALUES_KEY} key, nor a global with one"
+    return (
+        f"is not set, and ConfigMap {installed.where} declares no version ({why}): state it, "
+        "or restore the ConfigMap (linkerd upgrade)"
+    )
 
 
 def format_for(version: str | LinkerdVersion) -> ConfigFormat:
@@ -195,7 +206,7 @@ def release_for(spec: Mapping[str, Any], installed: Installed) -> TargetRelease:
     declared = cluster_version(installed) if installed.data else None
     if stated is None:
         if declared is None:
-            raise FormatError([(GLOBAL_VERSION, _NOTHING_DECLARED.format(where=installed.where))])
+            raise FormatError([(GLOBAL_VERSION, _nothing_declared(installed))])
         try:
             fmt = format_for(declared.version)
         except FormatError as error:
