@@ -46,10 +46,19 @@ class Writer:
         found = await self.client.request("GET", resource.path(namespace))
         return list(found.get("items") or [])
 
-    async def apply(self, resource: ApiResource, obj: Json) -> Json:
+    async def apply(
+        self, resource: ApiResource, obj: Json, *, resource_version: str | None = None
+    ) -> Json:
         """Server-side apply of ``obj`` (named by its metadata), taking over conflicting
-        fields: we are the source of truth for the fields we send, and only for those."""
+        fields: we are the source of truth for the fields we send, and only for those.
+
+        ``resource_version``: a precondition, for a body derived from a cached read (a key
+        whose text is ours and someone else's at once, such as Helm's ``values``): ApiError
+        with ``conflict`` (409) when the object changed since, so a change the cache has not
+        shown yet is never written over."""
         meta = obj["metadata"]
+        if resource_version is not None:
+            obj = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
         with self._own.writing(resource, meta.get("namespace"), meta["name"]) as wrote:
             return wrote(
                 await self.client.request(
@@ -81,13 +90,21 @@ class Writer:
         namespace: str | None,
         name: str,
         patch: Json,
+        *,
+        field_manager: str | None = None,
     ) -> Json:
         """A JSON merge patch; a ``metadata.resourceVersion`` in it is a precondition (a
-        conflict if the object changed since)."""
+        conflict if the object changed since). ``field_manager``: whose the fields it sets
+        are (by default the API server names one from the user agent)."""
+        params = None if field_manager is None else {"fieldManager": field_manager}
         with self._own.writing(resource, namespace, name) as wrote:
             return wrote(
                 await self.client.request(
-                    "PATCH", resource.path(namespace, name), body=patch, content_type=MERGE_PATCH
+                    "PATCH",
+                    resource.path(namespace, name),
+                    params=params,
+                    body=patch,
+                    content_type=MERGE_PATCH,
                 )
             )
 

@@ -98,20 +98,52 @@ class ConfigMapWrites:
         """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours.
         A deleted one is first restored whole from its copy, as the target is."""
         owner = config["metadata"]["name"]
-        restored_fields = await self.restore(desired, owner, name) if current is None else []
+        version = _version(current)
+        if current is None:
+            restored_fields = await self.restore(desired, owner, name)
+        else:
+            restored_fields, version = await self.restore_keys(desired, name, current)
         if desired.companions.get(name):
-            await self.writer.apply(CONFIGMAPS, companion_body(desired, name, owner))
+            await self.writer.apply(
+                CONFIGMAPS, companion_body(desired, name, owner), resource_version=version
+            )
         target = f"{desired.target.namespace}/{name}"
         keys = ", ".join(sorted(desired.companions.get(name, {})))
-        reason, message = (
-            ("ConfigMapCreated", f"created ConfigMap {target}")
-            if current is None
-            else ("ConfigMapUpdated", f"wrote {keys} of ConfigMap {target}")
-        )
+        if current is None:
+            reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
+        elif keys:
+            reason, message = "ConfigMapUpdated", f"wrote {keys} of ConfigMap {target}"
+        else:
+            reason, message = "ConfigMapUpdated", f"put back what ConfigMap {target} lost"
         if restored_fields:
             message += f", restoring what it held besides ours ({', '.join(restored_fields)})"
         log.info("configmap written", linkerdconfig=owner, configmap=target, reason=reason)
         self.recorder.record(config, "Normal", reason, message)
+
+    async def restore_keys(
+        self, desired: Desired, name: str, current: Json
+    ) -> tuple[list[str], str | None]:
+        """Put back, from its copy, the keys dependency ``name`` cannot do without and someone
+        deleted (those we do not write ourselves), under the restore's field manager and on
+        the cached version (not over a change since); the names of those put back, and the
+        version the ConfigMap is at now."""
+        data = current.get("data") or {}
+        ours = desired.companions.get(name, {})
+        needed = [k for k in sorted(desired.depends_on.get(name, ())) if k not in data]
+        part = from_preserved(
+            self.configmaps.get(f"{desired.target.namespace}/{preserved_name(name)}")
+        )
+        keys = {k: part.data[k] for k in needed if k not in ours and part and k in part.data}
+        version = _version(current)
+        if not keys:
+            return [], version
+        patch: Json = {"data": keys}
+        if version is not None:
+            patch["metadata"] = {"resourceVersion": version}
+        patched = await self.writer.merge_patch(
+            CONFIGMAPS, desired.target.namespace, name, patch, field_manager=RESTORE_FIELD_MANAGER
+        )
+        return sorted(keys), _version(patched)
 
     async def restore(self, desired: Desired, owner_name: str, name: str = "") -> list[str]:
         """Recreate a deleted ConfigMap (the target, or ``name``) whole, under a field manager
@@ -145,7 +177,10 @@ class ConfigMapWrites:
         target = desired.target
         owner_name = config["metadata"]["name"]
         restored_fields = await self.restore(desired, owner_name) if current is None else []
-        await self.writer.apply(CONFIGMAPS, apply_body(desired, config["metadata"]["name"]))
+        # On the cached object it was rendered onto: values is Helm's text and ours at once.
+        await self.writer.apply(
+            CONFIGMAPS, apply_body(desired, owner_name), resource_version=_version(current)
+        )
         self.metrics.reverts.labels(owner_name)  # from the first write: a later revert counts
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"
@@ -171,3 +206,10 @@ class ConfigMapWrites:
             hash=desired.config_hash,
         )
         self.recorder.record(config, "Normal", reason, message)
+
+
+def _version(cached: Json | None) -> str | None:
+    """The resourceVersion of a cached ConfigMap, a write's precondition (None: it was not
+    there, and was created or restored just now)."""
+    version = ((cached or {}).get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None

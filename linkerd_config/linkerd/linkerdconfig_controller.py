@@ -40,6 +40,7 @@ from linkerd_config.linkerd.reconcile import (
     drifted,
     held_config_hash,
     in_namespace,
+    missing,
     now_rfc3339,
     restored_config,
     unrestorable,
@@ -185,8 +186,11 @@ class LinkerdConfigController:
             return Result(requeue=True)
         held_before = held_config_hash(configmaps.get(target.name))
         try:
+            # A dependency that lost a key it cannot do without is not copied: its copy is
+            # what puts the key back.
+            gone = missing(configmaps, desired)
             for name in (target.name, *sorted(desired.depends_on)):
-                if name in configmaps:
+                if name in configmaps and name not in gone:
                     await self.writes.preserve(config, name, configmaps[name], desired)
             stale = drifted(configmaps, desired)
             if target.name in stale:
@@ -196,6 +200,13 @@ class LinkerdConfigController:
                 if name != target.name and name not in lost:
                     await self.writes.write_companion(config, configmaps.get(name), desired, name)
         except ApiError as exc:
+            if exc.conflict:
+                # A precondition (or a restore racing another's create): the ConfigMap moved
+                # on since the cache showed it. Its watch event wakes the next reconcile,
+                # which renders onto what is there now; nothing was written over.
+                log.info("configmap changed since cached; reconciling again",
+                         linkerdconfig=key, path=exc.path)  # fmt: skip
+                return Result(requeue=True)
             return await self.outcomes.write_failed(config, conditions, generation, desired, exc)
         if lost:
             return await self.outcomes.dependency_lost(

@@ -84,9 +84,10 @@ class Desired:
     """Keys we rewrite in place (``values``): kept whole in the preserved copy as well."""
     linkerd_version: str = ""
     config_format: str = ""
-    depends_on: frozenset[str] = frozenset()
+    depends_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Other ConfigMaps in the target's namespace the installation cannot do without (the
-    trust roots): copied while they exist, restored whole from the copy when deleted."""
+    trust roots), with the keys it cannot do without: copied while they hold them, restored
+    whole from the copy when deleted, a key put back from it when deleted."""
 
     def ours_in(self, name: str) -> dict[str, str]:
         """The keys we write in ConfigMap ``name`` of the target's namespace."""
@@ -244,19 +245,32 @@ def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
 
 
 def missing(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
-    """The ConfigMaps the installation depends on that are not in the cluster."""
-    return sorted(name for name in desired.depends_on if name not in configmaps)
+    """The ConfigMaps the installation depends on that are not in the cluster, or lack a
+    key it cannot do without (``missing_keys``)."""
+    return sorted(name for name in desired.depends_on if missing_keys(configmaps, desired, name))
+
+
+def missing_keys(configmaps: Mapping[str, Json], desired: Desired, name: str) -> list[str]:
+    """The keys the installation cannot do without that dependency ``name`` lacks (all of
+    them when it is not in the cluster)."""
+    needed = sorted(desired.depends_on.get(name, ()))
+    if name not in configmaps:
+        return needed
+    data = configmaps[name].get("data") or {}
+    return [key for key in needed if key not in data]
 
 
 def unrestorable(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
-    """Missing ConfigMaps we can neither restore (no copy of them was kept) nor write
-    (the spec puts nothing in them)."""
-    return [
-        name
-        for name in missing(configmaps, desired)
-        if from_preserved(configmaps.get(preserved_name(name))) is None
-        and not desired.companions.get(name)
-    ]
+    """Missing ConfigMaps (or keys) we can neither restore (no copy of them was kept) nor
+    write (the spec puts nothing there)."""
+    lost = []
+    for name in missing(configmaps, desired):
+        copy_ = from_preserved(configmaps.get(preserved_name(name)))
+        ours = desired.companions.get(name, {})
+        needed = missing_keys(configmaps, desired, name)
+        if any(k not in ours and (copy_ is None or k not in copy_.data) for k in needed):
+            lost.append(name)
+    return lost
 
 
 def _configmap(

@@ -17,6 +17,10 @@ controller runs with its webhooks off and on:
   names the key, and Ready stays (or comes back) True. Before the fix the values format went
   ``Ready=False`` asking the v1alpha1 object for ``spec.values.linkerdVersion``, and nothing
   was restored.
+* **The trust bundle.** In the values format, ``ca-bundle.crt`` deleted from
+  ``linkerd-identity-trust-roots`` (the spec states no anchor: the key is not ours) is put
+  back from its copy, and the copy keeps it. Before, the copy was overwritten with the
+  key's absence -- the bundle's only copy lost -- and Ready stayed True.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS
 from linkerd_config.linkerd.api_conversion import V1ALPHA2, convert, served_field
+from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.formats.target_release import GLOBAL_VERSION
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as STORED
 from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
+from linkerd_config.linkerd.reconcile import preserved_name
 from linkerd_config.linkerd.validation import TRUST_ANCHOR
 from tests.support import formats, scenario, webhooks_on
 from tests.support.formats import Format
@@ -185,3 +191,29 @@ async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
             lambda: ready_is(kube, "managed", "True", "Ready"), timeout=60, what="Ready after"
         )
         assert not [m for m in said if "spec.values.linkerdVersion" in m], said
+
+        # -- the trust bundle's key deleted from the trust roots -----------------------------
+        if fmt is formats.LEGACY:
+            return  # no trust-roots ConfigMap: the legacy format's anchor is in global
+        roots_path = CONFIGMAPS.path("linkerd", TRUST_ROOTS_CONFIGMAP)
+        copy_path = CONFIGMAPS.path("linkerd", preserved_name(TRUST_ROOTS_CONFIGMAP))
+        trusted = (await kube.request("GET", roots_path))["data"][TRUST_ROOTS_KEY]
+        await kube.request(
+            "PATCH",
+            roots_path,
+            body={"data": {TRUST_ROOTS_KEY: None}},
+            content_type=MERGE_PATCH,
+            fenced=False,
+        )
+
+        async def bundle_back() -> bool:
+            data = (await kube.request("GET", roots_path)).get("data") or {}
+            return data.get(TRUST_ROOTS_KEY) == trusted
+
+        await eventually(bundle_back, timeout=30, interval=0.2, what="the trust bundle put back")
+        assert (await kube.request("GET", copy_path))["data"][TRUST_ROOTS_KEY] == trusted
+        put_back = await events_of(kube, "managed", "ConfigMapUpdated")
+        assert any(TRUST_ROOTS_KEY in m for m in put_back), put_back
+        await eventually(
+            lambda: ready_is(kube, "managed", "True", "Ready"), timeout=60, what="Ready after"
+        )

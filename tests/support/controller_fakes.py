@@ -22,13 +22,18 @@ class FakeWriter:
         self.refuse_create: ApiError | None = None
         self.refuse_status: ApiError | None = None
         self.preconditions: list[str | None] = []
+        self.apply_preconditions: list[str | None] = []
+        """Each apply's ``resource_version``, in the order of ``applied``."""
         self.calls: list[str] = []
         """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
 
-    async def apply(self, _resource: Any, obj: Json) -> Json:
+    async def apply(
+        self, _resource: Any, obj: Json, *, resource_version: str | None = None
+    ) -> Json:
         if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
             raise self.refuse
         self.applied.append(obj)
+        self.apply_preconditions.append(resource_version)
         self.calls.append(f"apply:{obj['metadata']['name']}")
         return obj
 
@@ -38,7 +43,9 @@ class FakeWriter:
         self.created.append(obj)
         return obj
 
-    async def merge_patch(self, _resource: Any, _ns: Any, name: str, patch: Json) -> Json:
+    async def merge_patch(
+        self, _resource: Any, _ns: Any, name: str, patch: Json, *, field_manager: str | None = None
+    ) -> Json:
         self.patched.append((name, patch))
         return patch
 

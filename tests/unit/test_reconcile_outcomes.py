@@ -99,7 +99,7 @@ async def test_drift_is_applied_and_the_rest_preserved_then_nothing_more() -> No
 @pytest.mark.parametrize(
     ("code", "ready", "kstatus_condition"),
     [(422, "False", "Stalled"), (403, "False", "Stalled"), (500, "Unknown", "Reconciling"),
-     (409, "Unknown", "Reconciling"), (429, "Unknown", "Reconciling")],
+     (429, "Unknown", "Reconciling")],
 )  # fmt: skip
 async def test_a_refused_write_is_reported_and_retried_with_backoff(
     code: int, ready: str, kstatus_condition: str
@@ -114,6 +114,41 @@ async def test_a_refused_write_is_reported_and_retried_with_backoff(
     assert conditions(status)[kstatus_condition] == ("True", "WriteFailed")
     assert conditions(status)["ConfigMapSynced"] == ("False", "WriteFailed")
     assert ("Warning", "ConfigMapWriteFailed") in recorder.events
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_is_quiet(
+    fmt: str,
+) -> None:
+    """The managed key is rendered onto the cached ConfigMap (in the values format, Helm's
+    text and ours at once), so its apply carries the cached resourceVersion: a change the
+    cache has not shown yet (a ``helm upgrade`` racing the write) is refused by the API
+    server (409) rather than written over. That is no failure to report: nothing Warning,
+    no status; the change's own watch event brings the next reconcile."""
+    if fmt == "legacy":
+        cached, name, other = install_configmap(), "edge-19.12.3", None
+        ctl, writer, recorder = controller(config(), configmap=cached)
+    else:
+        cached, other = modern_install()
+        name = "modern"
+        ctl, writer, recorder = controller(small(), configmap=cached)
+    cached["metadata"]["resourceVersion"] = "41"
+    ctl.configmaps.store.put(cached)
+    if other is not None:
+        ctl.configmaps.store.put(other)
+    writer.refuse = ApiError(409, "PATCH", "/x", {"reason": "Conflict", "message": "the "
+                             "object has been modified"}, None)  # fmt: skip
+    assert await ctl.reconcile(name) == Result(requeue=True)
+    assert not any("conditions" in status for status in writer.statuses)  # adoption's only
+    assert not any(t == "Warning" for t, _ in recorder.events)
+    writer.refuse = None
+    await ctl.reconcile(name)
+    target = [
+        version
+        for obj, version in zip(writer.applied, writer.apply_preconditions, strict=True)
+        if obj["metadata"]["name"] == "linkerd-config"
+    ]
+    assert target == ["41"]
 
 
 async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() -> None:
@@ -294,6 +329,39 @@ async def test_deleted_trust_roots_come_back_whole_from_their_copy() -> None:
     assert created["metadata"]["annotations"] == roots["metadata"]["annotations"]
     assert recorder.events[-1] == ("Normal", "ConfigMapCreated")
     assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")
+
+
+@pytest.mark.parametrize("copied", [True, False])
+async def test_a_trust_bundle_key_deleted_comes_back_from_the_copy_which_is_kept(
+    copied: bool,
+) -> None:
+    """Only ``ca-bundle.crt`` deleted from the trust roots (the spec states no anchor): the
+    copy was overwritten with its absence, the only copy of the bundle lost, and Ready stayed
+    True. The copy now puts the key back (the restore's field manager, on the cached
+    version) and is left as it was; with no copy, the loss is said as a deleted ConfigMap's
+    is (ConfigMapMissing) and nothing is written."""
+    ctl, writer, recorder, config_cm = await reconciled_modern()
+    preserved, roots_copy, ours = writer.applied
+    _, roots = modern_install()
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(preserved)
+    if copied:
+        ctl.configmaps.store.put(roots_copy)
+    keyless = {**roots, "data": {}, "metadata": {**roots["metadata"], "resourceVersion": "7"}}
+    ctl.configmaps.store.put(keyless)
+    writer.applied.clear()
+    await ctl.reconcile("modern")
+    assert [a["metadata"]["name"] for a in writer.applied] == []  # neither copy nor roots
+    status = writer.statuses[-1]
+    if not copied:
+        assert writer.patched == []
+        assert conditions(status)["Ready"] == ("False", "ConfigMapMissing")
+        return
+    ((name, patch),) = writer.patched
+    assert name == "linkerd-identity-trust-roots"
+    assert patch == {"data": roots["data"], "metadata": {"resourceVersion": "7"}}
+    assert recorder.events[-1] == ("Normal", "ConfigMapUpdated")
+    assert "ca-bundle.crt" in recorder.messages[-1]
 
 
 async def test_deleted_trust_roots_stated_by_the_spec_come_back_with_the_install_metadata() -> None:

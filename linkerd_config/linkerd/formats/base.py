@@ -110,10 +110,11 @@ class Rendering:
     """``Spec`` when the spec states the anchors, ``Cluster`` when the cluster's are kept."""
     companions: dict[str, dict[str, str]] = field(default_factory=dict)
     """Other ConfigMaps in Linkerd's namespace, by name: the keys to write there."""
-    depends_on: frozenset[str] = frozenset()
+    depends_on: Mapping[str, frozenset[str]] = field(default_factory=dict)
     """Other ConfigMaps in Linkerd's namespace without which this release's injector cannot
-    inject (the trust roots), whether or not the spec writes into them: kept (a copy of each)
-    and restored whole when deleted."""
+    inject (the trust roots), by name, with the keys it cannot do without, whether or not the
+    spec writes into them: kept (a copy of each), restored whole when deleted, and a key
+    deleted put back."""
 
 
 SNAPSHOT_FIELD = "status.lastCompleted.installed"

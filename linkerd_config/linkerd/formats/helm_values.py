@@ -269,9 +269,9 @@ class HelmValuesFormat:
             companions=companions,
             proxy=self._desired_proxy(updated, bundle),
             trust_anchor_source="Spec" if bundle_written is not None else "Cluster",
-            depends_on=frozenset({TRUST_ROOTS_CONFIGMAP})
+            depends_on={TRUST_ROOTS_CONFIGMAP: frozenset({TRUST_ROOTS_KEY})}
             if self.trust_roots_configmap
-            else frozenset(),
+            else {},
         )
 
     def _desired_proxy(self, values: Mapping[str, Any], bundle: str | None) -> DesiredProxy:

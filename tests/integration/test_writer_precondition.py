@@ -1,0 +1,52 @@
+"""``Writer.apply`` with a ``resource_version`` is conditional on the real API server: a body
+rendered from a cached read is refused (409) once someone else has changed the object, so a
+change the cache has not shown yet is never written over; on the current version it lands."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.resource import CONFIGMAPS
+from linkerd_config.kube.writer import Writer
+
+
+def body(name: str, value: str) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "default"},
+        "data": {"ours": value},
+    }
+
+
+async def test_an_apply_on_a_stale_version_is_refused_and_on_the_current_one_lands(
+    kube: KubeClient,
+) -> None:
+    writer = Writer(kube, "precondition-test")
+    name = f"precondition-{uuid.uuid4().hex[:8]}"
+    cached = await writer.apply(CONFIGMAPS, body(name, "1"))
+    try:
+        theirs = await kube.request(
+            "PATCH",
+            CONFIGMAPS.path("default", name),
+            body={"data": {"theirs": "helm"}},
+            content_type=MERGE_PATCH,
+            fenced=False,
+        )
+        with pytest.raises(ApiError) as refused:
+            await writer.apply(
+                CONFIGMAPS, body(name, "2"), resource_version=cached["metadata"]["resourceVersion"]
+            )
+        assert refused.value.conflict, refused.value
+        now = await kube.request("GET", CONFIGMAPS.path("default", name))
+        assert now["data"] == {"ours": "1", "theirs": "helm"}
+        landed = await writer.apply(
+            CONFIGMAPS, body(name, "2"), resource_version=theirs["metadata"]["resourceVersion"]
+        )
+        assert landed["data"] == {"ours": "2", "theirs": "helm"}
+        assert "resourceVersion" not in str(landed["metadata"].get("managedFields"))
+    finally:
+        await kube.request("DELETE", CONFIGMAPS.path("default", name), fenced=False)
