@@ -1,7 +1,7 @@
 """The LinkerdConfig controller's whole reconcile over the simulated cluster of the rollout's
 property tests (``rollout_sim``), on Linkerd edge-26.8.3's own install (the values format,
 whose pods carry the trust-root hash the trust-anchor guard reads): the controller's decision
-(``_to_write``, the guard, what it writes) and its rollout executor, together.
+(a rollback's ``_going_back``, the guard, what it writes) and its rollout executor, together.
 
 A trust-anchor rotation half done: the trust roots hold the install's anchor X and a second
 one B (``BOTH``), and so do the opted-in workloads; a meshed bystander still runs X alone. The
@@ -25,6 +25,7 @@ from typing import Any
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd import trust_anchor_guard as guard
+from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
 from linkerd_config.linkerd.reconcile import Desired, current_data, desired_config, target_of
 from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
@@ -135,7 +136,23 @@ class GuardedWorld:
         cm = self.ctl.configmaps.store.get("linkerd/linkerd-config")
         return str(cm["metadata"]["annotations"][HASH_ANNOTATION])
 
-    def a_pass_later(self, seconds: float = 5.0) -> Any:
+    def view(self) -> ClusterView:
+        """The caches as ``plan`` and ``status`` read them, the LinkerdConfig as stored."""
+        return ClusterView(
+            configs=[copy.deepcopy(self.config)],
+            configmaps={
+                f"{cm['metadata']['namespace']}/{cm['metadata']['name']}": cm
+                for cm in self.ctl.configmaps.store.list()
+            },
+            pods=self.sim.pods.list(),
+            namespaces={n["metadata"]["name"]: n for n in self.sim.namespaces.list()},
+            replicasets=self.sim.replicasets.snapshot(),
+            workloads={"Deployment": self.sim.deployments.snapshot()},
+            config_namespace="linkerd",
+            meshed=self.ctl.meshed_pods.store.list(),
+        )
+
+    def a_pass_later(self, seconds: float = 5.0) -> Json:
         """Kubernetes acts on what we did, the caches catch up, the controller reconciles."""
         self.clock.now += seconds
         self.sim.controllers_act()
