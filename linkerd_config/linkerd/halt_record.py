@@ -1,10 +1,13 @@
 """The rollout's record in a LinkerdConfig's status (``status.rolloutHalt``): one typed value,
 read by ``Halt.parse`` and written by ``Halt.to_json``, nowhere else.
 
-A halt is kept for its configuration, generation and resume annotation; a rollback is a halt
-with a ``rollback`` section (the configuration it returns to, its phase, the workloads it
-brings back), so any leader continues from the record alone. A record only moves forward:
-halted, then rolling back, then rolled back (``rank``).
+A halt is kept for its attempt: the configuration the spec asks for, the generation and the
+resume annotation. The configuration rolled out when it failed is that one, or, while the
+trust-anchor guard holds a removal, the bundle held on to (``rolled_hash``): the halt is the
+attempt's either way, so it outlives the hold. A rollback is a halt with a ``rollback``
+section (the configuration it returns to, its phase, the workloads it brings back), so any
+leader continues from the record alone. A record only moves forward: halted, then rolling
+back, then rolled back (``rank``).
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ class Rollback:
 
 @dataclass(frozen=True)
 class Halt:
-    """A halt of one attempt: what failed and why, for this configuration, generation and
-    resume token; with ``rollback``, a rollback."""
+    """A halt of one attempt: what failed and why, for this configuration (the one the spec
+    asks for), generation and resume token; with ``rollback``, a rollback."""
 
     config_hash: str
     generation: int
@@ -53,6 +56,14 @@ class Halt:
     at: str
     """When it halted (RFC 3339), so when a rollback began."""
     rollback: Rollback | None = None
+    rolled_hash: str = ""
+    """The configuration whose rollout failed (what the restarted workloads record) when it
+    is not ``config_hash``: the bundle the trust-anchor guard held on to. Empty: the same."""
+
+    @property
+    def rolled(self) -> str:
+        """The configuration whose rollout failed: a rollback brings its workloads back."""
+        return self.rolled_hash or self.config_hash
 
     @classmethod
     def parse(cls, value: object) -> Halt | None:
@@ -71,19 +82,23 @@ class Halt:
                 _strings(section.get("workloads")),
             )
         config_hash = value.get("configHash")
+        config_hash = config_hash if isinstance(config_hash, str) else ""
+        rolled = value.get("rolledHash")  # absent from a record of an earlier release
         return cls(
-            config_hash if isinstance(config_hash, str) else "",
+            config_hash,
             _int(value.get("generation")),
             str(value.get("resumeToken") or ""),
             _strings(value.get("failed")),
             str(value.get("at") or ""),
             back,
+            rolled if isinstance(rolled, str) and rolled != config_hash else "",
         )
 
     def to_json(self) -> Json:
         """The record as status keeps it (the CRD's ``rolloutHalt`` schema)."""
         found: Json = {
             "configHash": self.config_hash,
+            "rolledHash": self.rolled,
             "generation": self.generation,
             "resumeToken": self.resume_token,
             "failed": list(self.failed),

@@ -156,8 +156,12 @@ class LinkerdConfigController:
         if isinstance(decided, reconcile_decision.Refused):
             return await self.outcomes.refused(config, conditions, generation, decided)
         target, configmaps, current = decided.target, decided.configmaps, decided.current
+        # The rollout's attempt is what the spec asks for (its halt, or rollback, is kept
+        # under it), whatever is written and rolled out meanwhile: the configuration a
+        # rollback in force returns to, or the bundle the trust-anchor guard holds on to.
         asked = decided.desired
-        desired = await self._to_write(config, asked, current)
+        back = await self._going_back(config, asked, current)
+        desired = asked if back is None else back
 
         # The trust-anchor guard: a removal some meshed pod still needs is not written; the
         # bundle that keeps both anchors is written and rolled out instead, so the pods that
@@ -165,8 +169,8 @@ class LinkerdConfigController:
         guard = await self.outcomes.trust_anchor_guard(config, desired, current)
         if isinstance(guard, Result):
             return guard
-        held, rolled = None, config
-        if guard.holding is not None and desired.config_hash == asked.config_hash:
+        held, rolled, rolling = None, config, asked
+        if guard.holding is not None and back is None:
             rolled = holding_config(config, guard.holding)
             try:
                 holding = await asyncio.to_thread(desired_config, rolled, current)
@@ -178,7 +182,7 @@ class LinkerdConfigController:
                 )
                 why = f"the bundle held on to does not render ({exc})"
                 return await self.outcomes.held_without_bundle(config, guard, why)
-            held, asked, desired = guard, holding, holding
+            held, rolling, desired = guard, holding, holding
         elif guard.held:
             why = "" if guard.holding is None else "a rollback is in force"
             return await self.outcomes.held_without_bundle(config, guard, why)
@@ -186,19 +190,7 @@ class LinkerdConfigController:
             return Result(requeue=True)
         held_before = held_config_hash(configmaps.get(target.name))
         try:
-            # A dependency that lost a key it cannot do without is not copied: its copy is
-            # what puts the key back.
-            gone = missing(configmaps, desired)
-            for name in (target.name, *sorted(desired.depends_on)):
-                if name in configmaps and name not in gone:
-                    await self.writes.preserve(config, name, configmaps[name], desired)
-            stale = drifted(configmaps, desired)
-            if target.name in stale:
-                await self.writes.write(config, configmaps.get(target.name), desired)
-            lost = unrestorable(configmaps, desired)
-            for name in stale:
-                if name != target.name and name not in lost:
-                    await self.writes.write_companion(config, configmaps.get(name), desired, name)
+            lost = await self._write(config, configmaps, desired)
         except ApiError as exc:
             if exc.conflict:
                 # A precondition (or a restore racing another's create): the ConfigMap moved
@@ -219,10 +211,32 @@ class LinkerdConfigController:
         anchors = None
         if held is not None:
             anchors = machine.AnchorHold(held.decision.message(), desired.config_hash)
-        outcome = await self.rollout.roll(rolled, asked, desired, anchors)
+        outcome = await self.rollout.roll(rolled, rolling, back, anchors, asked=asked.config_hash)
         return await self.outcomes.applied(
             config, conditions, generation, desired, outcome, self.options.restart_interval, held
         )
+
+    async def _write(
+        self, config: Json, configmaps: dict[str, Json], desired: Desired
+    ) -> list[str]:
+        """The copies kept, then whatever drifted written: the target and its companions (a
+        deleted one restored from its copy). The dependencies that can be neither restored
+        nor written (``unrestorable``), nothing of theirs written."""
+        target = desired.target.name
+        # A dependency that lost a key it cannot do without is not copied: its copy is what
+        # puts the key back.
+        gone = missing(configmaps, desired)
+        for name in (target, *sorted(desired.depends_on)):
+            if name in configmaps and name not in gone:
+                await self.writes.preserve(config, name, configmaps[name], desired)
+        stale = drifted(configmaps, desired)
+        if target in stale:
+            await self.writes.write(config, configmaps.get(target), desired)
+        lost = unrestorable(configmaps, desired)
+        for name in stale:
+            if name != target and name not in lost:
+                await self.writes.write_companion(config, configmaps.get(name), desired, name)
+        return lost
 
     async def _adopt(
         self,
@@ -278,15 +292,16 @@ class LinkerdConfigController:
         self.recorder.record(config, "Normal", "Adopted", message)
         return True
 
-    async def _to_write(
+    async def _going_back(
         self, config: Json, asked: Desired, current: dict[str, dict[str, str]]
-    ) -> Desired:
-        """What the ConfigMap must hold: what the spec asks for (``asked``), except while a
-        failed rollout is rolled back: then the last completed configuration (the spec stays
-        as the user wrote it; a new generation or a resume is a new attempt)."""
+    ) -> Desired | None:
+        """What the ConfigMap must hold instead of what the spec asks for (``asked``) while a
+        failed rollout of it is rolled back: the last completed configuration (the spec stays
+        as the user wrote it; a new generation or a resume is a new attempt). None when no
+        rollback is in force, or it cannot go back (then the spec's is written, halted)."""
         halt = self.rollout.halt_state(config, asked.config_hash)
         if rollback.rollback_of(halt.halted) is None:
-            return asked  # nothing to render, and no thread's round trip for it
+            return None  # nothing to render, and no thread's round trip for it
         try:
             going_back = await asyncio.to_thread(rollback.going_back, config, halt.halted, current)
         except (FormatError, VersionError) as exc:
@@ -298,8 +313,8 @@ class LinkerdConfigController:
                 linkerdconfig=config["metadata"]["name"],
                 problem=str(exc),
             )
-            return asked
-        return asked if going_back is None else going_back
+            return None
+        return going_back
 
 
 INLINE_DECIDE_BYTES = 4096

@@ -244,7 +244,14 @@ def status_schema() -> dict[str, Any]:
                 "its deadline. Held until the spec changes (a new generation) or the "
                 "annotation config.linkerd.io/resume-rollout does.",
                 {
-                    "configHash": _str("The configuration whose rollout halted."),
+                    "configHash": _str(
+                        "The configuration the spec asks for, whose rollout halted."
+                    ),
+                    "rolledHash": _str(
+                        "The configuration rolled out when it halted: configHash, or the "
+                        "trust bundle a held anchor removal held on to instead (the halt is "
+                        "configHash's all the same)."
+                    ),
                     "generation": {"type": "integer", "format": "int64", "minimum": 0},
                     "resumeToken": _str(
                         "The resume annotation's value when it halted.", maxLength=1024

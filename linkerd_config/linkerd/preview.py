@@ -299,7 +299,9 @@ def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
         {k: annotations[k] for k in ours if k in annotations}, ours, "metadata.annotations"
     )
     policy = RolloutPolicy.of(config, defaults)
-    restarts, kept_lines, first = _rollout(view, rolled, policy, config, old, hold)
+    restarts, kept_lines, first = _rollout(
+        view, rolled, policy, config, old, hold, desired.config_hash
+    )
     return Plan(
         name,
         warnings=tuple(warnings_for(mutated)),  # as the webhook warns: in the file's names
@@ -446,15 +448,18 @@ def _rollout(
     config: Json,
     stored: Json | None = None,
     anchors: machine.AnchorHold | None = None,
+    asked: str = "",
 ) -> tuple[tuple[WorkloadLine, ...], tuple[WorkloadLine, ...], Json]:
     """The workloads restarted, pass by pass, as the controller's step decides them
     (``rollout_machine.passes``: the canary's first, in passes of their own); the opted-in
-    others; and the canary (``Plan.canary``)."""
+    others; and the canary (``Plan.canary``). ``asked``: the configuration the spec asks
+    for, when ``desired`` is the bundle the trust-anchor guard holds on to instead (what
+    a resume forgave is kept under it)."""
     observed, todo, skipped = _observation(view, desired, config, stored, time.time())
-    observed = replace(observed, anchors=anchors)
+    observed = replace(observed, anchors=anchors, asked_hash=asked)
     planned = observed.plan
-    said = _canary_first(view, desired.config_hash, policy.canary, stored, todo)
-    forgiven = workload_health.halt_state(stored or {}, desired.config_hash).forgiven
+    forgiven = workload_health.halt_state(stored or {}, observed.attempt).forgiven
+    said = _canary_first(view, desired.config_hash, policy.canary, stored, todo, forgiven)
     # Listed whether paused or not (``Plan.paused`` says it is held); with a canary that
     # matches nothing, as they would go once one does (``Plan.canary_unmatched``).
     record, unheld = workload_health.HaltState(None, forgiven, {}), replace(policy, paused=False)
@@ -510,16 +515,16 @@ def _canary_first(
     first: canary.CanarySpec | None,
     stored: Json | None,
     todo: list[Workload],
+    forgiven: frozenset[str],
 ) -> Json:
     """What ``Plan.canary`` says: the canary as the controller chooses it (``canary.choose``)
     from what it would restart, the stored object's record (the canary so far, whether it
-    passed) and the workloads' records."""
+    passed), the workloads' records and those a resume forgave."""
     record = None if stored is None else canary.stored(stored, config_hash)
     said = canary.summary(first, record)
     if first is None or canary.passed(record):
         return said
     restarted = [str(w) for w in _restarted_for(view, config_hash)]
-    forgiven = workload_health.halt_state(stored or {}, config_hash).forgiven
     labels = _labels(view)
     names, ahead = canary.choose(
         first, canary.canaries_so_far(record, restarted), forgiven, todo, labels, restarted
@@ -589,16 +594,21 @@ def next_pass(
 
 
 def _going_back_observation(
-    view: ClusterView, config: Json, failed: Desired, to: Desired, halt: Halt, now: float
+    view: ClusterView, config: Json, failed: Desired, to: Desired | None, halt: Halt, now: float
 ) -> machine.Observed:
     """What the controller's pass of a rollback would read from these caches: the owners
-    still recording the failed configuration, and once none does, how the ones brought back
-    stand on ``to`` (the configuration gone back to)."""
-    planned = view.rollout_plan(to)
-    restarted = workload_health.restarted(view.workloads, failed.config_hash, planned.reasons, now)
+    still recording the configuration rolled out when it failed (``Halt.rolled``), and once
+    none does, how the ones brought back stand on ``to`` (the configuration gone back to;
+    None: it cannot go back)."""
+    failed_hash = halt.rolled
+    planned = view.rollout_plan(to or failed)
+    restarted = workload_health.restarted(view.workloads, failed_hash, planned.reasons, now)
     pending = [workload for _, workload in restarted.values()]
-    back = machine.going_back(halt, pending, to.config_hash, to.proxy.version, {}, now)
-    if machine.gated(back, failed.config_hash, halt):
+    to_hash, to_version = failed_hash, failed.proxy.version  # (it cannot go back)
+    if to is not None:
+        to_hash, to_version = to.config_hash, to.proxy.version
+    back = machine.going_back(halt, pending, to_hash, to_version, {}, now)
+    if machine.gated(back, failed_hash, halt):
         standing = workload_health.brought_back(
             back.workloads, view.record, planned.reasons, halt.started_at or now
         )
@@ -609,7 +619,7 @@ def _going_back_observation(
             ),
         )
     return machine.rolling_back(
-        config, failed.config_hash, failed.proxy.version, now, planned, _labels(view), back
+        config, halt, failed.proxy.version, now, planned, _labels(view), back
     )
 
 
@@ -757,22 +767,25 @@ def _status_of(
     held = _rolled_back_to(config, halt, configmaps, desired)
     if isinstance(held, Problem):
         return ConfigStatus(name, held, conditions=conditions)
-    try:
-        anchors, holding = _anchors(desired, configmaps, config, view, config)
+    try:  # the guard on what the controller writes: what a rollback returns to, or the spec
+        anchors, holding = _anchors(held or desired, configmaps, config, view, config)
     except BundleError as exc:
         return ConfigStatus(
             name, Problem("InstalledConfigUnreadable", str(exc)), conditions=conditions
         )
+    if held is not None:
+        holding = None  # (the controller holds on to no bundle while it goes back)
     # While rolled back, the ConfigMap and the pods are measured against what was returned
-    # to; while a trust-anchor removal is held, against the bundle held on to.
+    # to; while a trust-anchor removal is held, against the bundle held on to. The halt is
+    # the attempt's, kept under the configuration the spec asks for.
     policy = RolloutPolicy.of(config, defaults)
+    record = workload_health.halt_state(config, desired.config_hash)
     if halt is not None and halt.rollback is not None:
-        record = workload_health.halt_state(config, desired.config_hash)
-        observed = _going_back_observation(view, config, desired, held or desired, halt, now)
+        observed = _going_back_observation(view, config, desired, held, halt, now)
     else:
         rolled = desired if holding is None else defaults.restricted(holding)
-        record = workload_health.halt_state(config, rolled.config_hash)
         observed, _, _ = _observation(view, rolled, config, config, now)
+        observed = replace(observed, asked_hash=desired.config_hash)
     upcoming = next_pass(replace(observed, anchors=_anchor_hold(anchors, holding)), record, policy)
     if held is None and holding is not None:
         held = defaults.restricted(holding)

@@ -268,9 +268,11 @@ def _going_back(config: Json, record: Completed) -> tuple[Json | None, str]:
     return going_back, ""
 
 
-def target(config: Json, failed_hash: str) -> tuple[Completed | None, str]:
+def target(config: Json, failed_hash: str, asked_hash: str = "") -> tuple[Completed | None, str]:
     """Where a failed rollout of ``failed_hash`` goes back to (the ``lastCompleted`` record),
-    or None and why it cannot go back."""
+    or None and why it cannot go back. ``asked_hash``: the configuration the spec asks for,
+    when ``failed_hash`` is the bundle the trust-anchor guard held on to instead (the record
+    of the configuration completed before either)."""
     record = last_completed(config)
     if record is None:
         if (config.get("status") or {}).get(LAST_COMPLETED_FIELD) is not None:
@@ -278,6 +280,11 @@ def target(config: Json, failed_hash: str) -> tuple[Completed | None, str]:
         return None, "no earlier configuration of this LinkerdConfig completed its rollout"
     if record.config_hash == failed_hash:
         return None, "the last configuration that completed its rollout is the one that failed"
+    if record.config_hash == asked_hash:
+        return None, (
+            "the last configuration that completed its rollout is the one the trust-anchor "
+            "guard holds back"
+        )
     why = _going_back(config, record)[1]
     if why:
         return None, f"the last completed configuration, {record.config_hash}, {why}"

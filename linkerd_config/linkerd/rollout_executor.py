@@ -113,6 +113,15 @@ INJECTOR_NOT_INJECTING = "InjectorNotInjecting"
 NEW_PODS_REFUSED = "NewPodsRefused"
 
 
+def _gone_back_to(effective: Desired | None, halt: Halt) -> Desired | None:
+    """What a rollback in force returns to: ``effective``, unless that is the failed attempt
+    itself (the configuration asked for, or the one rolled out when it failed), which is
+    what the controller writes when it cannot go back."""
+    if effective is None or effective.config_hash in (halt.config_hash, halt.rolled):
+        return None
+    return effective
+
+
 @dataclass
 class _ConfigProgress:
     """What this process knows of one configuration's rollout."""
@@ -296,13 +305,20 @@ class RolloutExecutor:
         desired: Desired,
         effective: Desired | None = None,
         anchors: machine.AnchorHold | None = None,
+        *,
+        asked: str | None = None,
     ) -> RolloutOutcome:
         """One pass; its outcome carries the status of the rollout's halt (kept, set, or
         cleared by a resume or a new attempt) whatever the pass found. ``effective``: what
-        the ConfigMap holds instead of ``desired`` while a rollback is in force; ``anchors``:
-        the trust-anchor guard's hold, when it holds a removal."""
-        halt = self.halt_state(config, desired.config_hash)
-        outcome = await self._roll(config, desired, halt, effective or desired, anchors)
+        the ConfigMap holds instead of ``desired`` while a rollback is in force (None, or
+        ``desired`` itself: it cannot go back); ``anchors``: the trust-anchor guard's hold,
+        when it holds a removal; ``asked``: the hash of the configuration the spec asks for,
+        when ``desired`` is the bundle the guard holds on to instead. The halt (or rollback)
+        is the attempt's, kept under ``asked`` (by default ``desired``'s hash) whichever of
+        the two is rolled out: a hold lifting ends no halt."""
+        attempt = asked or desired.config_hash
+        halt = self.halt_state(config, attempt)
+        outcome = await self._roll(config, desired, halt, effective, anchors, attempt)
         self._gauges(str(config["metadata"]["name"]), outcome.reason)
         return replace(outcome, status={**halt.status, **outcome.status})
 
@@ -311,18 +327,20 @@ class RolloutExecutor:
         config: Json,
         desired: Desired,
         halt: workload_health.HaltState,
-        effective: Desired,
+        effective: Desired | None,
         anchors: machine.AnchorHold | None,
+        attempt: str,
     ) -> RolloutOutcome:
         """Observe, decide (``rollout_machine.step``), act."""
         policy = RolloutPolicy.of(config, self.options)
         asked_for = desired
         if halt.halted is not None and halt.halted.rollback is not None:
-            observed = await self._going_back(config, desired, effective, halt.halted)
-            asked_for = effective
+            gone_to = _gone_back_to(effective, halt.halted)
+            observed = await self._going_back(config, desired, gone_to, halt.halted)
+            asked_for = gone_to or desired
         else:
             observed = await self._observed(config, desired, halt)
-        observed = replace(observed, anchors=anchors)
+        observed = replace(observed, anchors=anchors, asked_hash=attempt)
         decided = machine.step(observed, halt, policy)
         if (ask := decided.ask) is not None:
             progress = self._of(asked_for.config_hash)
@@ -347,14 +365,15 @@ class RolloutExecutor:
             decided = machine.after_restarts(observed, policy, decided, done, evicted)
         back = observed.going_back
         if (restore := decided.restore) is not None and back is not None:
-            tried, now = self._of(desired.config_hash).restores_tried, self.monotonic()
+            failed_hash, onto = observed.config_hash, asked_for
+            tried, now = self._of(failed_hash).restores_tried, self.monotonic()
             tried.update((str(w), now) for w in restore.workloads)
             to_hash = restore.to_hash
 
             async def bring(workload: rollout.Workload) -> bool:
                 async with gate:
                     return await self._restore_reported(
-                        config, workload, desired, effective, to_hash
+                        config, workload, failed_hash, onto, to_hash
                     )
 
             brought = await all_of(*(bring(w) for w in restore.workloads))
@@ -385,23 +404,26 @@ class RolloutExecutor:
         )  # fmt: skip
 
     async def _going_back(
-        self, config: Json, failed: Desired, effective: Desired, halt: Halt
+        self, config: Json, failed: Desired, effective: Desired | None, halt: Halt
     ) -> machine.Observed:
         """What a pass of a rollback reads (``rollout_machine.going_back``). The ConfigMap
         already holds ``effective`` (the last completed configuration: the controller wrote
-        it)."""
-        plan = self._plan(effective)
-        pending = [w for _, w in self._restarted(failed.config_hash, plan).values()]
-        tried = self._of(failed.config_hash).restores_tried
-        back = machine.going_back(
-            halt, pending, effective.config_hash, effective.proxy.version, tried,
-            self.monotonic(),
-        )  # fmt: skip
-        if machine.gated(back, failed.config_hash, halt):
+        it); None when it cannot go back. The workloads to bring back are those restarted
+        for the configuration rolled out when it failed (``Halt.rolled``: the bundle the
+        trust-anchor guard held on to, or ``failed`` itself)."""
+        failed_hash = halt.rolled
+        plan = self._plan(effective or failed)
+        pending = [w for _, w in self._restarted(failed_hash, plan).values()]
+        tried = self._of(failed_hash).restores_tried
+        to_hash, to_version = failed_hash, failed.proxy.version  # (it cannot go back)
+        if effective is not None:
+            to_hash, to_version = effective.config_hash, effective.proxy.version
+        back = machine.going_back(halt, pending, to_hash, to_version, tried, self.monotonic())
+        if machine.gated(back, failed_hash, halt):
             standing = await self._brought_back(list(back.workloads), plan, halt.started_at)
             back = replace(back, brought_back=tuple(standing))
         return machine.rolling_back(
-            config, failed.config_hash, failed.proxy.version, self.wall(), plan, self._labels, back
+            config, halt, failed.proxy.version, self.wall(), plan, self._labels, back
         )
 
     def _act(self, config: Json, config_hash: str, actions: Iterable[machine.Action]) -> None:
@@ -430,10 +452,10 @@ class RolloutExecutor:
                     then = "" if back_to is None else f"; rolling back to configuration {back_to}"
                     log.warning(f"rollout {outcome}", linkerdconfig=name, failed=failed,
                                 then=then)  # fmt: skip
-                    self._decided(config, config_hash, record)
+                    self._decided(config, record.config_hash, record)
                 case machine.RolledBack(record, to_hash):
                     log.warning("rollout rolled back", linkerdconfig=name, to=to_hash)
-                    self._decided(config, config_hash, record)
+                    self._decided(config, record.config_hash, record)
                 case machine.CanaryKept(record, passed_now):
                     stored = canary.stored(config, config_hash)
                     if record != stored:
@@ -455,7 +477,7 @@ class RolloutExecutor:
         self,
         config: Json,
         workload: rollout.Workload,
-        failed: Desired,
+        failed_hash: str,
         effective: Desired,
         to_hash: str = "",
     ) -> bool:
@@ -464,9 +486,7 @@ class RolloutExecutor:
         involved = self._involved(workload)
         name = config["metadata"]["name"]
         try:
-            how = await self._restore(
-                config, workload, failed.config_hash, effective.config_hash, to_hash
-            )
+            how = await self._restore(config, workload, failed_hash, effective.config_hash, to_hash)
         except ApiError as exc:
             reason = f"{exc.status} {exc.reason or 'Error'}: {exc.message}"
             log.warning("rollback of a workload failed; will retry", workload=str(workload),

@@ -41,7 +41,10 @@ admission refusing new pods, a hold of the guard coming and going):
   owner, ``rollout.pending``), across leaders; a rollback's restores are counted apart.
 * **Halt**: no restart after a halt of the same attempt (rule 1); a halt only on this
   attempt's evidence (the revision our restart made: ``workload_health.of_this_revision``,
-  or a deadline from our restart).
+  or a deadline from our restart). The attempt is the configuration the spec asks for, its
+  generation and resume annotation, whichever configuration is rolled out
+  (``Observed.attempt``): a halt on the bundle the guard holds on to is not ended by the
+  hold's end, and ``onFailure: Rollback`` goes back from it.
 * **Progress**: every wait names what it waits for in its message, and moves on by itself
   when its cause is gone; only ``HALTED`` and ``ROLLED_BACK`` wait for a person.
 
@@ -168,6 +171,20 @@ class Observed:
     failed configuration's, ``plan`` the stale workloads of the one gone back to)."""
     anchors: AnchorHold | None = None
     """The trust-anchor guard's hold, when it holds a removal (None: it does not)."""
+    asked_hash: str = ""
+    """The configuration the spec asks for, when ``config_hash`` is another: the bundle the
+    trust-anchor guard holds on to meanwhile (empty: ``config_hash`` itself)."""
+
+    @property
+    def attempt(self) -> str:
+        """The configuration the attempt's halt is kept under: the one the spec asks for,
+        whichever is rolled out (a halt on the bundle held on to outlives the hold)."""
+        return self.asked_hash or self.config_hash
+
+    @property
+    def held_on_to(self) -> str:
+        """How messages say the configuration rolled out is the bundle held on to ("")."""
+        return rolled_instead(self.config_hash, self.attempt)
 
     @property
     def onto(self) -> str:
@@ -230,7 +247,7 @@ def gated(back: GoingBack, failed_hash: str, halt: Halt) -> bool:
 
 def rolling_back(
     config: Json,
-    failed_hash: str,
+    halt: Halt,
     failed_version: str,
     now: float,
     plan: RolloutPlan,
@@ -238,11 +255,20 @@ def rolling_back(
     back: GoingBack,
 ) -> Observed:
     """A rollback pass's observation: ``config_hash`` and ``version`` are the failed
-    configuration's, ``plan`` the stale workloads of the one gone back to."""
+    configuration's (``halt``'s: the one rolled out when it failed), ``plan`` the stale
+    workloads of the one gone back to."""
     return Observed(
-        config, failed_hash, failed_version, now, plan, {}, (), 0, None, None,
-        lambda: ([], []), labels, going_back=back,
+        config, halt.rolled, failed_version, now, plan, {}, (), 0, None, None,
+        lambda: ([], []), labels, going_back=back, asked_hash=halt.config_hash,
     )  # fmt: skip
+
+
+def rolled_instead(rolled: str, asked: str) -> str:
+    """What messages add when the configuration rolled out (``rolled``) is not the one the
+    spec asks for (``asked``): it is the bundle the trust-anchor guard holds on to."""
+    if rolled == asked:
+        return ""
+    return f" (configuration {rolled}, the trust bundle held on to)"
 
 
 # -- what comes out ----------------------------------------------------------------------------
@@ -386,10 +412,11 @@ def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
         return _rolling_back(observed, halted, policy, observed.going_back)
     if halted is not None:
         failed = failures(halted.failed)
+        of = rolled_instead(halted.rolled, halted.config_hash)
         return Step(
             RolloutOutcome(
                 *counts, Phase.HALTED,
-                f"rollout of proxy {version} halted: {failed}. {RESUME_HINT}",
+                f"rollout of proxy {version}{of} halted: {failed}. {RESUME_HINT}",
                 status={workload_health.HALT_FIELD: halted.to_json()},
             )
         )  # fmt: skip
@@ -499,7 +526,8 @@ def _rolling_back(observed: Observed, halt: Halt, policy: RolloutPolicy, back: G
     deadline: ``ROLLING_BACK`` until every one is healthy on it, then ``ROLLED_BACK``."""
     section = halt.rollback
     assert section is not None
-    head = f"rollout of proxy {observed.version} failed ({failures(halt.failed)})"
+    of = observed.held_on_to
+    head = f"rollout of proxy {observed.version}{of} failed ({failures(halt.failed)})"
     counts = (len(observed.plan.workloads), 0, 0)
     kept = {workload_health.HALT_FIELD: halt.to_json()}
     if back.to_hash == observed.config_hash:
@@ -666,11 +694,15 @@ def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, st
     LinkerdConfig and one on each failed workload. With ``onFailure: Rollback`` and a
     completed configuration to return to, the record starts a rollback instead."""
     config, config_hash, version = observed.config, observed.config_hash, observed.version
-    record = workload_health.halt_record(config, config_hash, failed, rfc3339(observed.now))
+    # Kept under the attempt (the configuration the spec asks for), whichever was rolled out:
+    # the next reconcile looks it up there, with the guard's hold or without.
+    record = workload_health.halt_record(
+        config, observed.attempt, failed, rfc3339(observed.now), rolled=config_hash
+    )
     listed = failures(f"{w}: {why}" for w, why in failed)
     reason, outcome, after, back_hash = Phase.HALTED, "halted", "", None
     if policy.rollback:
-        back_to, why_not = rollback.target(config, config_hash)
+        back_to, why_not = rollback.target(config, config_hash, observed.attempt)
         if back_to is not None:
             restarted = [w for _, w in observed.restarted.values()]
             record = rollback.start(record, back_to, restarted)
@@ -679,7 +711,7 @@ def _halt(observed: Observed, policy: RolloutPolicy, failed: tuple[tuple[str, st
             after = f"; rolling back to configuration {back_hash}"
         else:
             after = f" (onFailure: Rollback, but {why_not}: halted instead)"
-    said = f"rollout of proxy {version} {outcome}: {listed}{after}"
+    said = f"rollout of proxy {version}{observed.held_on_to} {outcome}: {listed}{after}"
     name = config["metadata"]["name"]
     then = "halted" if reason == Phase.HALTED else "rolled back"
     actions: list[Action] = [Halted(record, listed, back_hash), Emit("Warning", reason, said)]

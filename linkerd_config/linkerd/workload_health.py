@@ -280,9 +280,10 @@ class HaltState:
 
 
 def halt_state(config: Json, config_hash: str) -> HaltState:
-    """Read the halt back from status. A halt holds for its configuration and generation
-    until the resume annotation changes (then its failed workloads are forgiven); a new
-    generation or configuration is a new attempt, with nothing forgiven."""
+    """Read the halt back from status. A halt holds for its configuration (``config_hash``:
+    the one the spec asks for, whichever is rolled out meanwhile) and generation until the
+    resume annotation changes (then its failed workloads are forgiven); a new generation or
+    configuration is a new attempt, with nothing forgiven."""
     status = config.get("status") or {}
     stored = status.get(HALT_FIELD)
     record = Halt.parse(stored)
@@ -338,11 +339,15 @@ def cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[: limit - 1]}…"
 
 
-def halt_record(config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str) -> Halt:
-    """The record of a new halt: what failed and why, for this configuration, generation and
-    resume token (within the CRD's bounds: else the API server refuses the status write, and
-    the halt is never recorded)."""
+def halt_record(
+    config: Json, config_hash: str, failed: Iterable[tuple[str, str]], at: str, rolled: str = ""
+) -> Halt:
+    """The record of a new halt: what failed and why, for this configuration (the one the
+    spec asks for), generation and resume token (within the CRD's bounds: else the API server
+    refuses the status write, and the halt is never recorded); ``rolled``: the configuration
+    whose rollout failed, when another (the bundle the trust-anchor guard held on to)."""
     listed = [cut(f"{name}: {why}", MAX_FAILURE_CHARS) for name, why in failed]
     return Halt(
-        config_hash, _generation(config), _resume_token(config), tuple(listed[:MAX_LISTED]), at
-    )
+        config_hash, _generation(config), _resume_token(config), tuple(listed[:MAX_LISTED]), at,
+        rolled_hash="" if rolled == config_hash else rolled,
+    )  # fmt: skip

@@ -76,12 +76,19 @@ class Restart:
 
 
 class SimCluster:
-    def __init__(self, names: list[str], clock: FakeClock, old: str = OLD) -> None:
+    def __init__(
+        self, names: list[str], clock: FakeClock, old: str = OLD, trust_root: str | None = None
+    ) -> None:
         self.clock = clock
         self.workloads = {n: Workload(n) for n in names}
         self.counter = 0
+        self.injector_trust_root = trust_root
+        """The trust-root hash the injector stamps on the pods it injects (None: none, as
+        Linkerd before edge-22.9.1 and the legacy format)."""
+        self.trust_roots: dict[str, str] = {}
+        """Pod name -> the trust-root hash stamped on it when it was injected."""
         for w in self.workloads.values():
-            w.pods = [(self._pod_name(w), old)]
+            w.pods = [(self._injected(w, old), old)]
         self.injector_up = True
         self.injector_version = old
         self.refusing: set[str] = set()
@@ -99,6 +106,13 @@ class SimCluster:
     def _pod_name(self, w: Workload) -> str:
         self.counter += 1
         return f"{w.name}-{w.revisions[-1].number}-{self.counter}"
+
+    def _injected(self, w: Workload, proxy: str | None) -> str:
+        """A new pod's name; one the injector injected carries its trust-root hash."""
+        name = self._pod_name(w)
+        if proxy is not None and self.injector_trust_root is not None:
+            self.trust_roots[name] = self.injector_trust_root
+        return name
 
     # -- Kubernetes' side ------------------------------------------------------------------
 
@@ -130,12 +144,12 @@ class SimCluster:
             proxy = self.injector_version if self.injector_up else None
             if proxy is None and record is not None:
                 self.unmeshed_by_us.append(w.name)
-            w.pods = [(self._pod_name(w), proxy) for _ in range(w.replicas)]
+            w.pods = [(self._injected(w, proxy), proxy) for _ in range(w.replicas)]
 
     def _scale(self, w: Workload) -> None:
         kept = w.pods[: w.replicas]
         proxy = self.injector_version if self.injector_up else None
-        w.pods = kept + [(self._pod_name(w), proxy) for _ in range(w.replicas - len(kept))]
+        w.pods = kept + [(self._injected(w, proxy), proxy) for _ in range(w.replicas - len(kept))]
 
     def status_of(self, w: Workload) -> Json:
         newest = w.revisions[-1]
@@ -211,6 +225,8 @@ class SimCluster:
                 rs = f"{w.name}-{_served(w)}"
                 for name, proxy in w.pods:
                     annotations = {} if proxy is None else {rollout.PROXY_VERSION_ANNOTATION: proxy}
+                    if name in self.trust_roots:
+                        annotations[rollout.TRUST_ROOT_ANNOTATION] = self.trust_roots[name]
                     found.append(
                         rollout.running_pod_metadata(
                             {
@@ -241,6 +257,8 @@ class SimCluster:
         annotations = dict(pod["metadata"].get("annotations") or {})
         if self.injector_up:
             annotations[rollout.PROXY_VERSION_ANNOTATION] = self.injector_version
+            if self.injector_trust_root is not None:
+                annotations[rollout.TRUST_ROOT_ANNOTATION] = self.injector_trust_root
         return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
     async def merge_patch(self, _resource: Any, _namespace: str, name: str, patch: Json) -> Json:

@@ -12,7 +12,7 @@ import pytest
 from linkerd_config.kube import revisions
 from linkerd_config.kube.json_merge_patch import merge_patch
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd import rollback, workload_health
 from linkerd_config.linkerd.formats import Snapshot
 from linkerd_config.linkerd.halt_record import Halt, Rollback
 from linkerd_config.linkerd.rollout import RESTARTED_FOR_ANNOTATION, Workload
@@ -112,8 +112,10 @@ def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> 
 @pytest.mark.parametrize(
     "stored",
     [
-        {"configHash": "h1", "generation": 3, "resumeToken": "t", "failed": ["a: x"], "at": "T"},
-        {**{"configHash": "h1", "generation": 3, "resumeToken": "", "failed": [], "at": "T"},
+        {"configHash": "h1", "rolledHash": "h1", "generation": 3, "resumeToken": "t",
+         "failed": ["a: x"], "at": "T"},
+        {**{"configHash": "h1", "rolledHash": "h1-held", "generation": 3, "resumeToken": "",
+            "failed": [], "at": "T"},
          "rollback": {"toHash": "h0", "toGeneration": 2, "phase": "RolledBack",
                       "workloads": ["deployment/a/web"]}},
     ],
@@ -121,6 +123,20 @@ def test_a_rollback_lists_the_owners_it_brings_back_and_moves_only_forward() -> 
 def test_the_halt_record_reads_back_what_it_writes(stored: Json) -> None:
     parsed = Halt.parse(stored)
     assert parsed is not None and parsed.to_json() == stored
+
+
+def test_a_halt_record_of_the_previous_release_reads_as_the_configuration_rolled() -> None:
+    """A controller upgraded mid-rollout: the previous release wrote no ``rolledHash`` (it
+    kept a halt under the configuration rolled out): that configuration is both."""
+    earlier = {"configHash": "h1", "generation": 3, "resumeToken": "", "failed": [], "at": "T"}
+    parsed = Halt.parse(earlier)
+    assert parsed == Halt("h1", 3, "", (), "T") and parsed.rolled == "h1"
+    assert parsed.to_json() == {**earlier, "rolledHash": "h1"}
+    held = workload_health.halt_record({"metadata": {"generation": 3}}, "h1", [], "T", "h1-held")
+    assert (held.config_hash, held.rolled) == ("h1", "h1-held")
+    assert Halt.parse(held.to_json()) == held
+    same = workload_health.halt_record({"metadata": {"generation": 3}}, "h1", [], "T", "h1")
+    assert same == parsed and Halt.parse(same.to_json()) == same
 
 
 @pytest.mark.parametrize(

@@ -406,9 +406,9 @@ async def test_a_rollback_the_installed_linkerd_can_no_longer_read_is_not_an_inv
         rollback.LAST_COMPLETED_FIELD: last,
         HALT_FIELD: rollback.start(halt, completed(last), []).to_json(),
     }
-    written = await controller._to_write(config, asked, current)
-    assert written.config_hash == asked.config_hash  # nothing else can be written
-    outcome = await controller.rollout.roll(config, asked, written)
+    back = await controller._going_back(config, asked, current)
+    assert back is None  # nothing but the spec's can be written
+    outcome = await controller.rollout.roll(config, asked, back)
     assert outcome.reason == "RolloutHalted"
     assert "cannot roll back to configuration h0" in outcome.message
     assert "renders onto the Linkerd installed now" in outcome.message

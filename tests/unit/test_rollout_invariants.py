@@ -20,6 +20,10 @@ someone else at any point of their restart.
 The guard's own decision (which bundle may be written, whatever it learns of the current one)
 has its own property test (``test_trust_anchor_guard_properties.py``); here the rollout is
 given its hold at any point, on this configuration, on another, or with no bundle at all.
+``GuardedRolloutMachine`` runs the controller's whole reconcile instead, where the guard
+decides the hold and the controller rolls out the bundle held on to in place of what the spec
+asks for: a halt on that bundle lasts until a person resumes it, the hold lifting or not, and
+``onFailure: Rollback`` rolls back from it.
 
 CI runs a bounded, derandomized search (``make test``); ``make property`` runs a longer one
 (``ROLLOUT_PROPERTY_EXAMPLES``).
@@ -34,17 +38,26 @@ from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollback
 from linkerd_config.linkerd.linkerdconfig_resource import Target
 from linkerd_config.linkerd.reconcile import Desired
-from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION, DesiredProxy
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor
 from linkerd_config.linkerd.rollout_machine import AnchorHold
+from linkerd_config.linkerd.rollout_phase import Phase
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.workload_health import HALT_FIELD
+from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support.clock import FakeClock
+from tests.support.guarded_controller import ASKED, BOTH, ONLY_B, GuardedWorld, X, root_hash
 from tests.support.rollout_sim import NEW, SimCluster, executor_on, halted, merged_status
 
 NAMES = ["app-0", "app-1", "app-2", "app-3"]
@@ -291,3 +304,127 @@ RolloutMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestRollout = RolloutMachine.TestCase
+
+
+# -- the whole reconcile, with the guard's hold coming and going ------------------------------
+
+GUARDED_NAMES = ["app-0", "app-1", "app-2"]
+
+
+class GuardedRolloutMachine(RuleBasedStateMachine):
+    """The controller's whole reconcile (``tests/support/guarded_controller.py``): the spec
+    asks for A, whose bundle drops an anchor a meshed bystander still runs; while it does,
+    the controller writes and rolls out H (A with both anchors) instead. Faults between
+    reconciles as above, the bystander restarting onto both anchors at any point (the hold
+    lifts), and a person resuming.
+
+    * **Halt**: a halt in force (its generation and resume annotation the LinkerdConfig's)
+      stays in status until a person resumes it, the hold lifting or not, and no restart is
+      sent meanwhile but a rollback's onto the configuration it returns to.
+    * **Rollback**: with ``onFailure: Rollback``, a halt that names a configuration to return
+      to, which status still records as the last completed, rolls back: its rollout is never
+      reported halted (``cannot roll back``), and the ConfigMap goes back to it.
+    * **Trust**: while the bystander runs the old anchor alone, nothing restarts onto A.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.world: GuardedWorld | None = None
+        self.resumes = 0
+
+    @initialize(
+        on_failure=st.sampled_from(["Halt", "Rollback"]),
+        refusing=st.sets(st.sampled_from(GUARDED_NAMES), min_size=1, max_size=2),
+    )
+    def applied(self, on_failure: str, refusing: set[str]) -> None:
+        """O completed; A applied (held); admission refuses some workloads' new pods."""
+        self.world = GuardedWorld(GUARDED_NAMES, on_failure)
+        self.world.sim.refusing |= refusing
+        self.world.apply(ASKED, ONLY_B)
+        self._reconcile()
+
+    def teardown(self) -> None:
+        if self.world is not None:
+            self.world.close()
+
+    @property
+    def w(self) -> GuardedWorld:
+        assert self.world is not None
+        return self.world
+
+    def _in_force(self) -> Json | None:
+        """The halt status holds, if it is the attempt's now (its generation, resume token)."""
+        halt, meta = self.w.halt, self.w.config["metadata"]
+        token = (meta.get("annotations") or {}).get(RESUME_ANNOTATION, "")
+        if halt is None or (halt["generation"], halt["resumeToken"]) != (meta["generation"], token):
+            return None
+        return halt
+
+    def _reconcile(self, seconds: float | None = None) -> None:
+        w = self.w
+        before, sent = self._in_force(), len(w.sim.restarts)
+        held = w.ctl.meshed_pods.store.get("shop/bystander-1")["metadata"]["annotations"]
+        on_x = held[TRUST_ROOT_ANNOTATION] == root_hash(X)
+        said = w.reconcile() if seconds is None else w.a_pass_later(seconds)
+        onto = {r.config_hash for r in w.sim.restarts[sent:]}
+        event(f"guarded: {said.get('reason')}")
+        if on_x:
+            assert w.a.config_hash not in onto, "Trust: restarted onto A while held"
+        if before is not None:
+            assert self._in_force() is not None, f"Halt: ended by no person: {said}"
+            back = (before.get("rollback") or {}).get("toHash")
+            assert onto <= {back}, f"Halt: restarted onto {onto} after the halt"
+        now = self._in_force()
+        back = None if now is None else (now.get("rollback") or {}).get("toHash")
+        if back is not None and back == rollback.settled(w.config):
+            assert said.get("reason") != Phase.HALTED, f"Rollback: halted instead: {said}"
+            if before is not None and before.get("rollback"):  # decided a reconcile ago
+                assert w.in_configmap() == back, "Rollback: the ConfigMap did not go back"
+
+    @rule()
+    def reconcile(self) -> None:
+        self._reconcile()
+
+    @rule(seconds=st.sampled_from([1.0, 5.0, 61.0]))
+    def a_pass_later(self, seconds: float) -> None:
+        """The common course: the injector reads what was written, Kubernetes acts, the
+        caches catch up, the controller reconciles."""
+        self.w.injector_reads()
+        self._reconcile(seconds)
+
+    @rule()
+    def injector_reads_the_configmap(self) -> None:
+        self.w.injector_reads()
+
+    @rule(name=st.sampled_from(GUARDED_NAMES))
+    def admission_refuses(self, name: str) -> None:
+        self.w.sim.refusing.add(name)
+
+    @rule(name=st.sampled_from(GUARDED_NAMES))
+    def admission_admits(self, name: str) -> None:
+        self.w.sim.refusing.discard(name)
+
+    @rule()
+    def bystander_restarts(self) -> None:
+        """Onto both anchors (the injector hands them out): the hold lifts. (No pod comes
+        back on the old anchor alone: the injector no longer hands it out.)"""
+        self.w.bystander(BOTH)
+
+    @rule()
+    def leader_changes(self) -> None:
+        self.w.leader_changes()
+
+    @rule()
+    def a_person_resumes(self) -> None:
+        self.resumes += 1
+        self.w.resume(str(self.resumes))
+
+
+GuardedRolloutMachine.TestCase.settings = settings(
+    max_examples=max(EXAMPLES // 4, 25),
+    stateful_step_count=40,
+    derandomize="ROLLOUT_PROPERTY_EXAMPLES" not in os.environ,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestGuardedRollout = GuardedRolloutMachine.TestCase
