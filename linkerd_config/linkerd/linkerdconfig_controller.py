@@ -170,6 +170,12 @@ class LinkerdConfigController:
         if isinstance(guard, Result):
             return guard
         held, rolled, rolling = None, config, asked
+        if guard.held and desired.trust_anchor_source != "Spec":
+            # Someone else's rotation of a bundle the spec leaves to the cluster: not ours to
+            # write, nor to hold on to (written, it would be ours, and their removal forgotten
+            # once the hold lifts). Nothing restarts onto it while a pod needs what it drops.
+            why = "the spec states no trust anchor: the bundle is the cluster's, not ours to write"
+            return await self.outcomes.held_without_bundle(config, guard, why, theirs=True)
         if guard.holding is not None and back is None:
             rolled = holding_config(config, guard.holding)
             try:

@@ -310,14 +310,17 @@ class StatusOutcomes:
             return guard
         return await self.held_without_bundle(config, guard)
 
-    async def held_without_bundle(self, config: Json, guard: Guard, why: str = "") -> Result:
+    async def held_without_bundle(
+        self, config: Json, guard: Guard, why: str = "", *, theirs: bool = False
+    ) -> Result:
         """A held removal with no bundle to hold on to written (``why``; by default: none
-        keeps every anchor in use): said in status, nothing written."""
+        keeps every anchor in use): said in status, nothing written. ``theirs``: the removal
+        is someone else's, in a bundle the spec leaves to the cluster."""
         stored: Json = config.get("status") or {}
         conditions: list[Json] = list(stored.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
         why = why or "no bundle holding every anchor in use is known"
-        message = f"{guard.decision.message()}; {why}, so nothing is written"
+        message = f"{guard.decision.message(holding=False, theirs=theirs)}; {why}"
         conditions = set_condition(
             conditions, CONFIGMAP_SYNCED, False, HELD_REASON, message, generation
         )

@@ -202,6 +202,14 @@ class BundleChange:
     written: str | None = None
     """The bundle this controller last wrote there, as its preserved copy keeps it: what the
     injector handed out before the ConfigMap was deleted or edited by someone else."""
+    stated: bool = True
+    """Whether ``desired`` is the spec's (False: the spec states no anchor, and ``desired``
+    is what the cluster holds, someone else's to write)."""
+
+    @property
+    def desired_where(self) -> str:
+        """Where ``desired`` comes from, for messages: the spec's field, or the ConfigMap."""
+        return SPEC_FIELD if self.stated else f"ConfigMap {self.where}, key {self.key}"
 
 
 def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) -> BundleChange:
@@ -211,6 +219,7 @@ def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) ->
     InstalledDataError when the installed data cannot be read (the reconcile has read it
     already, so it does not happen there)."""
     namespace, version = desired.target.namespace, desired.linkerd_version
+    stated = desired.trust_anchor_source == "Spec"
     if TRUST_ROOTS_CONFIGMAP in desired.depends_on:  # the injector reads the trust roots
         now = (current.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
         then = (desired.companions.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY, now)
@@ -224,13 +233,14 @@ def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) ->
             desired.proxy.trust_root_sha256 is not None,
             version,
             written,
+            stated,
         )
     fmt = format_for(version)
     where = str(desired.target)
     now = fmt.trust_anchors(Installed(where, current.get(desired.target.name) or {}, current))
     then = fmt.trust_anchors(Installed(where, desired.data, current))
     key = "values" if desired.config_format == "values" else "global"
-    return BundleChange(now, then, where, key, False, version)
+    return BundleChange(now, then, where, key, False, version, stated=stated)
 
 
 # -- the record of known bundles ---------------------------------------------------------------
@@ -320,8 +330,11 @@ class Decision:
     def held(self) -> bool:
         return self.hold is not None
 
-    def message(self) -> str:
-        """The condition message of a hold, the Event of a removal; empty when nothing drops."""
+    def message(self, holding: bool = True, theirs: bool = False) -> str:
+        """The condition message of a hold, the Event of a removal; empty when nothing drops.
+        ``holding``: the bundle that keeps both the old and the new anchors is written and
+        rolled out meanwhile (False: nothing is). ``theirs``: the new bundle is someone
+        else's, already in the ConfigMap (the spec states none)."""
         if not self.dropped:
             return ""
         dropped = ", ".join(str(a) for a in self.dropped)
@@ -359,12 +372,22 @@ class Decision:
             else ""
         )
         required = ", ".join(str(a) for a in hold.required)
+        meanwhile = (
+            "Meanwhile the bundle that keeps both the old and the new anchors stays written "
+            "(restored if deleted, put back if edited) and the rollout restarts the opted-in "
+            "ones onto it; restart the others"
+            if holding
+            else "Meanwhile nothing is written or restarted; restart them onto a bundle that "
+            "keeps both the old and the new anchors"
+        )
+        head = (
+            f"the trust bundle someone else wrote in {self.where} drops {dropped}"
+            if theirs
+            else f"{self.where} not written: the new trust bundle drops {dropped}"
+        )
         return (
-            f"{self.where} not written: the new trust bundle drops {dropped}, and "
-            f"{hold.count} meshed pod(s) still run with a bundle lacking {required}, which it "
-            f"keeps{unknown}: {shown}{more}. Meanwhile the bundle that keeps both the old and "
-            "the new anchors stays written (restored if deleted, put back if edited) and the "
-            "rollout restarts the opted-in ones onto it; restart the others, and the removal "
+            f"{head}, and {hold.count} meshed pod(s) still run with a bundle lacking "
+            f"{required}, which it keeps{unknown}: {shown}{more}. {meanwhile}, and the removal "
             f"proceeds by itself{unseen}"
         )
 
@@ -525,12 +548,16 @@ def evaluate(
     if change.desired is None:
         return Guard(Decision(where=where), record)
     text = change.current if change.current is not None else change.written
+    if not change.stated and change.written is not None:
+        # A bundle the spec leaves to the cluster: its new text is what is desired, and the
+        # copy kept of it is what the injector handed out before (someone else's removal).
+        text = change.written
     settled = change.written in (None, text) and (status or {}).get(HOLD_FIELD) is None
     if text == change.desired and settled:
         # What we wrote is what the injector hands out, and nothing was held: no pod can
         # run a bundle lacking its anchors because of us. Nothing parsed, nothing listed.
         return Guard(Decision(where=where), record)
-    then = parse_bundle(change.desired, SPEC_FIELD)
+    then = parse_bundle(change.desired, change.desired_where)
     known = known_bundles(status)
     meshed = list(pods())
     # Neither the ConfigMap nor a copy of what we wrote: the mesh's anchors are those its
@@ -564,7 +591,7 @@ def _unguarded(change: BundleChange) -> Decision:
         return Decision(guarded=False, where=_where(change), linkerd_version=change.linkerd_version)
     try:
         now = parse_bundle(change.current, _where(change))
-        then = parse_bundle(change.desired, SPEC_FIELD)
+        then = parse_bundle(change.desired, change.desired_where)
     except BundleError:
         return Decision(guarded=False, where=_where(change), linkerd_version=change.linkerd_version)
     dropped = tuple(a for a in now.anchors if a.sha256 not in then.fingerprints)

@@ -538,6 +538,79 @@ async def test_a_held_removal_restores_deleted_trust_roots_with_both_anchors() -
     assert written["configHash"] == status["configHash"]  # the [X, B] configuration
 
 
+def meshed_pod(name: str, bundle: str) -> Json:
+    digest = hashlib.sha256(bundle.encode()).hexdigest()
+    annotations = {rollout.TRUST_ROOT_ANNOTATION: digest}
+    return {"metadata": {"name": name, "namespace": "shop", "annotations": annotations}}
+
+
+async def test_someone_elses_removal_from_a_bundle_left_to_the_cluster_is_held_not_written() -> (
+    None
+):
+    """The spec states no anchor; a ``helm upgrade`` drops X from the trust roots while a
+    meshed pod runs X alone. The controller wrote [X, B] back to hold on to it, and once the
+    pod was gone the hold lifted with [X, B] written: the rotation's [B] lost for good, and
+    the trust roots labelled ours. Now nothing is written (the bundle is not ours) and nothing
+    restarts while the pod needs X; once it does not, [B] stands, untouched."""
+    x = modern_install()[1]["data"]["ca-bundle.crt"]
+    only_b = SECOND_TRUST_ANCHOR.strip()
+    both = f"{x.strip()}\n{only_b}"
+    config_cm, roots = modern_install()
+    roots["data"]["ca-bundle.crt"] = both
+    ctl, writer, _ = controller(small(), configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    ctl.meshed_pods.store.put(meshed_pod("old-1", x))
+    await ctl.reconcile("modern")
+    preserved, roots_copy, ours = writer.applied
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(preserved)
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configs.store.put({**small(), "status": writer.statuses[-1]})
+    ctl.configmaps.store.put({**roots, "data": {"ca-bundle.crt": only_b}})  # helm upgrade
+    writer.applied.clear()
+    restarts: list[str] = []
+    real_roll = ctl.rollout.roll
+
+    async def roll(*args: Any, **kwargs: Any) -> Any:
+        restarts.append("roll")
+        return await real_roll(*args, **kwargs)
+
+    ctl.rollout.roll = roll
+    await ctl.reconcile("modern")
+    touched = [a["metadata"]["name"] for a in writer.applied] + [n for n, _ in writer.patched]
+    assert touched == [] and writer.created == [] and restarts == []
+    status = writer.statuses[-1]
+    assert conditions(status)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
+    said = message_of(status, "ConfigMapSynced")
+    assert "someone else wrote" in said and "nothing is written or restarted" in said
+    assert "stays written" not in said
+    ctl.configs.store.put({**small(), "status": status})
+    ctl.meshed_pods.store.delete("shop/old-1")
+    ctl.meshed_pods.store.put(meshed_pod("new-1", only_b))
+    await ctl.reconcile("modern")
+    assert "linkerd-identity-trust-roots" not in [a["metadata"]["name"] for a in writer.applied]
+    assert conditions(writer.statuses[-1])["ConfigMapSynced"][0] == "True"
+    assert writer.statuses[-1]["trustAnchorSource"] == "Cluster"
+
+
+async def test_an_unreadable_bundle_the_spec_leaves_to_the_cluster_is_named_where_it_is() -> None:
+    """The spec states no anchor and the trust roots hold no certificate: said of the
+    ConfigMap's key, not of a spec field the object never set."""
+    config_cm, roots = modern_install()
+    ctl, writer, _ = controller(small(), configmap=config_cm)
+    ctl.configmaps.store.put(roots)
+    await ctl.reconcile("modern")
+    _, roots_copy, ours = writer.applied
+    ctl.configmaps.store.put(merged(config_cm, ours))
+    ctl.configmaps.store.put(roots_copy)
+    ctl.configmaps.store.put({**roots, "data": {"ca-bundle.crt": "garbage"}})
+    ctl.configs.store.put({**small(), "status": writer.statuses[-1]})
+    await ctl.reconcile("modern")
+    said = message_of(writer.statuses[-1], "ConfigMapSynced")
+    assert said.startswith("ConfigMap linkerd/linkerd-identity-trust-roots, key ca-bundle.crt:")
+    assert "trustAnchors" not in said
+
+
 # -- adopting an installation (issue 37, finding 6) -----------------------------------------
 
 
