@@ -157,7 +157,9 @@ async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
                 what=f"{name} refused",
             )
             said = {"Ready": cond["message"]}
-            said["Event"] = "\n".join(await events_of(kube, name, "InvalidConfig"))
+            said["Event"] = "\n".join(
+                await event_saying(kube, name, "InvalidConfig", f"{names[version]}:")
+            )
             planned = await asyncio.to_thread(
                 inspect, cp.kubeconfig, "plan", "-f", str(files[version])
             )
