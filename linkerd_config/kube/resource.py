@@ -102,6 +102,13 @@ def object_key(obj: dict[str, Any]) -> str:
     return f"{ns}/{name}" if ns else name
 
 
+def resource_version(obj: dict[str, Any] | None) -> str | None:
+    """An object's ``metadata.resourceVersion`` (None: no object, or none in it): what a
+    write based on a read passes as its precondition."""
+    version = ((obj or {}).get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
+
+
 def split_key(key: str) -> tuple[str | None, str]:
     ns, sep, name = key.partition("/")
     return (ns, name) if sep else (None, ns)

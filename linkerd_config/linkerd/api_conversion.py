@@ -289,9 +289,7 @@ def _take_annotation(obj: Json) -> Json | None:
         values = None
     if not isinstance(values, dict):
         return None
-    del annotations[VALUES_ANNOTATION]
-    if not annotations and isinstance(metadata, dict):
-        del metadata["annotations"]
+    _drop_annotation(obj)
     return values
 
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.metrics import ComponentMetrics
-from linkerd_config.kube.resource import CONFIGMAPS, Json
+from linkerd_config.kube.resource import CONFIGMAPS, Json, resource_version
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd.linkerdconfig_resource import Target
@@ -24,6 +24,7 @@ from linkerd_config.linkerd.reconcile import (
     foreign_in_copy,
     from_preserved,
     held_config_hash,
+    missing_keys,
     preserved_copy,
     preserved_name,
     restored,
@@ -98,7 +99,7 @@ class ConfigMapWrites:
         """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours.
         A deleted one is first restored whole from its copy, as the target is."""
         owner = config["metadata"]["name"]
-        version = _version(current)
+        version = resource_version(current)
         if current is None:
             restored_fields = await self.restore(desired, owner, name)
         else:
@@ -127,14 +128,13 @@ class ConfigMapWrites:
         deleted (those we do not write ourselves), under the restore's field manager and on
         the cached version (not over a change since); the names of those put back, and the
         version the ConfigMap is at now."""
-        data = current.get("data") or {}
         ours = desired.companions.get(name, {})
-        needed = [k for k in sorted(desired.depends_on.get(name, ())) if k not in data]
+        needed = missing_keys({name: current}, desired, name)
         part = from_preserved(
             self.configmaps.get(f"{desired.target.namespace}/{preserved_name(name)}")
         )
         keys = {k: part.data[k] for k in needed if k not in ours and part and k in part.data}
-        version = _version(current)
+        version = resource_version(current)
         if not keys:
             return [], version
         patch: Json = {"data": keys}
@@ -143,7 +143,7 @@ class ConfigMapWrites:
         patched = await self.writer.merge_patch(
             CONFIGMAPS, desired.target.namespace, name, patch, field_manager=RESTORE_FIELD_MANAGER
         )
-        return sorted(keys), _version(patched)
+        return sorted(keys), resource_version(patched)
 
     async def restore(self, desired: Desired, owner_name: str, name: str = "") -> list[str]:
         """Recreate a deleted ConfigMap (the target, or ``name``) whole, under a field manager
@@ -179,7 +179,7 @@ class ConfigMapWrites:
         restored_fields = await self.restore(desired, owner_name) if current is None else []
         # On the cached object it was rendered onto: values is Helm's text and ours at once.
         await self.writer.apply(
-            CONFIGMAPS, apply_body(desired, owner_name), resource_version=_version(current)
+            CONFIGMAPS, apply_body(desired, owner_name), resource_version=resource_version(current)
         )
         self.metrics.reverts.labels(owner_name)  # from the first write: a later revert counts
         if current is None:
@@ -206,10 +206,3 @@ class ConfigMapWrites:
             hash=desired.config_hash,
         )
         self.recorder.record(config, "Normal", reason, message)
-
-
-def _version(cached: Json | None) -> str | None:
-    """The resourceVersion of a cached ConfigMap, a write's precondition (None: it was not
-    there, and was created or restored just now)."""
-    version = ((cached or {}).get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None

@@ -170,7 +170,7 @@ class LinkerdConfigController:
         if isinstance(guard, Result):
             return guard
         held, rolled, rolling = None, config, asked
-        if guard.held and desired.trust_anchor_source != "Spec":
+        if guard.held and not desired.anchors_stated:
             # Someone else's rotation of a bundle the spec leaves to the cluster: not ours to
             # write, nor to hold on to (written, it would be ours, and their removal forgotten
             # once the hold lifts). Nothing restarts onto it while a pod needs what it drops.

@@ -89,6 +89,11 @@ class Desired:
     trust roots), with the keys it cannot do without: copied while they hold them, restored
     whole from the copy when deleted, a key put back from it when deleted."""
 
+    @property
+    def anchors_stated(self) -> bool:
+        """The spec states the trust anchors (False: the cluster's are kept, its to write)."""
+        return self.trust_anchor_source == "Spec"
+
     def ours_in(self, name: str) -> dict[str, str]:
         """The keys we write in ConfigMap ``name`` of the target's namespace."""
         return self.data if name == self.target.name else self.companions.get(name, {})

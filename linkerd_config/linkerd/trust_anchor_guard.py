@@ -219,7 +219,7 @@ def bundle_change(desired: Desired, current: Mapping[str, Mapping[str, str]]) ->
     InstalledDataError when the installed data cannot be read (the reconcile has read it
     already, so it does not happen there)."""
     namespace, version = desired.target.namespace, desired.linkerd_version
-    stated = desired.trust_anchor_source == "Spec"
+    stated = desired.anchors_stated
     if TRUST_ROOTS_CONFIGMAP in desired.depends_on:  # the injector reads the trust roots
         now = (current.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY)
         then = (desired.companions.get(TRUST_ROOTS_CONFIGMAP) or {}).get(TRUST_ROOTS_KEY, now)

@@ -285,8 +285,7 @@ def _stray_annotation(metadata: Mapping[str, Any], old: Mapping[str, Any] | None
 def _malformed_annotation(metadata: Mapping[str, Any]) -> str | None:
     """What is wrong with a v1alpha1 object's values annotation, if anything: conversion
     leaves one it cannot read as it is, so only validation can say so."""
-    annotations = metadata.get("annotations")
-    text = annotations.get(VALUES_ANNOTATION) if isinstance(annotations, Mapping) else None
+    text = _annotation_text(metadata)
     if text is None:
         return None
     try:
