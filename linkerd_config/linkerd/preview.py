@@ -604,9 +604,7 @@ def _going_back_observation(
     planned = view.rollout_plan(to or failed)
     restarted = workload_health.restarted(view.workloads, failed_hash, planned.reasons, now)
     pending = [workload for _, workload in restarted.values()]
-    to_hash, to_version = failed_hash, failed.proxy.version  # (it cannot go back)
-    if to is not None:
-        to_hash, to_version = to.config_hash, to.proxy.version
+    to_hash, to_version = rollback.returned_to(halt, failed, to)
     back = machine.going_back(halt, pending, to_hash, to_version, {}, now)
     if machine.gated(back, failed_hash, halt):
         standing = workload_health.brought_back(

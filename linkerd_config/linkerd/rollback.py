@@ -236,6 +236,15 @@ def rollback_of(halt: Halt | None) -> Rollback | None:
     return None if halt is None else halt.rollback
 
 
+def returned_to(halt: Halt, failed: Desired, to: Desired | None) -> tuple[str, str]:
+    """The configuration hash and proxy version a rollback pass returns to: ``to``'s, or,
+    when it cannot go back (None), the failed one's (``Halt.rolled``: the configuration
+    rolled out when it failed), which ``rollout_machine.going_back`` reads as nowhere to go."""
+    if to is None:
+        return halt.rolled, failed.proxy.version
+    return to.config_hash, to.proxy.version
+
+
 def _target_in_force(config: Json, halt: Halt | None) -> Completed | None:
     """The ``lastCompleted`` record ``halt``'s rollback returns to, if status still holds it."""
     back = rollback_of(halt)

@@ -415,9 +415,7 @@ class RolloutExecutor:
         plan = self._plan(effective or failed)
         pending = [w for _, w in self._restarted(failed_hash, plan).values()]
         tried = self._of(failed_hash).restores_tried
-        to_hash, to_version = failed_hash, failed.proxy.version  # (it cannot go back)
-        if effective is not None:
-            to_hash, to_version = effective.config_hash, effective.proxy.version
+        to_hash, to_version = rollback.returned_to(halt, failed, effective)
         back = machine.going_back(halt, pending, to_hash, to_version, tried, self.monotonic())
         if machine.gated(back, failed_hash, halt):
             standing = await self._brought_back(list(back.workloads), plan, halt.started_at)
