@@ -32,6 +32,7 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
     crd,
 )
 from tests.support.json_patch import PatchTestFailed, apply
+from tests.support.leadership_fakes import Toggled
 
 REG = Registration(
     crd=str(LINKERD_CONFIGS_V1ALPHA1),
@@ -222,30 +223,10 @@ def local(api: CrdApi, **kw: float) -> LocalConversion:
     )
 
 
-class Leading:
-    """Leads from the start, until told otherwise (``lose``, ``win``)."""
-
-    def __init__(self) -> None:
-        self.leadership_lost = asyncio.Event()
-        self._leading = asyncio.Event()
-        self._leading.set()
-
-    async def wait_for_leadership(self, timeout: float | None = None) -> None:
-        await self._leading.wait()
-
-    def lose(self) -> None:
-        self._leading.clear()
-        self.leadership_lost.set()
-
-    def win(self) -> None:
-        self.leadership_lost.clear()
-        self._leading.set()
-
-
 async def test_registers_then_restores_at_stop() -> None:
     api = CrdApi(crd(local=True))
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED
     assert rules(api.crd, "v1alpha1") == []
@@ -262,7 +243,7 @@ async def test_stopped_before_the_probe_answered_still_restores() -> None:
     api = CrdApi(crd(local=True))
     api.probe_gate.clear()
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     for _ in range(100):
         await asyncio.sleep(0.01)
         if rules(api.crd, "v1alpha1") == []:
@@ -277,7 +258,7 @@ async def test_an_api_server_that_cannot_reach_us_gets_the_refusal_back() -> Non
     api = CrdApi(crd(local=True))
     api.probe_answer = error("conversion webhook for ...: connect: connection refused")
     conv = local(api, probe_timeout=0.2)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.UNREACHABLE
     assert conv.last_probe_error and "connection refused" in conv.last_probe_error
@@ -291,7 +272,7 @@ async def test_the_old_schema_still_in_force_is_waited_out() -> None:
     api = CrdApi(crd(local=True))
     api.probe_answer = error(f"invalid: {CONVERSION_REFUSAL['message']}")
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.sleep(0.1)
     assert not conv.settled.is_set()
     api.probe_answer = None  # the API server has the new schema and converts through us
@@ -305,7 +286,7 @@ async def test_a_write_between_read_and_patch_is_read_again() -> None:
     api = CrdApi(crd(local=True))
     api.conflicts = 2
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED
     assert api.conflicts == 0 and len(api.writes) == 3  # two refused, then applied
@@ -324,7 +305,7 @@ async def test_nothing_to_register(crd_obj: dict | None, outcome: Outcome) -> No
         api.crd["metadata"]["resourceVersion"] = "1"
     before = copy.deepcopy(api.crd)
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is outcome
     task.cancel()
@@ -336,7 +317,7 @@ async def test_each_term_registers_again() -> None:
     """Another process registered itself while this one did not lead: leading again, this
     one points the CRD back at itself."""
     api = CrdApi(crd(local=True))
-    terms = Leading()
+    terms = Toggled()
     conv = local(api)
     task = asyncio.create_task(conv.run(REG, terms))
     await asyncio.wait_for(conv.settled.wait(), 5)
@@ -345,7 +326,7 @@ async def test_each_term_registers_again() -> None:
     api.crd["spec"]["conversion"] = other
     await asyncio.sleep(0.05)
     assert api.crd["spec"]["conversion"] == other  # not while following
-    terms.win()
+    terms.gain()
     for _ in range(100):
         await asyncio.sleep(0.01)
         if client_config(api.crd).get("url") == REG.url:
@@ -371,7 +352,7 @@ async def test_a_failure_on_the_way_is_tried_again_not_fatal(failure: BaseExcept
     api = CrdApi(crd(local=True))
     api.failures = [failure, failure]
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED and not task.done()
     task.cancel()
@@ -383,7 +364,7 @@ async def test_a_crd_that_keeps_changing_is_tried_again() -> None:
     api = CrdApi(crd(local=True))
     api.conflicts = 7  # more than one attempt's reads
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED
     task.cancel()
@@ -394,7 +375,7 @@ async def test_a_term_ending_mid_registration_is_not_fatal() -> None:
     """The renew deadline passes while the CRD is read: the write gate refuses the PATCH
     (NotLeaderError). That ended the conversion task, and with it the process; now the term
     is over, and the next one registers."""
-    leading = Leading()
+    leading = Toggled()
     api = CrdApi(crd(local=True))
     real = api.request
 
@@ -410,7 +391,7 @@ async def test_a_term_ending_mid_registration_is_not_fatal() -> None:
     task = asyncio.create_task(conv.run(REG, leading))
     await asyncio.sleep(0.2)
     assert not task.done() and not conv.settled.is_set()
-    leading.win()
+    leading.gain()
     await asyncio.wait_for(conv.settled.wait(), 5)
     assert conv.outcome is Outcome.REGISTERED and not task.done()
     task.cancel()
@@ -431,7 +412,7 @@ async def test_the_restore_at_stop_never_raises(failure: BaseException) -> None:
     on), is said in a warning, not raised out of the stop."""
     api = CrdApi(crd(local=True))
     conv = local(api)
-    task = asyncio.create_task(conv.run(REG, Leading()))
+    task = asyncio.create_task(conv.run(REG, Toggled()))
     await asyncio.wait_for(conv.settled.wait(), 5)
     api.failures = [failure]
     task.cancel()
