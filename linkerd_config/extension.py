@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import aiohttp
-from cryptography import x509
 
 from linkerd_config.inspection import CommandError, read_cluster
+from linkerd_config.kube import x509_reader
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient, Timeouts
 from linkerd_config.kube.conditions import Progress
 from linkerd_config.kube.kubeconfig import AccessError, load_access
@@ -280,10 +280,10 @@ def _ca_problem(bundle: object, now: datetime.datetime) -> str:
     if not isinstance(bundle, str) or not bundle:
         return "empty"
     try:
-        certificates = x509.load_pem_x509_certificates(base64.b64decode(bundle))
-    except ValueError as exc:
+        certificates = x509_reader.read_pem_bundle(base64.b64decode(bundle).decode())
+    except ValueError as exc:  # not base64, not text, or CertificateError
         return f"not a PEM certificate bundle ({exc})"
-    valid = [c for c in certificates if c.not_valid_before_utc <= now <= c.not_valid_after_utc]
+    valid = [c for c in certificates if c.not_before <= now <= c.not_after]
     if not valid:
         return "no certificate in it is valid now"
     return ""

@@ -56,6 +56,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from linkerd_config.kube import x509_reader
 from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
@@ -165,21 +166,13 @@ def _anchors(text: str, where: str) -> tuple[Anchor, ...]:
         raise refuse("not PEM: a -----BEGIN line without its -----END")
     if not blocks:
         raise refuse("the trust bundle holds no -----BEGIN CERTIFICATE----- block")
-    # cryptography (17 ms, 8 MiB) is imported when a certificate is first read, not at start.
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.hazmat.primitives import hashes  # noqa: PLC0415
-
     anchors: list[Anchor] = []
     for index, block in enumerate(blocks, start=1):
         try:
-            cert = x509.load_pem_x509_certificate(block.encode())
-            fingerprint = cert.fingerprint(hashes.SHA256()).hex()
-        except (ValueError, TypeError, UnicodeError) as error:
+            cert = x509_reader.read_pem(block)
+        except x509_reader.CertificateError as error:
             raise refuse(f"certificate {index} does not parse as X.509 ({error})") from error
-        try:
-            subject = cert.subject.rfc4514_string()
-        except ValueError:
-            subject = "unreadable subject"
+        fingerprint, subject = cert.fingerprint, cert.subject
         anchors.append(Anchor(fingerprint, subject))
     return tuple(anchors)
 

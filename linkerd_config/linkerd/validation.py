@@ -21,6 +21,7 @@ from typing import Any, Final, TypeGuard
 
 import orjson
 
+from linkerd_config.kube import x509_reader
 from linkerd_config.kube.memo import json_digest
 from linkerd_config.kube.resource import Json, rfc3339
 from linkerd_config.linkerd.api_conversion import (
@@ -316,13 +317,10 @@ def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str
     moment = now or datetime.datetime.now(datetime.UTC)
     found: list[str] = []
     blocks, _ = _pem_blocks(pem)
-    from cryptography import x509  # noqa: PLC0415  (imported when first needed, as below)
-
     for index, block in enumerate(blocks, start=1):
         try:
-            cert = x509.load_pem_x509_certificate(block.text.encode())
-            ends = cert.not_valid_after_utc
-        except (ValueError, TypeError):
+            ends = x509_reader.read_pem(block.text).not_after
+        except x509_reader.CertificateError:
             continue
         if moment <= ends < moment + _EXPIRY_WARNING:
             found.append(
@@ -681,57 +679,37 @@ def _anchor_problems(
 ) -> list[str]:
     """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can. Its
     validity period's ends, which the answer depends on, are added to ``moments``."""
-    # cryptography (17 ms, 8 MiB) is imported when a certificate is first read, not at start.
-    from cryptography import x509  # noqa: PLC0415
-    from cryptography.exceptions import UnsupportedAlgorithm  # noqa: PLC0415
-    from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa  # noqa: PLC0415
-
     try:
-        cert = x509.load_pem_x509_certificate(block.encode())
-    except (ValueError, TypeError, UnicodeError) as error:
+        cert = x509_reader.read_pem(block)
+    except x509_reader.CertificateError as error:
         return [f"does not parse as X.509 ({error})"]
     problems: list[str] = []
-    try:
-        subject = cert.subject.rfc4514_string() or "empty subject"
-    except ValueError:
-        subject = "unreadable subject"
-    try:
-        starts, ends = cert.not_valid_before_utc, cert.not_valid_after_utc
-        moments += (starts, ends)
-        if now > ends:
-            problems.append(f"{subject!r} expired on {_when(ends)}")
-        elif now < starts:
-            problems.append(f"{subject!r} is not valid before {_when(starts)}")
-    except ValueError as error:
-        problems.append(f"{subject!r} has an unreadable validity period ({error})")
-    try:
-        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
-        if not constraints.ca:
-            problems.append(f"{subject!r} is not a CA (basicConstraints CA is false)")
-    except x509.ExtensionNotFound:
+    subject = cert.subject or "empty subject"
+    starts, ends = cert.not_before, cert.not_after
+    moments += (starts, ends)
+    if now > ends:
+        problems.append(f"{subject!r} expired on {_when(ends)}")
+    elif now < starts:
+        problems.append(f"{subject!r} is not valid before {_when(starts)}")
+    if cert.extensions_error is not None:
+        problems.append(f"{subject!r} has unreadable extensions ({cert.extensions_error})")
+    elif cert.ca is None:
         problems.append(f"{subject!r} is not a CA (no basicConstraints CA=true)")
-    except ValueError as error:
-        problems.append(f"{subject!r} has unreadable extensions ({error})")
-    try:
-        usage = cert.extensions.get_extension_for_class(x509.KeyUsage).value
-        if not usage.key_cert_sign:
-            problems.append(f"{subject!r} may not sign certificates (keyUsage lacks keyCertSign)")
-    except (x509.ExtensionNotFound, ValueError):
-        pass  # absent keyUsage allows every use; unreadable extensions are reported above
-    try:
-        key = cert.public_key()
-    except (ValueError, UnsupportedAlgorithm) as error:
-        problems.append(f"{subject!r} has an unsupported public key ({error})")
-        return problems
-    if isinstance(key, ec.EllipticCurvePublicKey):
-        if key.curve.name not in _SUPPORTED_CURVES:
-            problems.append(f"{subject!r} uses curve {key.curve.name}; use P-256 or P-384")
-    elif isinstance(key, rsa.RSAPublicKey):
-        if key.key_size < _MIN_RSA_BITS:
-            problems.append(f"{subject!r} has a {key.key_size}-bit RSA key; use 2048 bits or more")
-    elif not isinstance(key, ed25519.Ed25519PublicKey):
+    elif not cert.ca:
+        problems.append(f"{subject!r} is not a CA (basicConstraints CA is false)")
+    if cert.key_cert_sign is False:  # absent keyUsage allows every use
+        problems.append(f"{subject!r} may not sign certificates (keyUsage lacks keyCertSign)")
+    key = cert.public_key
+    if key.kind == "ec":
+        if key.curve not in _SUPPORTED_CURVES:
+            problems.append(f"{subject!r} uses curve {key.curve}; use P-256 or P-384")
+    elif key.kind == "rsa":
+        if key.bits < _MIN_RSA_BITS:
+            problems.append(f"{subject!r} has a {key.bits}-bit RSA key; use 2048 bits or more")
+    elif key.kind != "ed25519":
         problems.append(
-            f"{subject!r} has an unsupported key type; use ECDSA P-256/P-384, RSA or Ed25519"
+            f"{subject!r} has an unsupported key type ({key.algorithm}); "
+            "use ECDSA P-256/P-384, RSA or Ed25519"
         )
     return problems
 

@@ -17,6 +17,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from linkerd_config.inspection import render_plan, render_status
+from linkerd_config.kube import x509_reader
 from linkerd_config.linkerd import trust_anchor_guard as guard
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.formats import FormatError
@@ -244,14 +245,14 @@ def test_other_pem_blocks_are_no_anchors_and_are_passed_over() -> None:
 
 def test_a_bundle_is_parsed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
     text = bundle(trust_anchor("cached"), B)
-    calls: list[bytes] = []
-    real = x509.load_pem_x509_certificate
+    calls: list[str] = []
+    real = x509_reader.read_pem
 
-    def counting(data: bytes) -> x509.Certificate:
-        calls.append(data)
-        return real(data)
+    def counting(block: str) -> x509_reader.Certificate:
+        calls.append(block)
+        return real(block)
 
-    monkeypatch.setattr(x509, "load_pem_x509_certificate", counting)
+    monkeypatch.setattr(x509_reader, "read_pem", counting)
     first = guard.parse_bundle(text, "here")
     assert len(calls) == 2
     assert guard.parse_bundle(text, "elsewhere") is first
