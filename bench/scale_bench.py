@@ -302,7 +302,7 @@ FLOOR_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("google.protobuf", "yaml", "orjson", "structlog", "prometheus_client"),
     ),
     ("+ what `run` imports (linkerd_config.app)", ("linkerd_config.app",)),
-    ("+ cryptography (a local run's conversion certificate, the anchor checks)",
+    ("+ cryptography (only to make a certificate: a local run's conversion webhook)",
      ("cryptography.x509", "linkerd_config.kube.certs")),
 )  # fmt: skip
 """The runtime's memory before any work, a stage at a time, each imported as ``run`` imports
