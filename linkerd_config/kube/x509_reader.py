@@ -200,6 +200,8 @@ class _Der:
             raise CertificateError(f"{what}: truncated")
         if data[pos] != tag:
             raise CertificateError(f"{what}: tag 0x{data[pos]:02x}, expected 0x{tag:02x}")
+        if tag & 0x1F == 0x1F:  # no field this reader reads has one
+            raise CertificateError(f"{what}: a high tag number")
         length = data[pos + 1]
         pos += 2
         if length & 0x80:
@@ -256,15 +258,24 @@ class _Der:
         return content[1:]
 
 
+_MAX_ARC_OCTETS: Final = 9
+"""63 bits (Go's parser stops at 31): without a bound, a hostile OID's one arc would grow an
+integer a step at a time, in quadratic time."""
+
+
 def _oid(content: bytes, what: str) -> str:
     if not content or content[-1] & 0x80:
         raise CertificateError(f"{what}: not an OBJECT IDENTIFIER")
     arcs: list[int] = []
     value = 0
     fresh = True
+    length = 0
     for byte in content:
         if fresh and byte == 0x80:
             raise CertificateError(f"{what}: not an OBJECT IDENTIFIER (padded arc)")
+        length = 1 if fresh else length + 1
+        if length > _MAX_ARC_OCTETS:
+            raise CertificateError(f"{what}: an arc over {7 * _MAX_ARC_OCTETS} bits")
         value = (value << 7) | (byte & 0x7F)
         fresh = not byte & 0x80
         if fresh:
@@ -421,7 +432,26 @@ def _public_key(info: _Der) -> PublicKey:
         if len(key) != 32:
             raise CertificateError("the Ed25519 key: not 32 bytes")
         return PublicKey("ed25519", oid)
+    _parameters(algorithm, "the public key's algorithm")
     return PublicKey("other", oid)
+
+
+def _parameters(algorithm: _Der, what: str) -> None:
+    """An AlgorithmIdentifier's parameters, when it has any: one DER element, unread."""
+    tag = algorithm.peek()
+    if tag is not None:
+        algorithm.raw(tag, f"{what}'s parameters")
+    algorithm.done(what)
+
+
+def _signature_algorithm(der: _Der, what: str) -> bytes:
+    """An AlgorithmIdentifier, checked for shape, as its encoding (the TBSCertificate's and
+    the certificate's must be equal)."""
+    start = der.pos
+    algorithm = der.inner(_SEQUENCE, what)
+    algorithm.oid(what)
+    _parameters(algorithm, what)
+    return der.data[start : der.pos]
 
 
 def _extensions(der: _Der) -> dict[str, bytes]:
@@ -511,7 +541,7 @@ def read_der(der: bytes) -> Certificate:
     certificate = outer.inner(_SEQUENCE, "the certificate")
     outer.done("the certificate")
     tbs = certificate.inner(_SEQUENCE, "the TBSCertificate")
-    outer_algorithm = certificate.raw(_SEQUENCE, "the signature algorithm")
+    outer_algorithm = _signature_algorithm(certificate, "the signature algorithm")
     certificate.bits("the signature")
     certificate.done("the certificate")
     if tbs.peek() == _VERSION:
@@ -522,7 +552,7 @@ def read_der(der: bytes) -> Certificate:
             raise CertificateError(f"the version: {number} is not a DER X.509 version")
     if tbs.integer("the serial number") < 0:  # Go (1.23 on) refuses it; cryptography warns
         raise CertificateError("the serial number is negative")
-    if tbs.raw(_SEQUENCE, "the TBSCertificate's signature algorithm") != outer_algorithm:
+    if _signature_algorithm(tbs, "the TBSCertificate's signature algorithm") != outer_algorithm:
         raise CertificateError("the inner and outer signature algorithms differ")
     _name(tbs.inner(_SEQUENCE, "the issuer"))
     validity = tbs.inner(_SEQUENCE, "the validity")
@@ -549,9 +579,7 @@ def read_der(der: bytes) -> Certificate:
     return Certificate(der, subject, not_before, not_after, public_key, ca, key_cert_sign)
 
 
-_PEM_CERTIFICATE: Final = re.compile(
-    r"-----BEGIN CERTIFICATE-----\s*?\n(.*?)-----END CERTIFICATE-----", re.DOTALL
-)
+_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) CERTIFICATE-----")
 _BASE64_SPACE: Final = re.compile(r"[ \t\r\n]+")
 
 
@@ -565,16 +593,22 @@ def read_pem(block: str) -> Certificate:
 
 
 def read_pem_bundle(text: str) -> list[Certificate]:
-    """Every ``CERTIFICATE`` block of ``text``, in order; :class:`CertificateError` if there
-    is none or one is not a certificate."""
-    blocks = _PEM_CERTIFICATE.findall(text)
-    if not blocks:
+    """Every ``CERTIFICATE`` block of ``text``, in order, in one pass (a BEGIN line read again
+    before its END starts the block anew); :class:`CertificateError` if there is none or one
+    is not a certificate."""
+    found: list[Certificate] = []
+    body_starts: int | None = None
+    for marker in _PEM_MARKER.finditer(text):
+        if marker.group(1) == "BEGIN":
+            body_starts = marker.end()
+        elif body_starts is not None:
+            body = _BASE64_SPACE.sub("", text[body_starts : marker.start()])
+            body_starts = None
+            try:
+                der = base64.b64decode(body, validate=True)
+            except (binascii.Error, ValueError) as error:
+                raise CertificateError(f"not base64 ({error})") from error
+            found.append(read_der(der))
+    if not found:
         raise CertificateError("no -----BEGIN CERTIFICATE----- block")
-    found = []
-    for body in blocks:
-        try:
-            der = base64.b64decode(_BASE64_SPACE.sub("", body), validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise CertificateError(f"not base64 ({error})") from error
-        found.append(read_der(der))
     return found

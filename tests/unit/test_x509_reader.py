@@ -272,3 +272,31 @@ def test_what_is_not_a_certificate_says_why(text: str, message: str) -> None:
 def test_two_certificates_where_one_is_expected() -> None:
     with pytest.raises(CertificateError, match="2 certificates where one"):
         read_pem(trust_anchor() + trust_anchor())
+
+
+def tlv(tag: int, content: bytes) -> bytes:
+    size = len(content)
+    if size < 0x80:
+        return bytes([tag, size]) + content
+    octets = size.to_bytes((size.bit_length() + 7) // 8, "big")
+    return bytes([tag, 0x80 | len(octets)]) + octets + content
+
+
+def test_an_oid_arc_past_63_bits_is_refused_before_it_is_computed() -> None:
+    """A 200 KB arc would take quadratic time to build; it is refused at its tenth octet."""
+    algorithm = tlv(0x30, tlv(0x06, b"\x2a\x03"))
+    hostile = tlv(0x31, tlv(0x30, tlv(0x06, b"\xff" * 200_000 + b"\x01") + tlv(0x0C, b"a")))
+    tbs = tlv(0x30, tlv(0x02, b"\x01") + algorithm + tlv(0x30, hostile))
+    der = tlv(0x30, tbs + algorithm + tlv(0x03, b"\x00"))
+    with pytest.raises(CertificateError, match="an arc over 63 bits"):
+        read_der(der)
+
+
+def test_begin_lines_without_end_are_read_in_one_pass() -> None:
+    """Thousands of BEGIN lines and no END: no block (each BEGIN starts the block anew, so the
+    text is read once, not once per BEGIN)."""
+    with pytest.raises(CertificateError, match="no -----BEGIN CERTIFICATE----- block"):
+        read_pem_bundle("-----BEGIN CERTIFICATE-----\n" * 9_000)
+    anchor = trust_anchor("after")
+    found = read_pem_bundle("-----BEGIN CERTIFICATE-----\nnot base64\n" * 100 + anchor)
+    assert [cert.subject for cert in found] == ["CN=after"]
