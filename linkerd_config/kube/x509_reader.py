@@ -7,12 +7,14 @@ anchor is little (its fingerprint, subject, validity, basicConstraints, keyUsage
 key), and none of it needs a signature checked or a key used: that is what this module reads.
 Certificates are still *made* with cryptography (``kube.certs``, tests).
 
-Strict DER, as Go's ``crypto/x509`` (which Linkerd's own components parse anchors with) reads
-it: definite minimal lengths, nothing trailing, the inner and outer signature algorithms
-equal, an EC point uncompressed and on its curve. Anything else is a
+What it accepts is what cryptography (which read them before) accepts: DER with definite
+minimal lengths and nothing trailing, SET OF in DER's order, PrintableString and IA5String
+characters checked, an EC point uncompressed and on its curve, RSA numbers odd, keyUsage's
+encipherOnly and decipherOnly only with keyAgreement. Anything else is a
 :class:`CertificateError` naming what is wrong, never another exception.
 ``tests/unit/test_x509_reader.py`` checks every field against cryptography's reading of the
-same certificates (hypothesis), and that what cryptography refuses is refused here.
+same certificates, and that damaged ones are accepted exactly when cryptography accepts them
+(hypothesis).
 """
 
 from __future__ import annotations
@@ -319,8 +321,10 @@ _UTC_PATTERN: Final = re.compile(rb"[0-9]{12}Z")
 _GENERALIZED_PATTERN: Final = re.compile(rb"[0-9]{14}Z")
 
 
-def _name(der: _Der) -> str:
-    """The Name as an RFC 4514 string, its RDNs last first."""
+def _name(der: _Der, *, read: bool = True) -> str:
+    """The Name as an RFC 4514 string, its RDNs last first; with ``read`` False, its shape is
+    checked and its values are not decoded (the issuer: cryptography decodes one only when
+    asked, and nothing here asks)."""
     rdns: list[str] = []
     while der.more():
         rdn = der.inner(_SET, "a name's RDN")
@@ -338,8 +342,11 @@ def _name(der: _Der) -> str:
                 raise CertificateError("a name attribute without a value")
             value = pair.raw(tag, "a name attribute's value")
             pair.done("a name's attribute")
-            text = _attribute_text(oid, tag, value)
-            attributes.append(f"{_ATTRIBUTE_NAMES.get(oid, oid)}={text}")
+            if read:
+                text = _attribute_text(oid, tag, value)
+                attributes.append(f"{_ATTRIBUTE_NAMES.get(oid, oid)}={text}")
+            elif tag in _CHECKED_ON_LOAD:
+                _attribute_text(oid, tag, value)
         if not _in_der_order(encodings):
             raise CertificateError("a name's RDN: its attributes are not in DER's SET order")
         rdns.append("+".join(attributes))
@@ -359,11 +366,15 @@ _PRINTABLE: Final = frozenset(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 '()+,-./:=?"
 )
 _CHARACTER_SETS: Final[dict[int, frozenset[int]]] = {
-    0x12: frozenset(b"0123456789 "),  # NumericString
     0x13: _PRINTABLE,  # PrintableString
     0x16: frozenset(range(0x80)),  # IA5String
-    0x1A: frozenset(range(0x20, 0x7F)),  # VisibleString
 }
+"""The string types whose characters cryptography checks (not NumericString's nor
+VisibleString's)."""
+_CHECKED_ON_LOAD: Final = frozenset({0x13, 0x16, 0x1C, 0x1E})
+"""The string types cryptography checks in a name it is not asked to decode (the issuer's):
+PrintableString, IA5String, UniversalString and BMPString; a UTF8String is checked when
+decoded."""
 
 
 def _attribute_text(oid: str, tag: int, value: bytes) -> str:
@@ -444,14 +455,11 @@ def _parameters(algorithm: _Der, what: str) -> None:
     algorithm.done(what)
 
 
-def _signature_algorithm(der: _Der, what: str) -> bytes:
-    """An AlgorithmIdentifier, checked for shape, as its encoding (the TBSCertificate's and
-    the certificate's must be equal)."""
-    start = der.pos
+def _signature_algorithm(der: _Der, what: str) -> None:
+    """An AlgorithmIdentifier, checked for shape only (no signature is checked here)."""
     algorithm = der.inner(_SEQUENCE, what)
     algorithm.oid(what)
     _parameters(algorithm, what)
-    return der.data[start : der.pos]
 
 
 def _extensions(der: _Der) -> dict[str, bytes]:
@@ -541,7 +549,7 @@ def read_der(der: bytes) -> Certificate:
     certificate = outer.inner(_SEQUENCE, "the certificate")
     outer.done("the certificate")
     tbs = certificate.inner(_SEQUENCE, "the TBSCertificate")
-    outer_algorithm = _signature_algorithm(certificate, "the signature algorithm")
+    _signature_algorithm(certificate, "the signature algorithm")
     certificate.bits("the signature")
     certificate.done("the certificate")
     if tbs.peek() == _VERSION:
@@ -550,11 +558,9 @@ def read_der(der: bytes) -> Certificate:
         version.done("the version")
         if number not in (1, 2):  # v2, v3; v1 is encoded by leaving the field out
             raise CertificateError(f"the version: {number} is not a DER X.509 version")
-    if tbs.integer("the serial number") < 0:  # Go (1.23 on) refuses it; cryptography warns
-        raise CertificateError("the serial number is negative")
-    if _signature_algorithm(tbs, "the TBSCertificate's signature algorithm") != outer_algorithm:
-        raise CertificateError("the inner and outer signature algorithms differ")
-    _name(tbs.inner(_SEQUENCE, "the issuer"))
+    tbs.integer("the serial number")  # negative: accepted, as cryptography (warning) does
+    _signature_algorithm(tbs, "the TBSCertificate's signature algorithm")
+    _name(tbs.inner(_SEQUENCE, "the issuer"), read=False)
     validity = tbs.inner(_SEQUENCE, "the validity")
     not_before = _time(validity, "notBefore")
     not_after = _time(validity, "notAfter")
