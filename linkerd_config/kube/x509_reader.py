@@ -585,8 +585,44 @@ def read_der(der: bytes) -> Certificate:
     return Certificate(der, subject, not_before, not_after, public_key, ca, key_cert_sign)
 
 
-_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) CERTIFICATE-----")
+# Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
+# END rescans the rest of the text from every unmatched BEGIN).
+_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 _BASE64_SPACE: Final = re.compile(r"[ \t\r\n]+")
+
+
+@dataclass(frozen=True, slots=True)
+class PemBlock:
+    """One BEGIN..END block: its two labels (which may differ), its text from the BEGIN line
+    to the END line, and where its body lies in that text."""
+
+    begin: str
+    end: str
+    text: str
+    body: slice
+
+
+def pem_blocks(text: str) -> tuple[list[PemBlock], bool]:
+    """The BEGIN..END blocks of ``text`` in one linear pass, and whether any marker was left
+    unpaired (a BEGIN read again before its END starts the block anew). Text between blocks
+    is ignored, as PEM allows."""
+    blocks: list[PemBlock] = []
+    unpaired = False
+    opened: re.Match[str] | None = None
+    for marker in _PEM_MARKER.finditer(text):
+        if marker.group(1) == "BEGIN":
+            unpaired = unpaired or opened is not None
+            opened = marker
+        elif opened is None:
+            unpaired = True
+        else:
+            start = opened.start()
+            body = slice(opened.end() - start, marker.start() - start)
+            blocks.append(
+                PemBlock(opened.group(2), marker.group(2), text[start : marker.end()], body)
+            )
+            opened = None
+    return blocks, unpaired or opened is not None
 
 
 def read_pem(block: str) -> Certificate:
@@ -599,22 +635,19 @@ def read_pem(block: str) -> Certificate:
 
 
 def read_pem_bundle(text: str) -> list[Certificate]:
-    """Every ``CERTIFICATE`` block of ``text``, in order, in one pass (a BEGIN line read again
-    before its END starts the block anew); :class:`CertificateError` if there is none or one
-    is not a certificate."""
+    """Every ``CERTIFICATE`` block of ``text``, in order (blocks of other labels, unpaired
+    markers and the text around them are passed over); :class:`CertificateError` if there is
+    none or one is not a certificate."""
     found: list[Certificate] = []
-    body_starts: int | None = None
-    for marker in _PEM_MARKER.finditer(text):
-        if marker.group(1) == "BEGIN":
-            body_starts = marker.end()
-        elif body_starts is not None:
-            body = _BASE64_SPACE.sub("", text[body_starts : marker.start()])
-            body_starts = None
-            try:
-                der = base64.b64decode(body, validate=True)
-            except (binascii.Error, ValueError) as error:
-                raise CertificateError(f"not base64 ({error})") from error
-            found.append(read_der(der))
+    for block in pem_blocks(text)[0]:
+        if block.begin != "CERTIFICATE" or block.end != "CERTIFICATE":
+            continue
+        body = _BASE64_SPACE.sub("", block.text[block.body])
+        try:
+            der = base64.b64decode(body, validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise CertificateError(f"not base64 ({error})") from error
+        found.append(read_der(der))
     if not found:
         raise CertificateError("no -----BEGIN CERTIFICATE----- block")
     return found

@@ -78,9 +78,6 @@ _IMAGE_TAG: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 # carriage return.
 _SPEC_SCHEMA: Final = spec_schema(V1ALPHA1)  # the hub's shape
 _MULTILINE: Final = frozenset({TRUST_ANCHOR})
-# Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
-# END rescans the rest of the text from every unmatched BEGIN).
-_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 _MAX_CERTIFICATES: Final = 100
 _SUPPORTED_CURVES: Final = ("secp256r1", "secp384r1")
 """P-256 and P-384, by cryptography's curve names."""
@@ -316,7 +313,7 @@ def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str
         ]
     moment = now or datetime.datetime.now(datetime.UTC)
     found: list[str] = []
-    blocks, _ = _pem_blocks(pem)
+    blocks, _ = x509_reader.pem_blocks(pem)
     for index, block in enumerate(blocks, start=1):
         try:
             ends = x509_reader.read_pem(block.text).not_after
@@ -453,7 +450,7 @@ class _Checker:
         if len(pem) > _MAX_PEM_CHARS:
             self.fail(TRUST_ANCHOR, f"is longer than {_MAX_PEM_CHARS} characters")
             return
-        blocks, unpaired = _pem_blocks(pem)
+        blocks, unpaired = x509_reader.pem_blocks(pem)
         if unpaired:
             self.fail(TRUST_ANCHOR, "is not PEM: its -----BEGIN and -----END lines do not pair up")
         elif not blocks:
@@ -628,13 +625,6 @@ class _Checker:
 # -- helpers -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _PemBlock:
-    begin: str
-    end: str
-    text: str
-
-
 def _string_problem(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
     """What is wrong with ``value`` as the field ``schema`` describes (None if nothing this
     checks): longer than its maxLength, or a control character."""
@@ -652,26 +642,6 @@ def _schema_at(path: str) -> Mapping[str, Any]:
     for key in path.split(".")[1:]:
         schema = (schema.get("properties") or {})[key]
     return schema
-
-
-def _pem_blocks(text: str) -> tuple[list[_PemBlock], bool]:
-    """The BEGIN..END blocks of ``text`` in one linear pass, and whether any marker was left
-    unpaired. Text between blocks is ignored, as PEM allows."""
-    blocks: list[_PemBlock] = []
-    unpaired = False
-    opened: re.Match[str] | None = None
-    for marker in _PEM_MARKER.finditer(text):
-        if marker.group(1) == "BEGIN":
-            unpaired = unpaired or opened is not None
-            opened = marker
-        elif opened is None:
-            unpaired = True
-        else:
-            blocks.append(
-                _PemBlock(opened.group(2), marker.group(2), text[opened.start() : marker.end()])
-            )
-            opened = None
-    return blocks, unpaired or opened is not None
 
 
 def _anchor_problems(
