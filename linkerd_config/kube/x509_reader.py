@@ -8,13 +8,16 @@ key), and none of it needs a signature checked or a key used: that is what this 
 Certificates are still *made* with cryptography (``kube.certs``, tests).
 
 What it accepts is what cryptography (which read them before) accepts: DER with definite
-minimal lengths and nothing trailing, SET OF in DER's order, PrintableString and IA5String
-characters checked, an EC point uncompressed and on its curve, RSA numbers odd, keyUsage's
-encipherOnly and decipherOnly only with keyAgreement. Anything else is a
-:class:`CertificateError` naming what is wrong, never another exception.
-``tests/unit/test_x509_reader.py`` checks every field against cryptography's reading of the
-same certificates, and that damaged ones are accepted exactly when cryptography accepts them
-(hypothesis).
+minimal lengths and nothing trailing, SET OF in DER's order, the string types cryptography
+checks, algorithm parameters of the type each known algorithm takes, an EC point on its
+curve, RSA numbers cryptography takes, the common extensions' structure (what cryptography
+refuses to read a certificate's extensions over is ``extensions_error``). Anything else is a
+:class:`CertificateError` naming what is wrong, never another exception, in time linear in
+the input. ``tests/unit/test_x509_reader.py`` checks every field against cryptography's
+reading of the same certificates, that damaged ones are accepted exactly when cryptography
+accepts them (hypothesis), and hand-built edges. Where it departs on purpose, keys Go's
+``crypto/x509`` does not take (so Linkerd cannot use): an RSASSA-PSS key or one on a curve
+outside SEC 2's reads as ``other``, and an EC key with explicit curve parameters is refused.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ _ATTRIBUTE_NAMES: Final = {
 written as their dotted OID."""
 
 _TEXT: Final[dict[int, str]] = {
+    0x04: "utf-8",  # OCTET STRING, UTCTime, GeneralizedTime: read as UTF-8, as cryptography
+    0x17: "utf-8",  # does (its _ASN1Type)
+    0x18: "utf-8",
     0x0C: "utf-8",  # UTF8String
     0x12: "utf-8",  # NumericString
     0x13: "utf-8",  # PrintableString
@@ -89,12 +95,25 @@ class _Curve:
     a: int
     b: int
 
-    @property
-    def size(self) -> int:
-        return (self.p.bit_length() + 7) // 8
+    def point(self, key: bytes) -> bool:
+        """Whether ``key`` is a point on the curve (SEC 1 2.3.4): uncompressed (04), hybrid
+        (06, 07: y's parity too) or compressed (02, 03: some y exists), not infinity."""
+        size = (self.p.bit_length() + 7) // 8
+        form = key[0] if key else 0
+        if form in (0x04, 0x06, 0x07) and len(key) == 1 + 2 * size:
+            x = int.from_bytes(key[1 : 1 + size], "big")
+            y = int.from_bytes(key[1 + size :], "big")
+            if form != 0x04 and y & 1 != form & 1:
+                return False
+            return x < self.p and y < self.p and (y * y - self._rhs(x)) % self.p == 0
+        if form in (0x02, 0x03) and len(key) == 1 + size:
+            x = int.from_bytes(key[1:], "big")
+            # Euler's criterion: x³ + ax + b is a square (0 is: y = 0).
+            return x < self.p and pow(self._rhs(x), (self.p - 1) // 2, self.p) in (0, 1)
+        return False
 
-    def holds(self, x: int, y: int) -> bool:
-        return x < self.p and y < self.p and (y * y - x**3 - self.a * x - self.b) % self.p == 0
+    def _rhs(self, x: int) -> int:
+        return (x**3 + self.a * x + self.b) % self.p
 
 
 _P192: Final = 2**192 - 2**64 - 1
@@ -219,6 +238,22 @@ class _Der:
         self.pos = pos + length
         return pos, pos + length
 
+    def skip(self, what: str) -> None:
+        """Past the next element, whatever its tag (high tag numbers too), unread."""
+        data, pos = self.data, self.pos
+        if pos >= self.end:
+            raise CertificateError(f"{what}: truncated")
+        if data[pos] & 0x1F != 0x1F:
+            self.element(data[pos], what)
+            return
+        pos += 1
+        while pos < self.end and data[pos] & 0x80:
+            pos += 1
+        # The length after the tag's last octet, read as a low tag's would be.
+        rest = _Der(bytes([_OCTET_STRING]) + data[pos + 1 : self.end])
+        rest.element(_OCTET_STRING, what)
+        self.pos = pos + rest.pos
+
     def inner(self, tag: int, what: str) -> _Der:
         start, end = self.element(tag, what)
         return _Der(self.data, start, end)
@@ -249,9 +284,10 @@ class _Der:
             raise CertificateError(f"{what}: not a DER BOOLEAN")
         return content == b"\xff"
 
-    def bits(self, what: str) -> bytes:
-        """A BIT STRING's bytes; its unused bits must be zero, as DER asks."""
-        content = self.raw(_BIT_STRING, what)
+    def bits(self, what: str, tag: int = _BIT_STRING) -> bytes:
+        """A BIT STRING's bytes (``tag``: when implicitly tagged); its unused bits must be
+        zero, as DER asks."""
+        content = self.raw(tag, what)
         if not content or content[0] > 7 or (len(content) == 1 and content[0]):
             raise CertificateError(f"{what}: not a DER BIT STRING")
         unused = content[0]
@@ -260,24 +296,22 @@ class _Der:
         return content[1:]
 
 
-_MAX_ARC_OCTETS: Final = 9
-"""63 bits (Go's parser stops at 31): without a bound, a hostile OID's one arc would grow an
-integer a step at a time, in quadratic time."""
+_MAX_OID_OCTETS: Final = 63
+"""cryptography's bound on an OID's encoding (it also bounds the work: a hostile arc of
+200 KB would grow an integer a step at a time, in quadratic time)."""
 
 
 def _oid(content: bytes, what: str) -> str:
     if not content or content[-1] & 0x80:
         raise CertificateError(f"{what}: not an OBJECT IDENTIFIER")
+    if len(content) > _MAX_OID_OCTETS:
+        raise CertificateError(f"{what}: an OBJECT IDENTIFIER over {_MAX_OID_OCTETS} octets")
     arcs: list[int] = []
     value = 0
     fresh = True
-    length = 0
     for byte in content:
         if fresh and byte == 0x80:
             raise CertificateError(f"{what}: not an OBJECT IDENTIFIER (padded arc)")
-        length = 1 if fresh else length + 1
-        if length > _MAX_ARC_OCTETS:
-            raise CertificateError(f"{what}: an arc over {7 * _MAX_ARC_OCTETS} bits")
         value = (value << 7) | (byte & 0x7F)
         fresh = not byte & 0x80
         if fresh:
@@ -321,16 +355,17 @@ _UTC_PATTERN: Final = re.compile(rb"[0-9]{12}Z")
 _GENERALIZED_PATTERN: Final = re.compile(rb"[0-9]{14}Z")
 
 
-def _name(der: _Der, *, read: bool = True) -> str:
+def _name(der: _Der, *, read: bool = True, rdn_tag: int = _SET) -> str:
     """The Name as an RFC 4514 string, its RDNs last first; with ``read`` False, its shape is
     checked and its values are not decoded (the issuer: cryptography decodes one only when
-    asked, and nothing here asks)."""
+    asked, and nothing here asks). ``rdn_tag``: its RDNs' (one implicitly tagged elsewhere)."""
     rdns: list[str] = []
     while der.more():
-        rdn = der.inner(_SET, "a name's RDN")
+        rdn = der.inner(rdn_tag, "a name's RDN")
         if not rdn.more():
             raise CertificateError("a name's RDN is empty")
         attributes: list[str] = []
+        seen: set[str] = set()
         encodings: list[bytes] = []
         while rdn.more():
             start = rdn.pos
@@ -340,11 +375,18 @@ def _name(der: _Der, *, read: bool = True) -> str:
             tag = pair.peek()
             if tag is None:
                 raise CertificateError("a name attribute without a value")
+            if not read and tag & 0x1F == 0x1F:  # kept whole, unread, by cryptography
+                pair.skip("a name attribute's value")
+                pair.done("a name's attribute")
+                continue
             value = pair.raw(tag, "a name attribute's value")
             pair.done("a name's attribute")
             if read:
-                text = _attribute_text(oid, tag, value)
-                attributes.append(f"{_ATTRIBUTE_NAMES.get(oid, oid)}={text}")
+                text = f"{_ATTRIBUTE_NAMES.get(oid, oid)}={_attribute_text(oid, tag, value)}"
+                if text in seen:  # the same type and value (escaping is one-to-one)
+                    raise CertificateError(f"a name's RDN holds {text!r} twice")
+                seen.add(text)
+                attributes.append(text)
             elif tag in _CHECKED_ON_LOAD:
                 _attribute_text(oid, tag, value)
         if not _in_der_order(encodings):
@@ -367,14 +409,12 @@ _PRINTABLE: Final = frozenset(
 )
 _CHARACTER_SETS: Final[dict[int, frozenset[int]]] = {
     0x13: _PRINTABLE,  # PrintableString
-    0x16: frozenset(range(0x80)),  # IA5String
 }
-"""The string types whose characters cryptography checks (not NumericString's nor
-VisibleString's)."""
-_CHECKED_ON_LOAD: Final = frozenset({0x13, 0x16, 0x1C, 0x1E})
+"""The string type whose characters cryptography checks (not IA5String's, NumericString's
+nor VisibleString's)."""
+_CHECKED_ON_LOAD: Final = frozenset({0x13, 0x1C, 0x1E})
 """The string types cryptography checks in a name it is not asked to decode (the issuer's):
-PrintableString, IA5String, UniversalString and BMPString; a UTF8String is checked when
-decoded."""
+PrintableString, UniversalString and BMPString; a UTF8String is checked when decoded."""
 
 
 def _attribute_text(oid: str, tag: int, value: bytes) -> str:
@@ -412,17 +452,19 @@ def _public_key(info: _Der) -> PublicKey:
     key = info.bits("the public key")
     info.done("the public key")
     if oid == _RSA:
-        if algorithm.peek() == _NULL:
-            algorithm.raw(_NULL, "the RSA key's parameters")
-        algorithm.done("the public key's algorithm")
-        numbers = _Der(key).inner(_SEQUENCE, "the RSA key")
+        _parameters(algorithm, "the public key's algorithm", oid)
+        whole = _Der(key)
+        numbers = whole.inner(_SEQUENCE, "the RSA key")
+        whole.done("the RSA key")
         modulus = numbers.integer("the RSA modulus")
         exponent = numbers.integer("the RSA exponent")
         numbers.done("the RSA key")
-        if modulus <= 0 or not modulus & 1:
-            raise CertificateError("the RSA key: its modulus is not a positive odd number")
-        if not 3 <= exponent < 2**31 or not exponent & 1:  # Go: an odd int; cryptography: odd
-            raise CertificateError(f"the RSA key: exponent {exponent} is not odd, from 3 to 2³¹")
+        # cryptography's checks; numbers are never written into a message (one of 5,000
+        # digits cannot be turned into text).
+        if modulus < 3:
+            raise CertificateError("the RSA key: a modulus under 3")
+        if not 3 <= exponent < modulus or not exponent & 1:
+            raise CertificateError("the RSA key: an exponent not odd, from 3 to the modulus")
         return PublicKey("rsa", oid, bits=modulus.bit_length())
     if oid == _EC:
         curve_oid = algorithm.oid("the EC key's curve")
@@ -430,36 +472,72 @@ def _public_key(info: _Der) -> PublicKey:
         curve = _CURVES.get(curve_oid)
         if curve is None:  # not a curve cryptography reads either
             return PublicKey("other", f"{oid} on curve {curve_oid}")
-        size = curve.size
-        if len(key) != 1 + 2 * size or key[0] != 0x04:
-            raise CertificateError(f"the {curve.name} key: not an uncompressed point")
-        x = int.from_bytes(key[1 : 1 + size], "big")
-        y = int.from_bytes(key[1 + size :], "big")
-        if not curve.holds(x, y):
-            raise CertificateError(f"the {curve.name} key: a point not on the curve")
+        if not curve.point(key):
+            raise CertificateError(f"the {curve.name} key: not a point on the curve")
         return PublicKey("ec", oid, curve=curve.name)
-    if oid == _ED25519:
-        algorithm.done("the public key's algorithm")
-        if len(key) != 32:
-            raise CertificateError("the Ed25519 key: not 32 bytes")
-        return PublicKey("ed25519", oid)
-    _parameters(algorithm, "the public key's algorithm")
-    return PublicKey("other", oid)
+    _parameters(algorithm, "the public key's algorithm", oid)
+    size = _KEY_SIZES.get(oid)
+    if size is not None and len(key) != size:
+        raise CertificateError(f"the {oid} key: not {size} bytes")
+    return PublicKey("ed25519" if oid == _ED25519 else "other", oid)
 
 
-def _parameters(algorithm: _Der, what: str) -> None:
-    """An AlgorithmIdentifier's parameters, when it has any: one DER element, unread."""
+_KEY_SIZES: Final = {_ED25519: 32, "1.3.101.113": 57, "1.3.101.110": 32, "1.3.101.111": 56}
+"""The lengths of Ed25519, Ed448, X25519 and X448 keys."""
+
+_NONE: Final = -1
+"""In ``_PARAMETER_TAGS``: no parameters at all."""
+_ABSENT: Final = frozenset({_NONE})
+_NULL_OR_ABSENT: Final = frozenset({_NONE, _NULL})
+_PARAMETER_TAGS: Final[dict[str, frozenset[int]]] = {
+    **dict.fromkeys(
+        (
+            "1.2.840.10045.4.1",  # ecdsa-with-SHA1
+            "1.2.840.10045.4.3.1",  # ecdsa-with-SHA224 .. SHA512
+            "1.2.840.10045.4.3.2",
+            "1.2.840.10045.4.3.3",
+            "1.2.840.10045.4.3.4",
+            "2.16.840.1.101.3.4.3.1",  # dsa-with-sha224, sha256
+            "2.16.840.1.101.3.4.3.2",
+            *_KEY_SIZES,
+        ),
+        _ABSENT,
+    ),
+    **dict.fromkeys(
+        (f"1.2.840.113549.1.1.{n}" for n in (1, 4, 5, 11, 12, 13, 14)),  # rsaEncryption, RSA
+        _NULL_OR_ABSENT,  # with MD5, SHA-1, SHA-256, -384, -512, -224
+    ),
+    "1.2.840.113549.1.1.10": frozenset({_NONE, _SEQUENCE}),  # RSASSA-PSS
+    "1.2.840.10040.4.1": frozenset({_SEQUENCE}),  # DSA's key, with its domain parameters
+}
+"""What parameters cryptography lets the algorithms it knows have (none, NULL, a structure);
+an algorithm it does not know may have any one element."""
+
+
+def _parameters(algorithm: _Der, what: str, oid: str) -> None:
+    """An AlgorithmIdentifier's parameters, after its OID: one element of the type its
+    algorithm allows (unread), or none where allowed."""
+    allowed = _PARAMETER_TAGS.get(oid)
     tag = algorithm.peek()
-    if tag is not None:
-        algorithm.raw(tag, f"{what}'s parameters")
+    if tag is None:
+        if allowed is not None and _NONE not in allowed:
+            raise CertificateError(f"{what}: {oid} without its parameters")
+    elif allowed is None:
+        algorithm.skip(what)
+    elif tag not in allowed:
+        raise CertificateError(f"{what}: parameters {oid} does not take")
+    elif tag == _NULL:
+        if algorithm.raw(_NULL, what):
+            raise CertificateError(f"{what}: a NULL with content")
+    else:
+        algorithm.raw(tag, what)
     algorithm.done(what)
 
 
 def _signature_algorithm(der: _Der, what: str) -> None:
     """An AlgorithmIdentifier, checked for shape only (no signature is checked here)."""
     algorithm = der.inner(_SEQUENCE, what)
-    algorithm.oid(what)
-    _parameters(algorithm, what)
+    _parameters(algorithm, what, algorithm.oid(what))
 
 
 def _extensions(der: _Der) -> dict[str, bytes]:
@@ -467,8 +545,6 @@ def _extensions(der: _Der) -> dict[str, bytes]:
     found: dict[str, bytes] = {}
     listed = der.inner(_SEQUENCE, "the extensions")
     der.done("the extensions")
-    if not listed.more():
-        raise CertificateError("the extensions: an empty list")
     while listed.more():
         extension = listed.inner(_SEQUENCE, "an extension")
         oid = extension.oid("an extension's OID")
@@ -482,31 +558,217 @@ def _extensions(der: _Der) -> dict[str, bytes]:
     return found
 
 
-_EXTENSION_TAGS: Final = {
-    "2.5.29.14": _OCTET_STRING,  # subjectKeyIdentifier
-    "2.5.29.15": _BIT_STRING,  # keyUsage
-    "2.5.29.17": _SEQUENCE,  # subjectAltName
-    "2.5.29.18": _SEQUENCE,  # issuerAltName
-    "2.5.29.19": _SEQUENCE,  # basicConstraints
-    "2.5.29.30": _SEQUENCE,  # nameConstraints
-    "2.5.29.31": _SEQUENCE,  # cRLDistributionPoints
-    "2.5.29.32": _SEQUENCE,  # certificatePolicies
-    "2.5.29.35": _SEQUENCE,  # authorityKeyIdentifier
-    "2.5.29.37": _SEQUENCE,  # extKeyUsage
-    "1.3.6.1.5.5.7.1.1": _SEQUENCE,  # authorityInfoAccess
+def _general_name(der: _Der, what: str, addresses: tuple[int, int] = (4, 16)) -> None:
+    """One GeneralName, as far as cryptography checks it when it reads the extension
+    (``addresses``: the lengths an iPAddress may have; a name constraint's is a network)."""
+    tag = der.peek()
+    if tag in (0x81, 0x82, 0x86):  # rfc822Name, dNSName, URI: IA5String, read as UTF-8
+        _utf8(der.raw(tag, what), what)
+    elif tag == 0x87:  # iPAddress
+        address = der.raw(tag, what)
+        if len(address) not in addresses:
+            raise CertificateError(f"{what}: an IP address of a length not in {addresses}")
+        if len(address) in (8, 32) and not _network(address):
+            raise CertificateError(f"{what}: not a network (a mask not a prefix, or host bits)")
+    elif tag == 0x88:  # registeredID
+        _oid(der.raw(tag, what), what)
+    elif tag == 0xA0:  # otherName: a type and an explicitly tagged value, one element
+        other = der.inner(tag, what)
+        other.oid(what)
+        value = other.inner(0xA0, what)
+        other.done(what)
+        if not value.more():
+            raise CertificateError(f"{what}: an otherName without its value")
+        _well_formed(value, what, elements=1)
+    elif tag == 0xA4:  # directoryName
+        outer = der.inner(tag, what)
+        _name(outer.inner(_SEQUENCE, what), read=False)
+        outer.done(what)
+    else:
+        raise CertificateError(f"{what}: not a GeneralName this reader knows")
+
+
+def _network(address: bytes) -> bool:
+    """A name constraint's iPAddress: an address, then a prefix mask its host bits are 0 in."""
+    half = len(address) // 2
+    host = int.from_bytes(address[:half], "big")
+    mask = int.from_bytes(address[half:], "big")
+    inverted = ~mask & ((1 << (8 * half)) - 1)
+    return inverted & (inverted + 1) == 0 and host & inverted == 0
+
+
+def _general_names(value: _Der, what: str, *, at_least_one: bool = False) -> None:
+    names = value.inner(_SEQUENCE, what)
+    if at_least_one and not names.more():
+        raise CertificateError(f"{what}: empty")
+    while names.more():
+        _general_name(names, what)
+
+
+def _check_alternative_names(value: _Der, what: str) -> None:
+    _general_names(value, what)
+
+
+def _check_key_usages(value: _Der, what: str) -> None:
+    usages = value.inner(_SEQUENCE, what)
+    if not usages.more():
+        raise CertificateError(f"{what}: empty")
+    while usages.more():
+        usages.oid(what)
+
+
+def _check_authority_key(value: _Der, what: str) -> None:
+    fields = value.inner(_SEQUENCE, what)
+    if fields.peek() == 0x80:
+        fields.raw(0x80, what)
+    issuer = fields.peek() == 0xA1
+    if issuer:
+        names = fields.inner(0xA1, what)
+        if not names.more():
+            raise CertificateError(f"{what}: an empty authorityCertIssuer")
+        while names.more():
+            _general_name(names, what)
+    if (fields.peek() == 0x82) != issuer:
+        raise CertificateError(f"{what}: an issuer without a serial number, or the reverse")
+    if issuer:
+        fields.raw(0x82, what)
+    fields.done(what)
+
+
+def _check_sequence_of(
+    value: _Der, what: str, check: Callable[[_Der, str], None], *, at_least_one: bool = False
+) -> None:
+    items = value.inner(_SEQUENCE, what)
+    if at_least_one and not items.more():
+        raise CertificateError(f"{what}: empty")
+    while items.more():
+        item = items.inner(_SEQUENCE, what)
+        check(item, what)
+        item.done(what)
+
+
+_CPS: Final = "1.3.6.1.5.5.7.2.1"
+_USER_NOTICE: Final = "1.3.6.1.5.5.7.2.2"
+
+
+def _policy(item: _Der, what: str) -> None:
+    item.oid(what)
+    if not item.more():
+        return
+    qualifiers = item.inner(_SEQUENCE, what)
+    while qualifiers.more():
+        qualifier = qualifiers.inner(_SEQUENCE, what)
+        kind = qualifier.oid(what)
+        if qualifier.peek() == 0x16 and kind == _CPS:
+            _utf8(qualifier.raw(0x16, what), what)
+        elif qualifier.peek() == _SEQUENCE and kind == _USER_NOTICE:
+            _well_formed(qualifier.inner(_SEQUENCE, what), what)
+        else:
+            raise CertificateError(f"{what}: a policy qualifier neither a CPS nor a notice")
+        qualifier.done(what)
+
+
+def _utf8(value: bytes, what: str) -> None:
+    try:
+        value.decode()
+    except UnicodeDecodeError as error:
+        raise CertificateError(f"{what}: not UTF-8 ({error})") from error
+
+
+def _access(item: _Der, what: str) -> None:
+    item.oid(what)
+    _general_name(item, what)
+
+
+def _distribution_point(item: _Der, what: str) -> None:
+    if not item.more():
+        raise CertificateError(f"{what}: an empty distribution point")
+    if item.peek() == 0xA0:  # distributionPoint: a fullName or a name relative to the issuer
+        point = item.inner(0xA0, what)
+        if point.peek() == 0xA0:
+            names = point.inner(0xA0, what)
+            while names.more():
+                _general_name(names, what)
+        else:
+            _name(point, read=False, rdn_tag=0xA1)
+    if item.peek() == 0x81:  # reasons
+        item.bits(what, 0x81)
+    if item.peek() == 0xA2:  # cRLIssuer
+        issuers = item.inner(0xA2, what)
+        while issuers.more():
+            _general_name(issuers, what)
+
+
+def _subtrees(item: _Der, what: str) -> None:
+    _general_name(item, what, (8, 32))
+    _well_formed(item, what)
+
+
+def _check_name_constraints(value: _Der, what: str) -> None:
+    fields = value.inner(_SEQUENCE, what)
+    if not fields.more():
+        raise CertificateError(f"{what}: neither permitted nor excluded subtrees")
+    for tag in (0xA0, 0xA1):
+        if fields.peek() == tag:
+            trees = fields.inner(tag, what)
+            if not trees.more():
+                raise CertificateError(f"{what}: empty subtrees")
+            while trees.more():
+                tree = trees.inner(_SEQUENCE, what)
+                _subtrees(tree, what)
+    fields.done(what)
+
+
+_MAX_DEPTH: Final = 32
+
+
+def _well_formed(der: _Der, what: str, depth: int = 0, elements: int | None = None) -> None:
+    """Every element of ``der`` is DER (definite minimal lengths, low tag numbers), the
+    constructed ones' too, down to a bounded depth; ``elements``: how many there must be."""
+    if depth > _MAX_DEPTH:
+        raise CertificateError(f"{what}: nested over {_MAX_DEPTH} deep")
+    found = 0
+    while der.more():
+        found += 1
+        tag = der.peek()
+        assert tag is not None  # more() said so
+        inner = der.inner(tag, what)
+        if tag & 0x20:
+            _well_formed(inner, what, depth + 1)
+    if elements is not None and found != elements:
+        raise CertificateError(f"{what}: {found} elements where {elements} belong")
+
+
+def _check_octet_string(value: _Der, what: str) -> None:
+    value.raw(_OCTET_STRING, what)
+
+
+_EXTENSION_CHECKS: Final[dict[str, Callable[[_Der, str], None]]] = {
+    "2.5.29.14": _check_octet_string,  # subjectKeyIdentifier
+    "2.5.29.17": _check_alternative_names,  # subjectAltName
+    "2.5.29.18": _check_alternative_names,  # issuerAltName
+    "2.5.29.30": _check_name_constraints,
+    "2.5.29.31": lambda value, what: _check_sequence_of(value, what, _distribution_point),
+    "2.5.29.32": lambda value, what: _check_sequence_of(value, what, _policy),
+    "2.5.29.35": _check_authority_key,
+    "2.5.29.37": _check_key_usages,  # extKeyUsage
+    "1.3.6.1.5.5.7.1.1": lambda value, what: _check_sequence_of(value, what, _access),
 }
-"""The outer type of the common extensions' values. Past basicConstraints and keyUsage, which
-are read, an extension's value is checked to be one DER element of its type, no deeper."""
+"""What is checked of the common extensions besides the two read (basicConstraints and
+keyUsage): their structure, as far as cryptography refuses to read a certificate's extensions
+when it is wrong. An extension cryptography does not know is not looked into, as it is not."""
 
 
 def _extensions_problem(extensions: dict[str, bytes]) -> str | None:
     for oid, value in extensions.items():
+        check = _EXTENSION_CHECKS.get(oid)
+        if check is None:
+            continue
         whole = _Der(value)
-        if whole.peek() is None:
-            return f"extension {oid}: empty"
+        what = f"extension {oid}"
         try:
-            whole.raw(_EXTENSION_TAGS.get(oid, value[0]), f"extension {oid}")
-            whole.done(f"extension {oid}")
+            check(whole, what)
+            whole.done(what)
         except CertificateError as error:
             return str(error)
     return None
@@ -519,8 +781,12 @@ def _basic_constraints(value: bytes) -> bool:
         ca = fields.boolean("basicConstraints' cA")
         if not ca:
             raise CertificateError("basicConstraints: cA FALSE encoded (not DER)")
-    if fields.peek() == _INTEGER and fields.integer("basicConstraints' pathLen") < 0:
-        raise CertificateError("basicConstraints: a negative pathLen")
+    if fields.peek() == _INTEGER:
+        length = fields.integer("basicConstraints' pathLen")
+        if not 0 <= length < 2**64:
+            raise CertificateError("basicConstraints: a pathLen not from 0 to 2⁶⁴")
+        if not ca:
+            raise CertificateError("basicConstraints: a pathLen without cA")
     fields.done("basicConstraints")
     return ca
 
@@ -556,8 +822,8 @@ def read_der(der: bytes) -> Certificate:
         version = tbs.inner(_VERSION, "the version")
         number = version.integer("the version")
         version.done("the version")
-        if number not in (1, 2):  # v2, v3; v1 is encoded by leaving the field out
-            raise CertificateError(f"the version: {number} is not a DER X.509 version")
+        if number != 2:  # v3; v1 is encoded by leaving the field out, v2 is refused
+            raise CertificateError("the version: not v3 (v1 is the field left out)")
     tbs.integer("the serial number")  # negative: accepted, as cryptography (warning) does
     _signature_algorithm(tbs, "the TBSCertificate's signature algorithm")
     _name(tbs.inner(_SEQUENCE, "the issuer"), read=False)
@@ -569,7 +835,7 @@ def read_der(der: bytes) -> Certificate:
     public_key = _public_key(tbs.inner(_SEQUENCE, "the subject public key info"))
     for tag, what in ((_ISSUER_UID, "the issuer's unique ID"), (_SUBJECT_UID, "the subject's")):
         if tbs.peek() == tag:
-            tbs.raw(tag, what)
+            tbs.bits(what, tag)
     extensions: dict[str, bytes] = {}
     if tbs.peek() == _EXTENSIONS:
         extensions = _extensions(tbs.inner(_EXTENSIONS, "the extensions"))
@@ -589,6 +855,8 @@ def read_der(der: bytes) -> Certificate:
 # END rescans the rest of the text from every unmatched BEGIN).
 _PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 _BASE64_SPACE: Final = re.compile(r"[ \t\r\n]+")
+_CERTIFICATE_LABELS: Final = frozenset({"CERTIFICATE", "X509 CERTIFICATE"})
+"""The labels cryptography reads a certificate under."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,19 +870,21 @@ class PemBlock:
     body: slice
 
 
-def pem_blocks(text: str) -> tuple[list[PemBlock], bool]:
-    """The BEGIN..END blocks of ``text`` in one linear pass, and whether any marker was left
-    unpaired (a BEGIN read again before its END starts the block anew). Text between blocks
-    is ignored, as PEM allows."""
+def pem_blocks(text: str) -> tuple[list[PemBlock], str]:
+    """The BEGIN..END blocks of ``text`` in one linear pass, and the first marker left
+    unpaired: ``BEGIN`` (one without its END; a BEGIN read again before its END starts the
+    block anew), ``END`` (one without a BEGIN), or "" when none is. Text between blocks is
+    ignored, as PEM allows."""
     blocks: list[PemBlock] = []
-    unpaired = False
+    unpaired = ""
     opened: re.Match[str] | None = None
     for marker in _PEM_MARKER.finditer(text):
         if marker.group(1) == "BEGIN":
-            unpaired = unpaired or opened is not None
+            if opened is not None:
+                unpaired = unpaired or "BEGIN"
             opened = marker
         elif opened is None:
-            unpaired = True
+            unpaired = unpaired or "END"
         else:
             start = opened.start()
             body = slice(opened.end() - start, marker.start() - start)
@@ -622,7 +892,7 @@ def pem_blocks(text: str) -> tuple[list[PemBlock], bool]:
                 PemBlock(opened.group(2), marker.group(2), text[start : marker.end()], body)
             )
             opened = None
-    return blocks, unpaired or opened is not None
+    return blocks, unpaired or ("BEGIN" if opened is not None else "")
 
 
 def read_pem(block: str) -> Certificate:
@@ -640,7 +910,7 @@ def read_pem_bundle(text: str) -> list[Certificate]:
     none or one is not a certificate."""
     found: list[Certificate] = []
     for block in pem_blocks(text)[0]:
-        if block.begin != "CERTIFICATE" or block.end != "CERTIFICATE":
+        if block.begin != block.end or block.begin not in _CERTIFICATE_LABELS:
             continue
         body = _BASE64_SPACE.sub("", block.text[block.body])
         try:

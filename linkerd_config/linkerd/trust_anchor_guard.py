@@ -78,7 +78,6 @@ MAX_LISTED_PODS: Final = 20
 HELD_REASON: Final = "TrustAnchorRemovalHeld"
 SPEC_FIELD: Final = "spec.global.identityContext.trustAnchorsPEM"
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
-_PEM_MARKER: Final = re.compile(r"-----(BEGIN|END) ([^\r\n-]*)-----")
 
 
 class BundleError(FormatError):
@@ -147,23 +146,14 @@ def _anchors(text: str, where: str) -> tuple[Anchor, ...]:
 
     if len(text) > MAX_BUNDLE_CHARS:
         raise refuse(f"the trust bundle is longer than {MAX_BUNDLE_CHARS} characters")
-    blocks: list[str] = []
-    opened: re.Match[str] | None = None
-    for marker in _PEM_MARKER.finditer(text):
-        if marker.group(1) == "BEGIN":
-            if opened is not None:
-                raise refuse("not PEM: a -----BEGIN line without its -----END")
-            opened = marker
-            continue
-        if opened is None or opened.group(2) != marker.group(2):
-            raise refuse("not PEM: its -----BEGIN and -----END lines do not pair up")
-        if marker.group(2) == "CERTIFICATE":
-            blocks.append(text[opened.start() : marker.end()])
-        opened = None
-        if len(blocks) > MAX_CERTIFICATES:
-            raise refuse(f"the trust bundle holds more than {MAX_CERTIFICATES} certificates")
-    if opened is not None:
+    found, unpaired = x509_reader.pem_blocks(text)
+    if unpaired == "BEGIN":
         raise refuse("not PEM: a -----BEGIN line without its -----END")
+    if unpaired or any(block.begin != block.end for block in found):
+        raise refuse("not PEM: its -----BEGIN and -----END lines do not pair up")
+    blocks = [block.text for block in found if block.begin == "CERTIFICATE"]
+    if len(blocks) > MAX_CERTIFICATES:
+        raise refuse(f"the trust bundle holds more than {MAX_CERTIFICATES} certificates")
     if not blocks:
         raise refuse("the trust bundle holds no -----BEGIN CERTIFICATE----- block")
     anchors: list[Anchor] = []

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import ipaddress
 import warnings
 from typing import Any
 
@@ -15,10 +16,10 @@ from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
-from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.utils import CryptographyDeprecationWarning
 from cryptography.x509.name import _ASN1Type
-from cryptography.x509.oid import NameOID
+from cryptography.x509.oid import AuthorityInformationAccessOID, ExtendedKeyUsageOID, NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -124,6 +125,42 @@ def usages(draw: st.DrawFn) -> x509.KeyUsage:
     )
 
 
+_URI = x509.UniformResourceIdentifier("http://ca.example/x")
+OTHER_EXTENSIONS: dict[str, Any] = {
+    "san": lambda key: x509.SubjectAlternativeName(
+        [
+            x509.DNSName("root.linkerd.cluster.local"),
+            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("::1")),
+            x509.RFC822Name("a@b.c"),
+            _URI,
+            x509.RegisteredID(x509.ObjectIdentifier("1.2.3")),
+            x509.DirectoryName(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "d")])),
+            x509.OtherName(x509.ObjectIdentifier("1.2.4"), b"\x0c\x01a"),
+        ]
+    ),
+    "eku": lambda key: x509.ExtendedKeyUsage(
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+    ),
+    "aki": lambda key: x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()),
+    "aia": lambda key: x509.AuthorityInformationAccess(
+        [x509.AccessDescription(AuthorityInformationAccessOID.OCSP, _URI)]
+    ),
+    "crldp": lambda key: x509.CRLDistributionPoints(
+        [x509.DistributionPoint([_URI], None, None, None)]
+    ),
+    "policies": lambda key: x509.CertificatePolicies(
+        [x509.PolicyInformation(x509.ObjectIdentifier("2.5.29.32.0"), ["http://cps.example"])]
+    ),
+    "constraints": lambda key: x509.NameConstraints(
+        [x509.DNSName("cluster.local"), x509.IPAddress(ipaddress.ip_network("10.0.0.0/8"))],
+        None,
+    ),
+}
+"""The common extensions besides those read, whose structure is checked (damaged, they must
+be refused as cryptography refuses them)."""
+
+
 @st.composite
 def certificates(draw: st.DrawFn) -> bytes:
     kind = draw(st.sampled_from(KEYS))
@@ -147,6 +184,8 @@ def certificates(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         identifier = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
         builder = builder.add_extension(identifier, critical=False)
+    for extension in draw(st.lists(st.sampled_from(sorted(OTHER_EXTENSIONS)), unique=True)):
+        builder = builder.add_extension(OTHER_EXTENSIONS[extension](key), critical=False)
     algorithm = None if kind.startswith("ed") else hashes.SHA256()
     return builder.sign(key, algorithm).public_bytes(Encoding.DER)
 
@@ -288,13 +327,14 @@ def tlv(tag: int, content: bytes) -> bytes:
     return bytes([tag, 0x80 | len(octets)]) + octets + content
 
 
-def test_an_oid_arc_past_63_bits_is_refused_before_it_is_computed() -> None:
-    """A 200 KB arc would take quadratic time to build; it is refused at its tenth octet."""
+def test_an_oid_past_63_octets_is_refused_before_it_is_computed() -> None:
+    """A 200 KB arc would take quadratic time to build; an OID over 63 octets is refused
+    first (cryptography's bound)."""
     algorithm = tlv(0x30, tlv(0x06, b"\x2a\x03"))
     hostile = tlv(0x31, tlv(0x30, tlv(0x06, b"\xff" * 200_000 + b"\x01") + tlv(0x0C, b"a")))
     tbs = tlv(0x30, tlv(0x02, b"\x01") + algorithm + tlv(0x30, hostile))
     der = tlv(0x30, tbs + algorithm + tlv(0x03, b"\x00"))
-    with pytest.raises(CertificateError, match="an arc over 63 bits"):
+    with pytest.raises(CertificateError, match="over 63 octets"):
         read_der(der)
 
 
@@ -306,3 +346,154 @@ def test_begin_lines_without_end_are_read_in_one_pass() -> None:
     anchor = trust_anchor("after")
     found = read_pem_bundle("-----BEGIN CERTIFICATE-----\nnot base64\n" * 100 + anchor)
     assert [cert.subject for cert in found] == ["CN=after"]
+
+
+# -- certificates built by hand, byte by byte: edges a builder will not make ------------------
+
+GX = 0x6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296
+GY = 0x4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5
+"""P-256's generator: a point on the curve, for keys no signature is checked with."""
+
+
+def seq(*parts: bytes) -> bytes:
+    return tlv(0x30, b"".join(parts))
+
+
+def oid(dotted: str) -> bytes:
+    arcs = [int(arc) for arc in dotted.split(".")]
+    body = bytearray()
+    for arc in [40 * arcs[0] + arcs[1], *arcs[2:]]:
+        chunk = [arc & 0x7F]
+        while arc := arc >> 7:
+            chunk.append(0x80 | (arc & 0x7F))
+        body += bytes(reversed(chunk))
+    return tlv(0x06, bytes(body))
+
+
+def integer(value: int) -> bytes:
+    return tlv(0x02, value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True))
+
+
+def name(*attributes: bytes) -> bytes:
+    return seq(tlv(0x31, b"".join(attributes)))
+
+
+def cn(value: bytes, tag: int = 0x0C) -> bytes:
+    return seq(oid("2.5.4.3"), tlv(tag, value))
+
+
+EC_KEY = seq(oid("1.2.840.10045.2.1"), oid("1.2.840.10045.3.1.7"))
+POINT = b"\x04" + GX.to_bytes(32, "big") + GY.to_bytes(32, "big")
+RSA_KEY = seq(oid("1.2.840.113549.1.1.1"), tlv(0x05, b""))
+MODULUS = 0xC5D3 << 1008 | 1
+ECDSA_SHA256 = seq(oid("1.2.840.10045.4.3.2"))
+
+
+def hand_built(
+    *,
+    version: bytes = tlv(0xA0, integer(2)),
+    algorithm: bytes = ECDSA_SHA256,
+    subject: bytes = name(cn(b"s")),
+    key: bytes = seq(EC_KEY, tlv(0x03, b"\x00" + POINT)),
+    extensions: bytes = b"",
+) -> bytes:
+    validity = seq(tlv(0x17, b"200101000000Z"), tlv(0x17, b"300101000000Z"))
+    tbs = seq(version, integer(1), algorithm, name(cn(b"i")), validity, subject, key, extensions)
+    return seq(tbs, ECDSA_SHA256, tlv(0x03, b"\x00"))
+
+
+def extension(dotted: str, value: bytes) -> bytes:
+    return tlv(0xA3, seq(seq(oid(dotted), tlv(0x04, value))))
+
+
+HAND_BUILT = {
+    "a value tagged OCTET STRING": hand_built(subject=name(cn(b"a", 0x04))),
+    "a value tagged UTCTime": hand_built(subject=name(cn(b"a", 0x17))),
+    "an IA5String not ASCII": hand_built(subject=name(cn("é".encode(), 0x16))),
+    "one attribute twice in an RDN": hand_built(subject=name(cn(b"a"), cn(b"a"))),
+    "an OID arc of 10 octets": hand_built(
+        subject=name(seq(tlv(0x06, b"\x2a" + b"\x81" * 9 + b"\x01"), tlv(0x0C, b"x")))
+    ),
+    "an OID of 64 octets": hand_built(subject=name(seq(tlv(0x06, b"\x2a" * 64), tlv(0x0C, b"x")))),
+    "ECDSA's signature algorithm with NULL": hand_built(
+        algorithm=seq(oid("1.2.840.10045.4.3.2"), tlv(0x05, b""))
+    ),
+    "an unknown algorithm, a high-tag parameter": hand_built(
+        algorithm=seq(oid("1.2.3"), b"\x1f\x81\x00\x00")
+    ),
+    "a compressed point": hand_built(
+        key=seq(EC_KEY, tlv(0x03, b"\x00\x03" + GX.to_bytes(32, "big")))
+    ),
+    "an even RSA modulus": hand_built(
+        key=seq(RSA_KEY, tlv(0x03, b"\x00" + seq(integer(MODULUS + 1), integer(65537))))
+    ),
+    "an RSA exponent over 2³¹": hand_built(
+        key=seq(RSA_KEY, tlv(0x03, b"\x00" + seq(integer(MODULUS), integer(2**31 + 1))))
+    ),
+    "an RSA modulus of 3": hand_built(
+        key=seq(RSA_KEY, tlv(0x03, b"\x00" + seq(integer(3), integer(3))))
+    ),
+    "an RSA exponent of 15,000 bits (too long to print)": hand_built(
+        key=seq(
+            RSA_KEY,
+            tlv(0x03, b"\x00" + seq(integer(2**15100 + 1), integer(2**15000 + 1))),
+        )
+    ),
+    "a version of 15,000 bits": hand_built(version=tlv(0xA0, integer(2**15000))),
+    "an X25519 key of 1 byte": hand_built(key=seq(seq(oid("1.3.101.110")), tlv(0x03, b"\x00\x09"))),
+    "Ed448 with NULL": hand_built(
+        key=seq(seq(oid("1.3.101.113"), tlv(0x05, b"")), tlv(0x03, b"\x00" + b"\x00" * 57))
+    ),
+    "version 2": hand_built(version=tlv(0xA0, integer(1))),
+    "an empty extension list": hand_built(extensions=tlv(0xA3, seq())),
+    "pathLen without cA": hand_built(extensions=extension("2.5.29.19", seq(integer(0)))),
+    "an empty extKeyUsage": hand_built(extensions=extension("2.5.29.37", seq())),
+    "an unknown extension holding nothing": hand_built(extensions=extension("1.2.3.4", b"")),
+    "an IP address of 5 octets": hand_built(
+        extensions=extension("2.5.29.17", seq(tlv(0x87, b"\x01\x02\x03\x04\x05")))
+    ),
+    "a dNSName not UTF-8": hand_built(extensions=extension("2.5.29.17", seq(tlv(0x82, b"\xff")))),
+}
+"""Found by attacking the reader (helper-14): each was read unlike cryptography before its fix."""
+
+
+@pytest.mark.parametrize("der", HAND_BUILT.values(), ids=list(HAND_BUILT))
+def test_hand_built_edges_are_read_as_cryptography_reads_them(der: bytes) -> None:
+    try:
+        ours: Certificate | None = read_der(der)
+    except CertificateError:
+        ours = None
+    try:
+        theirs: dict[str, Any] | None = cryptography_view(der)
+    except (ValueError, TypeError, x509.DuplicateExtension, x509.InvalidVersion):
+        theirs = None
+    if theirs is None:
+        assert ours is None or ours.extensions_error is not None
+    else:
+        assert ours is not None
+        assert ours.extensions_error is None
+        assert our_view(ours) == theirs
+
+
+def test_keys_linkerd_cannot_use_are_read_unlike_cryptography() -> None:
+    """Where the reader departs from cryptography, on purpose: keys Go's crypto/x509 (which
+    Linkerd's identity reads anchors with) does not take are no EC or RSA key here, so the
+    anchor checks refuse them. An RSASSA-PSS key and a curve other than SEC 2's read as
+    "other"; an EC key with explicit or implicit curve parameters is refused."""
+    pss = hand_built(
+        key=seq(
+            seq(oid("1.2.840.113549.1.1.10")),
+            tlv(0x03, b"\x00" + seq(integer(MODULUS), integer(65537))),
+        )
+    )
+    assert cryptography_view(pss)["key"] == ("rsa", "", 1024)
+    assert read_der(pss).public_key.kind == "other"
+    brainpool = ec.generate_private_key(ec.BrainpoolP256R1()).public_key()
+    point = brainpool.public_bytes(Encoding.X962, PublicFormat.UncompressedPoint)
+    curve = seq(oid("1.2.840.10045.2.1"), oid("1.3.36.3.3.2.8.1.1.7"))
+    key = seq(curve, tlv(0x03, b"\x00" + point))
+    assert cryptography_view(hand_built(key=key))["key"] == ("ec", "brainpoolP256r1", 0)
+    assert read_der(hand_built(key=key)).public_key.kind == "other"
+    implicit = seq(seq(oid("1.2.840.10045.2.1"), tlv(0x05, b"")), tlv(0x03, b"\x00" + POINT))
+    with pytest.raises(CertificateError):
+        read_der(hand_built(key=implicit))
