@@ -189,8 +189,11 @@ class Certificate:
     key_cert_sign: bool | None
     """keyUsage's keyCertSign; None without the extension."""
     extensions_error: str | None = None
-    """Why basicConstraints or keyUsage cannot be read (then ``ca``/``key_cert_sign`` are
-    None); None when they can."""
+    """Why the extensions cannot be read as cryptography reads them (then ``ca`` and
+    ``key_cert_sign`` are None; ``UNCHECKED_EXTENSIONS`` are not looked into); None when
+    they can."""
+    extensions: tuple[str, ...] = ()
+    """The OIDs of its extensions, in order."""
 
     @property
     def fingerprint(self) -> str:
@@ -266,8 +269,9 @@ class _Der:
         if self.pos != self.end:
             raise CertificateError(f"{what}: unexpected data after its last field")
 
-    def integer(self, what: str) -> int:
-        content = self.raw(_INTEGER, what)
+    def integer(self, what: str, tag: int = _INTEGER) -> int:
+        """An INTEGER (``tag``: when implicitly tagged), in its shortest encoding."""
+        content = self.raw(tag, what)
         padded = len(content) > 1 and (
             (content[0] == 0 and content[1] < 0x80) or (content[0] == 0xFF and content[1] >= 0x80)
         )
@@ -743,20 +747,80 @@ def _check_octet_string(value: _Der, what: str) -> None:
     value.raw(_OCTET_STRING, what)
 
 
+def _check_policy_constraints(value: _Der, what: str) -> None:
+    fields = value.inner(_SEQUENCE, what)
+    if not fields.more():
+        raise CertificateError(f"{what}: neither requireExplicitPolicy nor inhibitPolicyMapping")
+    for tag in (0x80, 0x81):
+        if fields.peek() == tag and fields.integer(what, tag) < 0:
+            raise CertificateError(f"{what}: a negative skip count")
+    fields.done(what)
+
+
+def _check_inhibit_any_policy(value: _Der, what: str) -> None:
+    if value.integer(what) < 0:
+        raise CertificateError(f"{what}: a negative skip count")
+
+
+_TLS_FEATURES: Final = frozenset({5, 17})  # status_request, status_request_v2
+
+
+def _check_tls_features(value: _Der, what: str) -> None:
+    features = value.inner(_SEQUENCE, what)
+    if not features.more():
+        raise CertificateError(f"{what}: empty")
+    while features.more():
+        if features.integer(what) not in _TLS_FEATURES:
+            raise CertificateError(f"{what}: a TLS feature cryptography does not know")
+
+
+_GENERALIZED_TIME_TEXT: Final = re.compile(rb"[0-9]{14}Z")
+
+
+def _check_private_key_usage_period(value: _Der, what: str) -> None:
+    fields = value.inner(_SEQUENCE, what)
+    if not fields.more():
+        raise CertificateError(f"{what}: neither notBefore nor notAfter")
+    for tag in (0x80, 0x81):
+        if fields.peek() == tag and not _GENERALIZED_TIME_TEXT.fullmatch(fields.raw(tag, what)):
+            raise CertificateError(f"{what}: not a GeneralizedTime")
+    fields.done(what)
+
+
 _EXTENSION_CHECKS: Final[dict[str, Callable[[_Der, str], None]]] = {
     "2.5.29.14": _check_octet_string,  # subjectKeyIdentifier
     "2.5.29.17": _check_alternative_names,  # subjectAltName
     "2.5.29.18": _check_alternative_names,  # issuerAltName
     "2.5.29.30": _check_name_constraints,
+    "2.5.29.16": _check_private_key_usage_period,
     "2.5.29.31": lambda value, what: _check_sequence_of(value, what, _distribution_point),
+    "2.5.29.46": lambda value, what: _check_sequence_of(value, what, _distribution_point),
     "2.5.29.32": lambda value, what: _check_sequence_of(value, what, _policy),
     "2.5.29.35": _check_authority_key,
+    "2.5.29.36": _check_policy_constraints,
     "2.5.29.37": _check_key_usages,  # extKeyUsage
+    "2.5.29.54": _check_inhibit_any_policy,
     "1.3.6.1.5.5.7.1.1": lambda value, what: _check_sequence_of(value, what, _access),
+    "1.3.6.1.5.5.7.1.11": lambda value, what: _check_sequence_of(value, what, _access),
+    "1.3.6.1.5.5.7.1.24": _check_tls_features,
 }
-"""What is checked of the common extensions besides the two read (basicConstraints and
-keyUsage): their structure, as far as cryptography refuses to read a certificate's extensions
-when it is wrong. An extension cryptography does not know is not looked into, as it is not."""
+"""What is checked of the extensions cryptography reads besides the two read here
+(basicConstraints and keyUsage): their structure, as far as cryptography refuses to read a
+certificate's extensions when it is wrong. An extension cryptography does not know is not
+looked into, as it is not; nor, unlike cryptography, are the rarest it knows (OCSP no-check,
+signed certificate timestamps, the precertificate poison, Microsoft's certificate template,
+admissions): a malformed one of those passes here."""
+
+UNCHECKED_EXTENSIONS: Final = frozenset(
+    {
+        "1.3.6.1.5.5.7.48.1.5",  # OCSP no-check
+        "1.3.6.1.4.1.11129.2.4.2",  # signed certificate timestamps
+        "1.3.6.1.4.1.11129.2.4.3",  # the precertificate poison
+        "1.3.6.1.4.1.311.21.7",  # Microsoft's certificate template
+        "1.3.36.8.3.3",  # admissions
+    }
+)
+"""The extensions cryptography reads and this reader does not look into."""
 
 
 def _extensions_problem(extensions: dict[str, bytes]) -> str | None:
@@ -847,8 +911,12 @@ def read_der(der: bytes) -> Certificate:
     except CertificateError as error:
         problem = str(error)
     if problem is not None:
-        return Certificate(der, subject, not_before, not_after, public_key, None, None, problem)
-    return Certificate(der, subject, not_before, not_after, public_key, ca, key_cert_sign)
+        return Certificate(
+            der, subject, not_before, not_after, public_key, None, None, problem, tuple(extensions)
+        )
+    return Certificate(
+        der, subject, not_before, not_after, public_key, ca, key_cert_sign, None, tuple(extensions)
+    )
 
 
 # Markers only: pairing them in one pass keeps parsing linear (a pattern spanning BEGIN to
