@@ -220,14 +220,33 @@ class _Der:
     def element(self, tag: int, what: str) -> tuple[int, int]:
         """The next element, which must have ``tag``: its content's start and end."""
         data, pos = self.data, self.pos
-        if pos + 2 > self.end:
+        if pos >= self.end:
             raise CertificateError(f"{what}: truncated")
         if data[pos] != tag:
             raise CertificateError(f"{what}: tag 0x{data[pos]:02x}, expected 0x{tag:02x}")
         if tag & 0x1F == 0x1F:  # no field this reader reads has one
             raise CertificateError(f"{what}: a high tag number")
-        length = data[pos + 1]
-        pos += 2
+        return self._content(pos + 1, what)
+
+    def skip(self, what: str) -> None:
+        """Past the next element, whatever its tag (high tag numbers too), unread."""
+        data, pos = self.data, self.pos
+        if pos >= self.end:
+            raise CertificateError(f"{what}: truncated")
+        if data[pos] & 0x1F == 0x1F:  # the tag's number goes on while 0x80 is set
+            pos += 1
+            while pos < self.end and data[pos] & 0x80:
+                pos += 1
+        self._content(pos + 1, what)
+
+    def _content(self, pos: int, what: str) -> tuple[int, int]:
+        """The content whose definite DER length starts at ``pos``, past the tag; the cursor
+        is moved past it."""
+        data = self.data
+        if pos >= self.end:
+            raise CertificateError(f"{what}: truncated")
+        length = data[pos]
+        pos += 1
         if length & 0x80:
             count = length & 0x7F
             if count == 0 or count > 4 or pos + count > self.end:
@@ -240,22 +259,6 @@ class _Der:
             raise CertificateError(f"{what}: truncated")
         self.pos = pos + length
         return pos, pos + length
-
-    def skip(self, what: str) -> None:
-        """Past the next element, whatever its tag (high tag numbers too), unread."""
-        data, pos = self.data, self.pos
-        if pos >= self.end:
-            raise CertificateError(f"{what}: truncated")
-        if data[pos] & 0x1F != 0x1F:
-            self.element(data[pos], what)
-            return
-        pos += 1
-        while pos < self.end and data[pos] & 0x80:
-            pos += 1
-        # The length after the tag's last octet, read as a low tag's would be.
-        rest = _Der(bytes([_OCTET_STRING]) + data[pos + 1 : self.end])
-        rest.element(_OCTET_STRING, what)
-        self.pos = pos + rest.pos
 
     def inner(self, tag: int, what: str) -> _Der:
         start, end = self.element(tag, what)
@@ -411,12 +414,10 @@ def _in_der_order(encodings: list[bytes]) -> bool:
 _PRINTABLE: Final = frozenset(
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 '()+,-./:=?"
 )
-_CHARACTER_SETS: Final[dict[int, frozenset[int]]] = {
-    0x13: _PRINTABLE,  # PrintableString
-}
-"""The string type whose characters cryptography checks (not IA5String's, NumericString's
-nor VisibleString's)."""
-_CHECKED_ON_LOAD: Final = frozenset({0x13, 0x1C, 0x1E})
+"""PrintableString's characters: the only string type whose characters cryptography checks
+(not IA5String's, NumericString's nor VisibleString's)."""
+_PRINTABLE_STRING: Final = 0x13
+_CHECKED_ON_LOAD: Final = frozenset({_PRINTABLE_STRING, 0x1C, 0x1E})
 """The string types cryptography checks in a name it is not asked to decode (the issuer's):
 PrintableString, UniversalString and BMPString; a UTF8String is checked when decoded."""
 
@@ -427,8 +428,7 @@ def _attribute_text(oid: str, tag: int, value: bytes) -> str:
     encoding = _TEXT.get(tag)
     if encoding is None:
         raise CertificateError(f"a name attribute's value: tag 0x{tag:02x} is not a string")
-    allowed = _CHARACTER_SETS.get(tag)
-    if allowed is not None and not allowed.issuperset(value):
+    if tag == _PRINTABLE_STRING and not _PRINTABLE.issuperset(value):
         raise CertificateError(f"a name attribute's value: {value!r} is not a tag 0x{tag:02x}")
     try:
         return _escaped(value.decode(encoding))
@@ -545,7 +545,7 @@ def _signature_algorithm(der: _Der, what: str) -> None:
 
 
 def _extensions(der: _Der) -> dict[str, bytes]:
-    """Each extension's value by OID; the same OID twice is refused, as Go does."""
+    """Each extension's value by OID; the same OID twice is refused, as cryptography does."""
     found: dict[str, bytes] = {}
     listed = der.inner(_SEQUENCE, "the extensions")
     der.done("the extensions")
@@ -601,16 +601,14 @@ def _network(address: bytes) -> bool:
     return inverted & (inverted + 1) == 0 and host & inverted == 0
 
 
-def _general_names(value: _Der, what: str, *, at_least_one: bool = False) -> None:
-    names = value.inner(_SEQUENCE, what)
-    if at_least_one and not names.more():
-        raise CertificateError(f"{what}: empty")
+def _general_names(names: _Der, what: str) -> None:
+    """Every GeneralName of ``names`` (an opened GeneralNames)."""
     while names.more():
         _general_name(names, what)
 
 
 def _check_alternative_names(value: _Der, what: str) -> None:
-    _general_names(value, what)
+    _general_names(value.inner(_SEQUENCE, what), what)
 
 
 def _check_key_usages(value: _Der, what: str) -> None:
@@ -630,8 +628,7 @@ def _check_authority_key(value: _Der, what: str) -> None:
         names = fields.inner(0xA1, what)
         if not names.more():
             raise CertificateError(f"{what}: an empty authorityCertIssuer")
-        while names.more():
-            _general_name(names, what)
+        _general_names(names, what)
     if (fields.peek() == 0x82) != issuer:
         raise CertificateError(f"{what}: an issuer without a serial number, or the reverse")
     if issuer:
@@ -639,12 +636,8 @@ def _check_authority_key(value: _Der, what: str) -> None:
     fields.done(what)
 
 
-def _check_sequence_of(
-    value: _Der, what: str, check: Callable[[_Der, str], None], *, at_least_one: bool = False
-) -> None:
+def _check_sequence_of(value: _Der, what: str, check: Callable[[_Der, str], None]) -> None:
     items = value.inner(_SEQUENCE, what)
-    if at_least_one and not items.more():
-        raise CertificateError(f"{what}: empty")
     while items.more():
         item = items.inner(_SEQUENCE, what)
         check(item, what)
@@ -690,17 +683,13 @@ def _distribution_point(item: _Der, what: str) -> None:
     if item.peek() == 0xA0:  # distributionPoint: a fullName or a name relative to the issuer
         point = item.inner(0xA0, what)
         if point.peek() == 0xA0:
-            names = point.inner(0xA0, what)
-            while names.more():
-                _general_name(names, what)
+            _general_names(point.inner(0xA0, what), what)
         else:
             _name(point, read=False, rdn_tag=0xA1)
     if item.peek() == 0x81:  # reasons
         item.bits(what, 0x81)
     if item.peek() == 0xA2:  # cRLIssuer
-        issuers = item.inner(0xA2, what)
-        while issuers.more():
-            _general_name(issuers, what)
+        _general_names(item.inner(0xA2, what), what)
 
 
 def _subtrees(item: _Der, what: str) -> None:
@@ -774,15 +763,12 @@ def _check_tls_features(value: _Der, what: str) -> None:
             raise CertificateError(f"{what}: a TLS feature cryptography does not know")
 
 
-_GENERALIZED_TIME_TEXT: Final = re.compile(rb"[0-9]{14}Z")
-
-
 def _check_private_key_usage_period(value: _Der, what: str) -> None:
     fields = value.inner(_SEQUENCE, what)
     if not fields.more():
         raise CertificateError(f"{what}: neither notBefore nor notAfter")
     for tag in (0x80, 0x81):
-        if fields.peek() == tag and not _GENERALIZED_TIME_TEXT.fullmatch(fields.raw(tag, what)):
+        if fields.peek() == tag and not _GENERALIZED_PATTERN.fullmatch(fields.raw(tag, what)):
             raise CertificateError(f"{what}: not a GeneralizedTime")
     fields.done(what)
 
@@ -911,11 +897,17 @@ def read_der(der: bytes) -> Certificate:
     except CertificateError as error:
         problem = str(error)
     if problem is not None:
-        return Certificate(
-            der, subject, not_before, not_after, public_key, None, None, problem, tuple(extensions)
-        )
+        ca = key_cert_sign = None
     return Certificate(
-        der, subject, not_before, not_after, public_key, ca, key_cert_sign, None, tuple(extensions)
+        der,
+        subject,
+        not_before,
+        not_after,
+        public_key,
+        ca,
+        key_cert_sign,
+        problem,
+        tuple(extensions),
     )
 
 
@@ -963,6 +955,17 @@ def pem_blocks(text: str) -> tuple[list[PemBlock], str]:
     return blocks, unpaired or ("BEGIN" if opened is not None else "")
 
 
+def read_block(block: PemBlock) -> Certificate:
+    """The certificate a block found by :func:`pem_blocks` holds (its labels are the
+    caller's to check); :class:`CertificateError` if its body is not one."""
+    body = _BASE64_SPACE.sub("", block.text[block.body])
+    try:
+        der = base64.b64decode(body, validate=True)
+    except (binascii.Error, ValueError) as error:
+        raise CertificateError(f"not base64 ({error})") from error
+    return read_der(der)
+
+
 def read_pem(block: str) -> Certificate:
     """The one certificate of a ``-----BEGIN CERTIFICATE-----`` block (text around it is
     ignored); :class:`CertificateError` if it holds none or it is not one."""
@@ -978,14 +981,8 @@ def read_pem_bundle(text: str) -> list[Certificate]:
     none or one is not a certificate."""
     found: list[Certificate] = []
     for block in pem_blocks(text)[0]:
-        if block.begin != block.end or block.begin not in _CERTIFICATE_LABELS:
-            continue
-        body = _BASE64_SPACE.sub("", block.text[block.body])
-        try:
-            der = base64.b64decode(body, validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise CertificateError(f"not base64 ({error})") from error
-        found.append(read_der(der))
+        if block.begin == block.end and block.begin in _CERTIFICATE_LABELS:
+            found.append(read_block(block))
     if not found:
         raise CertificateError("no -----BEGIN CERTIFICATE----- block")
     return found

@@ -151,7 +151,7 @@ def _anchors(text: str, where: str) -> tuple[Anchor, ...]:
         raise refuse("not PEM: a -----BEGIN line without its -----END")
     if unpaired or any(block.begin != block.end for block in found):
         raise refuse("not PEM: its -----BEGIN and -----END lines do not pair up")
-    blocks = [block.text for block in found if block.begin == "CERTIFICATE"]
+    blocks = [block for block in found if block.begin == "CERTIFICATE"]
     if len(blocks) > MAX_CERTIFICATES:
         raise refuse(f"the trust bundle holds more than {MAX_CERTIFICATES} certificates")
     if not blocks:
@@ -159,7 +159,7 @@ def _anchors(text: str, where: str) -> tuple[Anchor, ...]:
     anchors: list[Anchor] = []
     for index, block in enumerate(blocks, start=1):
         try:
-            cert = x509_reader.read_pem(block)
+            cert = x509_reader.read_block(block)
         except x509_reader.CertificateError as error:
             raise refuse(f"certificate {index} does not parse as X.509 ({error})") from error
         fingerprint, subject = cert.fingerprint, cert.subject

@@ -316,7 +316,7 @@ def warnings_for(obj: Json, *, now: datetime.datetime | None = None) -> list[str
     blocks, _ = x509_reader.pem_blocks(pem)
     for index, block in enumerate(blocks, start=1):
         try:
-            ends = x509_reader.read_pem(block.text).not_after
+            ends = x509_reader.read_block(block).not_after
         except x509_reader.CertificateError:
             continue
         if moment <= ends < moment + _EXPIRY_WARNING:
@@ -474,7 +474,7 @@ class _Checker:
                     f"{which} is a {block.begin or 'nameless'} PEM block, not a CERTIFICATE",
                 )
             else:
-                for problem in _anchor_problems(block.text, self.now, self.moments):
+                for problem in _anchor_problems(block, self.now, self.moments):
                     self.fail(TRUST_ANCHOR, f"{which} {problem}")
 
     # -- versions and names ----------------------------------------------------------------
@@ -645,12 +645,12 @@ def _schema_at(path: str) -> Mapping[str, Any]:
 
 
 def _anchor_problems(
-    block: str, now: datetime.datetime, moments: list[datetime.datetime]
+    block: x509_reader.PemBlock, now: datetime.datetime, moments: list[datetime.datetime]
 ) -> list[str]:
     """Why one PEM certificate cannot be a Linkerd trust anchor; empty when it can. Its
     validity period's ends, which the answer depends on, are added to ``moments``."""
     try:
-        cert = x509_reader.read_pem(block)
+        cert = x509_reader.read_block(block)
     except x509_reader.CertificateError as error:
         return [f"does not parse as X.509 ({error})"]
     problems: list[str] = []

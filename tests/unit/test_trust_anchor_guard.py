@@ -245,14 +245,14 @@ def test_other_pem_blocks_are_no_anchors_and_are_passed_over() -> None:
 
 def test_a_bundle_is_parsed_once_per_text(monkeypatch: pytest.MonkeyPatch) -> None:
     text = bundle(trust_anchor("cached"), B)
-    calls: list[str] = []
-    real = x509_reader.read_pem
+    calls: list[x509_reader.PemBlock] = []
+    real = x509_reader.read_block
 
-    def counting(block: str) -> x509_reader.Certificate:
+    def counting(block: x509_reader.PemBlock) -> x509_reader.Certificate:
         calls.append(block)
         return real(block)
 
-    monkeypatch.setattr(x509_reader, "read_pem", counting)
+    monkeypatch.setattr(x509_reader, "read_block", counting)
     first = guard.parse_bundle(text, "here")
     assert len(calls) == 2
     assert guard.parse_bundle(text, "elsewhere") is first
