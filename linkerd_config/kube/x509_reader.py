@@ -584,9 +584,9 @@ def _general_name(der: _Der, what: str, addresses: tuple[int, int] = (4, 16)) ->
         if not value.more():
             raise CertificateError(f"{what}: an otherName without its value")
         _well_formed(value, what, elements=1)
-    elif tag == 0xA4:  # directoryName
+    elif tag == 0xA4:  # directoryName: its values decoded, as cryptography does on reading it
         outer = der.inner(tag, what)
-        _name(outer.inner(_SEQUENCE, what), read=False)
+        _name(outer.inner(_SEQUENCE, what))
         outer.done(what)
     else:
         raise CertificateError(f"{what}: not a GeneralName this reader knows")
@@ -685,7 +685,7 @@ def _distribution_point(item: _Der, what: str) -> None:
         if point.peek() == 0xA0:
             _general_names(point.inner(0xA0, what), what)
         else:
-            _name(point, read=False, rdn_tag=0xA1)
+            _name(point, rdn_tag=0xA1)
     if item.peek() == 0x81:  # reasons
         item.bits(what, 0x81)
     if item.peek() == 0xA2:  # cRLIssuer

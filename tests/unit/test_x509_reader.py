@@ -470,6 +470,15 @@ HAND_BUILT = {
         extensions=extension("2.5.29.17", seq(tlv(0x87, b"\x01\x02\x03\x04\x05")))
     ),
     "a dNSName not UTF-8": hand_built(extensions=extension("2.5.29.17", seq(tlv(0x82, b"\xff")))),
+    "a directoryName value not UTF-8": hand_built(
+        extensions=extension("2.5.29.17", seq(tlv(0xA4, name(cn(b"\x9a")))))
+    ),
+    "a directoryName value of no string type": hand_built(
+        extensions=extension("2.5.29.17", seq(tlv(0xA4, name(cn(b"d", 0x0E)))))
+    ),
+    "a directoryName attribute twice": hand_built(
+        extensions=extension("2.5.29.17", seq(tlv(0xA4, name(cn(b"a"), cn(b"a")))))
+    ),
 }
 """Found by attacking the reader (helper-14): each was read unlike cryptography before its fix."""
 
