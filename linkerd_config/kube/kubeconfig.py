@@ -102,15 +102,21 @@ megabytes with many clusters and embedded certificates); parsing hundreds of meg
 minute and gigabytes of memory (issue 39, finding 6)."""
 
 
+_READ_CHUNK: Final = 64 * 1024
+
+
 def _read(path: Path, what: str = "kubeconfig") -> bytes:
     """``path``'s bytes, refused when over ``MAX_KUBECONFIG_BYTES`` (read no further)."""
+    data = bytearray()
     with path.open("rb") as handle:
-        data = handle.read(MAX_KUBECONFIG_BYTES + 1)
+        # In chunks: ``read(n)`` allocates n bytes before it reads one.
+        while len(data) <= MAX_KUBECONFIG_BYTES and (chunk := handle.read(_READ_CHUNK)):
+            data += chunk
     if len(data) > MAX_KUBECONFIG_BYTES:
         raise AccessError(
             f"{what} {path} is larger than {MAX_KUBECONFIG_BYTES // (1024 * 1024)} MiB: not read"
         )
-    return data
+    return bytes(data)
 
 
 def _parsed(path: Path) -> Any:
