@@ -26,7 +26,7 @@ from linkerd_config.linkerd.formats import (
     format_for,
     parse_version,
 )
-from linkerd_config.linkerd.formats.legacy import FIELD_RELEASES, parse_go_duration
+from linkerd_config.linkerd.formats.legacy import field_releases, parse_go_duration
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -761,7 +761,7 @@ def test_field_releases_agree_with_every_copy_of_config_proto() -> None:
     names = {"ProxyWithPortRanges": "Proxy"}  # ours → Linkerd's message name
     for release in INDEX["releases"]:
         messages = linkerd_messages(release)
-        for (message, field), releases in FIELD_RELEASES.items():
+        for (message, field), releases in field_releases().items():
             linkerd = [name for name, *_ in messages[names.get(message, message)]]
             assert releases.include(parse_version(release)) == (field in linkerd), (
                 release,

@@ -5,23 +5,23 @@
 """
 
 from linkerd_config.linkerd.formats.legacy.format import (
-    FIELD_RELEASES,
     FIRST_SUPPORTED,
     FIRST_UNSUPPORTED,
     MANAGED_KEYS,
     PORT_RANGES_SINCE,
     LegacyFormat,
     Releases,
+    field_releases,
     parse_go_duration,
 )
 
 __all__ = [
-    "FIELD_RELEASES",
     "FIRST_SUPPORTED",
     "FIRST_UNSUPPORTED",
     "MANAGED_KEYS",
     "PORT_RANGES_SINCE",
     "LegacyFormat",
     "Releases",
+    "field_releases",
     "parse_go_duration",
 ]

@@ -31,7 +31,7 @@ edge-20.7.5+                              ``proxy``: ``outboundConnectTimeout``,
 (stable-2.7.x and stable-2.8.0 share edge-20.1.3's message; no stable release has the last
 three rows within the range.) ``config_pb2`` holds every field any release has; the field
 table (``formats/field_table.py``, each row's legacy column) says which spec field goes to
-which proto field and which releases have the optional ones (``FIELD_RELEASES`` is derived
+which proto field and which releases have the optional ones (``field_releases`` is derived
 from it), and the messages a format builds are ``config_pb2``'s without the fields its
 release lacks. A spec field absent from
 the spec renders as the proto default (``null``, ``""``, ``false``), as Linkerd's own writer
@@ -51,11 +51,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Final
-
-from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, message_factory
-from google.protobuf.duration_pb2 import Duration
-from google.protobuf.message import Message
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Final
 
 from linkerd_config.kube.memo import Memo
 from linkerd_config.linkerd.formats import bounded
@@ -72,7 +69,6 @@ from linkerd_config.linkerd.formats.base import (
 from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
 from linkerd_config.linkerd.formats.field_table import FIELDS, ConfigField, spec_leaves
 from linkerd_config.linkerd.formats.jsonpb import marshal
-from linkerd_config.linkerd.formats.legacy import config_pb2
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
     Releases,
@@ -82,14 +78,18 @@ from linkerd_config.linkerd.formats.versions import (
 )
 from linkerd_config.linkerd.rollout import DesiredProxy
 
+if TYPE_CHECKING:
+    from google.protobuf.duration_pb2 import Duration
+    from google.protobuf.message import Message
+
 __all__ = [
-    "FIELD_RELEASES",
     "FIRST_SUPPORTED",
     "FIRST_UNSUPPORTED",
     "MANAGED_KEYS",
     "PORT_RANGES_SINCE",
     "LegacyFormat",
     "Releases",
+    "field_releases",
     "parse_go_duration",
 ]
 
@@ -117,10 +117,18 @@ _LINKERD_SCHEME = "linkerd.io/tls"
 _SCHEME: Final = ("global", "identityContext", "scheme")
 _VERSION: Final = ("global", "version")
 
-_ROOTS: Final[dict[str, Any]] = {
-    "global": config_pb2.Global,
-    "proxy": config_pb2.ProxyWithPortRanges,
-}
+
+@cache
+def _config_pb2() -> ModuleType:
+    """``config_pb2``, imported when a legacy configuration is first built: with it come
+    protobuf's descriptor_pb2 and text_format (about 3.7 MiB), which a cluster of the values
+    format never needs."""
+    from linkerd_config.linkerd.formats.legacy import config_pb2  # noqa: PLC0415
+
+    return config_pb2
+
+
+_ROOTS: Final = {"global": "Global", "proxy": "ProxyWithPortRanges"}
 """The message under each key (the proxy's, from edge-20.1.1 on: the field table's proto paths
 name the same fields in ``Proxy``)."""
 
@@ -128,7 +136,7 @@ name the same fields in ``Proxy``)."""
 def _gated_field(row: ConfigField) -> tuple[str, str]:
     """(message, field) of ``config_pb2`` that the row's releases are about."""
     assert row.legacy is not None
-    descriptor = _ROOTS[row.path[0]].DESCRIPTOR
+    descriptor = getattr(_config_pb2(), _ROOTS[row.path[0]]).DESCRIPTOR
     for name in row.legacy.proto.split("."):
         if name == row.legacy.gated:
             return descriptor.name, name
@@ -138,15 +146,18 @@ def _gated_field(row: ConfigField) -> tuple[str, str]:
 
 _LEGACY_ROWS: Final = tuple(row for row in FIELDS if row.legacy is not None)
 
-# The fields of config_pb2's messages that only some releases of the range have, by (message,
-# field), from the field table; every other field is in every release that uses its message.
-# Checked against copies of Linkerd's config.proto for every release
-# (tests/fixtures/linkerd-legacy/).
-FIELD_RELEASES: Final[Mapping[tuple[str, str], Releases]] = {
-    _gated_field(row): row.legacy.releases
-    for row in _LEGACY_ROWS
-    if row.legacy is not None and row.legacy.releases is not None
-}
+
+@cache
+def field_releases() -> Mapping[tuple[str, str], Releases]:
+    """The fields of config_pb2's messages that only some releases of the range have, by
+    (message, field), from the field table; every other field is in every release that uses
+    its message. Checked against copies of Linkerd's config.proto for every release
+    (tests/fixtures/linkerd-legacy/)."""
+    return {
+        _gated_field(row): row.legacy.releases
+        for row in _LEGACY_ROWS
+        if row.legacy is not None and row.legacy.releases is not None
+    }
 
 
 def _legacy_defaults() -> dict[str, Any]:
@@ -281,6 +292,7 @@ class LegacyFormat:
                 reader.fail(stated.field, stated.problem)
             elif stated.row.legacy is None and not stated.row.location:
                 reader.fail(stated.field, _not_legacy(stated.row))
+        config_pb2 = _config_pb2()
         built: dict[str, Message] = {
             "global": config_pb2.Global(),
             "proxy": config_pb2.ProxyWithPortRanges() if self.port_ranges else config_pb2.Proxy(),
@@ -337,6 +349,7 @@ class LegacyFormat:
             parent_field.CopyFrom(reader.duration(value, row.field))
         elif proto.is_repeated:
             entries = self._ignored_ports(reader, value, row.field)
+            config_pb2 = _config_pb2()
             wrapped = (
                 [config_pb2.PortRange(port_range=p) for p in entries]
                 if self.port_ranges
@@ -367,12 +380,12 @@ class LegacyFormat:
     def absent_fields(self) -> frozenset[tuple[str, str]]:
         """The (message, field) pairs of ``config_pb2`` this release's config.proto lacks."""
         return frozenset(
-            key for key, releases in FIELD_RELEASES.items() if not releases.include(self.version)
+            key for key, releases in field_releases().items() if not releases.include(self.version)
         )
 
     def has_field(self, message: str, field: str) -> bool:
         """Whether this release's ``message`` (a ``config_pb2`` name) has ``field``."""
-        releases = FIELD_RELEASES.get((message, field))
+        releases = field_releases().get((message, field))
         return releases is None or releases.include(self.version)
 
     def trust_anchors(self, installed: Installed) -> str | None:
@@ -448,7 +461,7 @@ class LegacyFormat:
         if scheme is not None and not isinstance(scheme, str):
             reader.fail(field, "must be a string")
         elif scheme not in (None, "", _LINKERD_SCHEME):
-            requirement = FIELD_RELEASES[("IdentityContext", "scheme")].requirement(self.version)
+            requirement = field_releases()[("IdentityContext", "scheme")].requirement(self.version)
             reader.fail(field, f"{requirement}; {self.version} always uses {_LINKERD_SCHEME}")
 
     def _exact(self, message: Message) -> Message:
@@ -504,6 +517,14 @@ def _release_messages(absent: frozenset[tuple[str, str]]) -> Mapping[str, type[M
     order stay as generated; only whole fields go. They live in a descriptor pool of their
     own, since the default pool already holds the full messages under the same names.
     """
+    from google.protobuf import (  # noqa: PLC0415 (see _config_pb2)
+        descriptor_pb2,
+        descriptor_pool,
+        duration_pb2,
+        message_factory,
+    )
+
+    config_pb2 = _config_pb2()
     file = descriptor_pb2.FileDescriptorProto.FromString(config_pb2.DESCRIPTOR.serialized_pb)
     for message in file.message_type:
         kept = [field for field in message.field if (message.name, field.name) not in absent]
@@ -562,6 +583,8 @@ class _Reader:
         return False
 
     def duration(self, value: Any, field: str) -> Duration:
+        from google.protobuf.duration_pb2 import Duration  # noqa: PLC0415 (see _config_pb2)
+
         text = self.string(value, field)
         if not text:
             return Duration()
