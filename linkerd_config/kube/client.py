@@ -21,9 +21,9 @@ import re
 import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -36,6 +36,7 @@ from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.protobuf_wire import (
     PROTOBUF,
+    ListReader,
     ProtobufError,
     decode_object,
     decodes,
@@ -232,8 +233,10 @@ class JsonListWatch:
         metadata_only: bool,
         fields: FieldTree | None,
         timeout: float,
+        on_metadata: Callable[[Json], None] | None = None,
     ) -> Json:
-        """One page as the server sent it (a JSON decoder builds every field anyway)."""
+        """One page as the server sent it (a JSON decoder builds every field anyway): read
+        whole, so ``on_metadata`` is never called."""
         accept = _json_accept(metadata_only, watch=False)
         return await self.request("GET", path, params=params, accept=accept, timeout=timeout)
 
@@ -417,13 +420,33 @@ class KubeClient(JsonListWatch):
         fenced: bool = True,
     ) -> tuple[str, bytes]:
         """``request``, undecoded: the answer's content type and body."""
+        return await self._request(
+            method, path, _read_body, params, body, content_type, accept, timeout, fenced
+        )
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        read: BodyReader[T],
+        params: Mapping[str, str | int | bool] | None,
+        body: Any,
+        content_type: str,
+        accept: str,
+        timeout: float | None,
+        fenced: bool,
+    ) -> tuple[str, T]:
+        """``request_raw`` with a 2xx body read by ``read`` (given the answer's content type
+        and the body's stream)."""
         method = method.upper()
         if fenced and method in _WRITE_METHODS and self.write_gate is not None:
             self.write_gate.check(method, path)
         data = encode_body(body, content_type) if body is not None else None
         for attempt in range(_MAX_RETRY_AFTER_ATTEMPTS):
             try:
-                return await self._once(method, path, params, data, content_type, accept, timeout)
+                return await self._once(
+                    method, path, params, data, content_type, accept, timeout, read
+                )
             except ApiError as exc:
                 last_try = attempt == _MAX_RETRY_AFTER_ATTEMPTS - 1
                 if exc.retry_after is None or exc.status not in _RETRY_AFTER_CODES or last_try:
@@ -440,7 +463,8 @@ class KubeClient(JsonListWatch):
         content_type: str,
         accept: str,
         timeout: float | None,
-    ) -> tuple[str, bytes]:
+        read: BodyReader[T],
+    ) -> tuple[str, T]:
         headers = await self._headers(content_type if data is not None else None, accept)
         limit = aiohttp.ClientTimeout(
             total=timeout or self.timeouts.request, connect=self.timeouts.connect
@@ -457,10 +481,10 @@ class KubeClient(JsonListWatch):
                 timeout=limit,
             ) as resp:
                 code = str(resp.status)
-                raw = await resp.read()
                 if resp.status >= 300:
-                    raise _api_error(resp, method, path, raw)
-                return resp.headers.get("Content-Type", ""), raw
+                    raise _api_error(resp, method, path, await resp.read())
+                answer = resp.headers.get("Content-Type", "")
+                return answer, await read(answer, resp.content)
         finally:
             self._observe(method, code, started)
 
@@ -487,19 +511,30 @@ class KubeClient(JsonListWatch):
         metadata_only: bool,
         fields: FieldTree | None,
         timeout: float,
+        on_metadata: Callable[[Json], None] | None = None,
     ) -> Json:
-        """One page, in protobuf if the server speaks it for this path (JSON otherwise);
-        decoded from protobuf, its items hold only ``fields`` (None: everything) and are
-        converted as the caller iterates them."""
+        """One page, in protobuf if the server speaks it for this path (JSON otherwise).
+        Decoded from protobuf, it is read as it arrives: ``on_metadata`` has the list's
+        metadata before the items are read, and each item holds only ``fields`` (None:
+        everything), converted as soon as it is in."""
         if not self._asks_protobuf(path, metadata_only):
             return await super().list_page(
                 path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
             )
         json_accept = _json_accept(metadata_only, watch=False)
         accept = f"{PROTOBUF}{_AS_METADATA_LIST if metadata_only else ''}, {json_accept}"
+
+        async def read_page(answer: str, body: aiohttp.StreamReader) -> Json:
+            if not answer.startswith(PROTOBUF):
+                return _decode(answer, await body.read(), fields)
+            page = ListReader(fields, on_metadata)  # decoded as it arrives, never held whole
+            async for chunk in body.iter_any():
+                page.feed(chunk)
+            return page.result()
+
         try:
-            answer, raw = await self.request_raw(
-                "GET", path, params=params, accept=accept, timeout=timeout
+            _, page = await self._request(
+                "GET", path, read_page, params, None, APPLICATION_JSON, accept, timeout, True
             )
         except ApiError as exc:
             if exc.status not in _REFUSED_CODES:
@@ -508,7 +543,7 @@ class KubeClient(JsonListWatch):
             return await super().list_page(
                 path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
             )
-        return _decode(answer, raw, fields, lazy_items=True)
+        return page
 
     @contextlib.asynccontextmanager
     async def watch(
@@ -681,14 +716,26 @@ def token_access(server: str, ca_pem: bytes, token: str) -> ClusterAccess:
     return ClusterAccess(server=server, ssl_context=ctx, bearer=bearer, source="token")
 
 
-def _decode(
-    content_type: str, raw: bytes, fields: FieldTree | None, *, lazy_items: bool = False
-) -> Json:
-    """A 2xx body by the content type the server chose: protobuf cut to ``fields`` (a list's
-    items converted as they are iterated, with ``lazy_items``), or JSON."""
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class BodyReader(Protocol[T_co]):
+    """Reads a 2xx answer's body, given its content type."""
+
+    async def __call__(self, content_type: str, body: aiohttp.StreamReader, /) -> T_co: ...
+
+
+async def _read_body(content_type: str, body: aiohttp.StreamReader) -> bytes:
+    return await body.read()
+
+
+def _decode(content_type: str, raw: bytes, fields: FieldTree | None) -> Json:
+    """A 2xx body by the content type the server chose: protobuf cut to ``fields``, or
+    JSON."""
     if not raw:
         return {}
     if content_type.startswith(PROTOBUF):
-        return decode_object(raw, fields, lazy_items=lazy_items)
+        return decode_object(raw, fields)
     decoded: Json = orjson.loads(raw)
     return decoded

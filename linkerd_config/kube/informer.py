@@ -55,7 +55,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
@@ -150,7 +150,12 @@ class ListWatchClient(Protocol):
         metadata_only: bool,
         fields: FieldTree | None,
         timeout: float,
-    ) -> Json: ...
+        on_metadata: Callable[[Json], None] | None = None,
+    ) -> Json:
+        """One page. A client that reads it as it arrives calls ``on_metadata`` with the
+        list's metadata (its continue token) as soon as it is read, before the items; one
+        that does not, never: the page's own metadata is what counts either way."""
+        ...
 
     def watch(
         self,
@@ -648,21 +653,37 @@ class Informer:
     async def _page_all(self) -> tuple[list[Json], str]:
         """Every object, page by page, each page transformed as it arrives to bound memory.
 
-        The next page is asked for before this one is transformed: the server works on it
-        meanwhile. Work on a page yields to the loop every ``LIST_YIELD_EVERY`` objects, when
-        the next page's body may be read: at most two pages' bodies are held at once."""
+        The next page is asked for as soon as this one's continue token is known: from its
+        metadata, which a client reading the page as it arrives gives before the items (the
+        server works on the next page while this one is read), else when the page is in.
+        Work on a page yields to the loop every ``LIST_YIELD_EVERY`` objects. At most two
+        pages are asked for at once: the one being read and the next."""
         base = self._selectors()
         paged = self.page_size > 0
         objects: list[Json] = []
-        token = ""
-        ahead: asyncio.Task[Json] | None = None
+        current = ahead = None
+
+        def ask(token: str) -> _Asked:
+            asked = _Asked(token)
+            asked.task = asyncio.create_task(
+                self._page(base, paged, token, lambda meta: read_early(asked, meta)),
+                name=f"list-{self.name}",
+            )
+            return asked
+
+        def read_early(asked: _Asked, meta: Json) -> None:
+            nonlocal ahead
+            asked.next_token = str(meta.get("continue") or "")
+            if asked is current and ahead is None and asked.next_token:
+                ahead = ask(asked.next_token)
+
+        current = ask("")
         try:
             while True:
                 try:
-                    page = await (ahead or self._page(base, paged, token))
+                    page = await current.task
                 except ApiError as exc:
-                    ahead = None
-                    if not (exc.gone and token):
+                    if not (exc.gone and current.token):
                         raise
                     # The continue token outlived etcd's compaction window. As client-go's
                     # pager does, fall back to one unpaginated list rather than risk expiring
@@ -670,15 +691,17 @@ class Informer:
                     log.info(
                         "list continue token expired", resource=self.name, fetched=len(objects)
                     )
-                    objects, token, paged = [], "", False
+                    await _cancelled(ahead)
+                    objects, paged, ahead = [], False, None
+                    current = ask("")
                     continue
                 meta = page.get("metadata") or {}
                 token = str(meta.get("continue") or "")
-                ahead = (
-                    asyncio.create_task(self._page(base, paged, token), name=f"list-{self.name}")
-                    if token
-                    else None
-                )
+                if ahead is not None and ahead.token != token:  # never from an API server
+                    await _cancelled(ahead)
+                    ahead = None
+                if token and ahead is None:
+                    ahead = ask(token)
                 item_kind, item_api_version = _item_type(page)
                 for count, raw in enumerate(page.get("items") or (), start=1):
                     if item_kind:
@@ -690,12 +713,20 @@ class Informer:
                         await asyncio.sleep(0)
                 if ahead is None:
                     return objects, str(meta.get("resourceVersion") or "")
-        finally:
-            if ahead is not None:  # an error or a cancellation cut the list short
-                ahead.cancel()
-                await asyncio.gather(ahead, return_exceptions=True)
+                current, ahead = ahead, None
+                if current.next_token:  # its metadata came while this page was worked on
+                    ahead = ask(current.next_token)
+        finally:  # an error or a cancellation cut the list short
+            await _cancelled(ahead)
+            await _cancelled(current)
 
-    async def _page(self, base: Mapping[str, str | int | bool], paged: bool, token: str) -> Json:
+    async def _page(
+        self,
+        base: Mapping[str, str | int | bool],
+        paged: bool,
+        token: str,
+        on_metadata: Callable[[Json], None],
+    ) -> Json:
         params = dict(base)
         if paged:
             params["limit"] = self.page_size
@@ -707,6 +738,7 @@ class Informer:
             metadata_only=self.metadata_only,
             fields=self.fields,
             timeout=self.request_timeout,
+            on_metadata=on_metadata,
         )
 
     def _watch(
@@ -852,6 +884,23 @@ class Informer:
 
     def _set_gauge(self) -> None:
         self.metrics.cache_objects.labels(self.name).set(len(self.store))
+
+
+@dataclass
+class _Asked:
+    """A page asked for: the continue token it was asked with, its request, and the next
+    page's token once the client has read this page's metadata (before its items)."""
+
+    token: str
+    task: asyncio.Task[Json] = field(init=False)
+    next_token: str = ""
+
+
+async def _cancelled(asked: _Asked | None) -> None:
+    """``asked``'s request stopped, if it is still on (its outcome no longer matters)."""
+    if asked is not None and not asked.task.done():
+        asked.task.cancel()
+        await asyncio.gather(asked.task, return_exceptions=True)
 
 
 def _item_type(page: Json) -> tuple[str, str]:

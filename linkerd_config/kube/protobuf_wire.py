@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any, Final
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
@@ -77,13 +77,15 @@ class _Types:
     """The descriptor pool and the JSON shapes, loaded once on first use (about 1 MiB)."""
 
     def __init__(self) -> None:
-        folder = resources.files("linkerd_config.kube") / "k8s_api"
-        files = descriptor_pb2.FileDescriptorSet.FromString(
-            (folder / "descriptors.binpb").read_bytes()
-        )
+        folder = Path(__file__).with_name("k8s_api")
         self.pool = descriptor_pool.DescriptorPool()
-        for proto in files.file:
-            self.pool.Add(proto)
+        # A FileDescriptorSet is its files (field 1), each a serialized FileDescriptorProto,
+        # in dependency order: handed to the pool as they are, without descriptor_pb2's
+        # Python classes (2.3 MiB imported for this one read).
+        files = memoryview((folder / "descriptors.binpb").read_bytes())
+        for field, _, value in _fields(files, "descriptor set"):
+            if field == 1 and value is not None:
+                self.pool.AddSerializedFile(bytes(value))
         shapes = json.loads((folder / "json_shapes.json").read_text())
         self.shapes: dict[str, dict[str, _Shape]] = {
             message: {name: _Shape(*shape) for name, shape in fields.items()}
@@ -429,13 +431,10 @@ _LIST_REST: Final = {OTHERS: None, "items": DROP}
 """A list but its items: its metadata (resourceVersion, continue) whole."""
 
 
-def decode_object(
-    body: bytes | memoryview, fields: FieldTree | None, *, lazy_items: bool = False
-) -> Json:
+def decode_object(body: bytes | memoryview, fields: FieldTree | None) -> Json:
     """One object (or list, or Status) as JSON cut to ``fields`` (a list's items cut to
-    them), with its kind and apiVersion as the JSON encoding writes them. With
-    ``lazy_items``, a list's ``items`` is an iterator that converts each item as it is
-    reached, so a caller can act on the list's metadata first."""
+    them), with its kind and apiVersion as the JSON encoding writes them. A body read as it
+    arrives is ``ListReader``'s."""
     env = envelope(body)
     cls = types().message(message_name(env.api_version, env.kind))
     items_field = cls.DESCRIPTOR.fields_by_name.get("items")
@@ -460,7 +459,7 @@ def decode_object(
         if env.kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
             items = _with_type_meta(items, env.api_version)
         # The server writes an empty list as [], never Go's nil.
-        out["items"] = items if lazy_items else list(items)
+        out["items"] = list(items)
     if is_list or _keeps_type_meta(node):
         out["kind"] = env.kind
         out["apiVersion"] = env.api_version
@@ -532,6 +531,237 @@ def _with_type_meta(items: Iterator[Json], api_version: str) -> Iterator[Json]:
         item["kind"] = "PartialObjectMetadata"
         item["apiVersion"] = api_version
         yield item
+
+
+def _varint_at(buf: bytearray, pos: int, end: int) -> tuple[int, int] | None:
+    """A varint at ``pos`` of ``buf`` (no further than ``end``) and where it ends; None while
+    its last byte is still to come."""
+    value = shift = 0
+    while pos < end:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ProtobufError("a protobuf varint of more than 10 bytes")
+    return None
+
+
+def _header(buf: bytearray, pos: int, end: int) -> tuple[int, int, int, int] | None:
+    """The field starting at ``pos`` of ``buf`` (read no further than ``end``): its number,
+    wire type, where its value starts and where the field ends; None while the bytes that say
+    so are still to come. A length-delimited field's value may end past the bytes received."""
+    key = _varint_at(buf, pos, end)
+    if key is None:
+        return None
+    number, wire, start = key[0] >> 3, key[0] & 7, key[1]
+    if wire == 2:
+        length = _varint_at(buf, start, end)
+        return None if length is None else (number, wire, length[1], length[1] + length[0])
+    if wire == 0:
+        value = _varint_at(buf, start, end)
+        return None if value is None else (number, wire, start, value[1])
+    if wire in (1, 5):
+        return number, wire, start, start + (8 if wire == 1 else 4)
+    raise ProtobufError(f"unexpected wire type {wire} in a protobuf list")
+
+
+def _copy(buf: bytearray, start: int, end: int) -> bytes:
+    """``buf[start:end]`` copied once (a bytearray slice is a copy already)."""
+    return bytes(memoryview(buf)[start:end])
+
+
+class ListReader:
+    """A protobuf LIST body decoded as it arrives: ``feed`` each chunk, then ``result``.
+
+    Each item is parsed and converted (cut to ``fields``) as soon as its bytes are in and its
+    bytes dropped, so what is held is the converted items, one item's bytes and the chunk:
+    never the page, which a whole-body read holds twice while it joins its chunks (3 MiB
+    each for a page of 500 pods' metadata, most of it the managedFields the tree drops).
+
+    ``on_metadata`` is called once with the list's metadata (its continue token) when the
+    first item begins to arrive, the fields before it read: an API server writes the metadata first,
+    so a caller can ask for the next page while this one's items are still on the way.
+
+    ``result`` is what ``decode_object(body, fields)`` gives for the same body, whatever the
+    chunks; a body this reader does not expect (an object that is not a list, the list
+    before its type) is kept whole and handed to ``decode_object``."""
+
+    def __init__(
+        self, fields: FieldTree | None, on_metadata: Callable[[Json], None] | None = None
+    ) -> None:
+        self._fields = fields
+        self._on_metadata = on_metadata
+        self._buf = bytearray()
+        self._pos = 0
+        self._head = bytearray()  # the envelope's bytes before the list: kept for a fallback
+        self._whole: bytearray | None = None
+        self._type_meta: Any = None
+        self._raw_left = -1  # bytes of the list still to read; -1 before the list
+        self._list_done = False
+        self._rest: list[bytes] = []  # the list's fields but its items
+        self._items: list[Json] = []
+        self._list: type[Message] | None = None
+        self._item: Converter | None = None
+        self._item_cls: type[Message] | None = None
+        self._items_number = 0
+        self._seen = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not chunk:
+            return
+        self._seen = True
+        if self._whole is not None:
+            self._whole += chunk
+            return
+        self._buf += chunk
+        self._parse()
+        if self._pos and (self._pos >= SMALL_BODY or self._pos * 2 >= len(self._buf)):
+            del self._buf[: self._pos]
+            self._pos = 0
+
+    def result(self) -> Json:
+        if not self._seen:
+            return {}
+        if self._whole is None and self._raw_left < 0 and not self._list_done:
+            self._keep_whole()  # no list came (an empty one, or a truncated body)
+        if self._whole is not None:
+            return decode_object(bytes(self._whole), self._fields)
+        if self._raw_left >= 0 or self._pos != len(self._buf):
+            raise ProtobufError("truncated protobuf list")
+        kind, api_version = self._type_meta.kind, self._type_meta.apiVersion
+        assert self._list is not None
+        try:
+            msg: Any = self._list.FromString(b"".join(self._rest))
+        except DecodeError as exc:
+            raise ProtobufError(f"undecodable {kind}: {exc}") from exc
+        out = converter(msg.DESCRIPTOR, _LIST_REST)(msg)
+        if not isinstance(out, dict):
+            raise ProtobufError(f"{kind} is not an object")
+        items = self._items
+        if kind == "PartialObjectMetadataList" and _keeps_type_meta(self._fields):
+            items = list(_with_type_meta(iter(items), api_version))
+        out["items"] = items
+        out["kind"] = kind
+        out["apiVersion"] = api_version
+        return out
+
+    def _keep_whole(self) -> None:
+        self._whole = self._head + self._buf[self._pos :]
+        self._buf = bytearray()
+        self._pos = 0
+
+    def _parse(self) -> None:
+        buf = self._buf
+        while self._whole is None:
+            pos = self._pos
+            if not self._head:
+                if len(buf) - pos < len(MAGIC):
+                    return
+                if bytes(buf[pos : pos + len(MAGIC)]) != MAGIC:
+                    raise ProtobufError(f"not Kubernetes protobuf: starts {bytes(buf[:8])!r}")
+                self._head += MAGIC
+                self._pos = pos + len(MAGIC)
+            elif self._raw_left >= 0:
+                if not self._list_field(buf, pos):
+                    return
+            elif not self._envelope_field(buf, pos):
+                return
+
+    def _envelope_field(self, buf: bytearray, pos: int) -> bool:
+        """One field of the ``runtime.Unknown``: its type (kept), its ``raw`` (entered:
+        read field by field after), or another (skipped)."""
+        header = _header(buf, pos, len(buf))
+        if header is None:
+            return False
+        number, wire, start, end = header
+        if self._list_done and number in (1, 2) and wire == 2:
+            # Protobuf's last value wins: a second type or object would replace the list
+            # read. No API server writes one; refused rather than read two ways.
+            raise ProtobufError("a protobuf envelope with its type or object given twice")
+        if number == 2 and wire == 2:
+            if not self._start_list():
+                self._keep_whole()
+                return True
+            self._raw_left = end - start
+            self._head += buf[pos:start]
+            self._pos = start
+            return True
+        if end > len(buf):
+            return False
+        if number == 1 and wire == 2:
+            try:
+                self._type_meta = _type_meta().FromString(_copy(buf, start, end))
+            except DecodeError as exc:
+                raise ProtobufError(f"undecodable protobuf envelope: {exc}") from exc
+        if not self._list_done:
+            self._head += buf[pos:end]
+        self._pos = end
+        return True
+
+    def _start_list(self) -> bool:
+        """Whether the envelope's type, read before its ``raw``, is a list of a vendored
+        type (else the body is decoded whole)."""
+        if self._type_meta is None or not self._type_meta.kind.endswith("List"):
+            return False
+        cls = types().message(message_name(self._type_meta.apiVersion, self._type_meta.kind))
+        items = cls.DESCRIPTOR.fields_by_name.get("items")
+        if items is None or items.message_type is None:
+            return False
+        self._list = cls
+        self._items_number = items.number
+        self._item_cls = types().message(items.message_type.full_name)
+        self._item = converter(items.message_type, self._fields)
+        return True
+
+    def _list_field(self, buf: bytearray, pos: int) -> bool:
+        """One field of the list: an item (parsed and converted now) or another (kept, for
+        the list's own parse at the end)."""
+        if self._raw_left == 0:
+            self._raw_left = -1
+            self._list_done = True
+            return True
+        limit = min(len(buf), pos + self._raw_left)
+        header = _header(buf, pos, limit)
+        if header is None:
+            if len(buf) >= pos + self._raw_left:
+                raise ProtobufError("truncated protobuf list")
+            return False
+        number, wire, start, end = header
+        if end > pos + self._raw_left:
+            raise ProtobufError("truncated protobuf list")
+        is_item = number == self._items_number and wire == 2
+        if is_item and self._on_metadata is not None:
+            self._tell_metadata()
+        if end > len(buf):
+            return False
+        if is_item:
+            assert self._item_cls is not None and self._item is not None
+            try:
+                msg: Any = self._item_cls.FromString(_copy(buf, start, end))
+            except DecodeError as exc:
+                kind = self._type_meta.kind
+                raise ProtobufError(f"undecodable item of a {kind}: {exc}") from exc
+            self._items.append(self._item(msg))
+        else:
+            self._rest.append(_copy(buf, pos, end))
+        self._raw_left -= end - pos
+        self._pos = end
+        return True
+
+    def _tell_metadata(self) -> None:
+        """``on_metadata`` with the list's fields read so far (once; nothing if they do not
+        parse: ``result`` says why)."""
+        tell, self._on_metadata = self._on_metadata, None
+        assert tell is not None and self._list is not None
+        try:
+            msg: Any = self._list.FromString(b"".join(self._rest))
+        except DecodeError:
+            return
+        listed = converter(msg.DESCRIPTOR, _LIST_REST)(msg)
+        tell(listed.get("metadata") or {} if isinstance(listed, dict) else {})
 
 
 @cache

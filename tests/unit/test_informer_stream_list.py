@@ -6,7 +6,7 @@ Over the scripted fake API of ``tests/support/informer_fakes.py``."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -16,6 +16,7 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import INITIAL_EVENTS_END, Informer
 from linkerd_config.kube.resource import Json
 from tests.support.informer_fakes import Body, FakeApi, make_informer, page, running
+from tests.support.waiting import eventually
 from tests.support.watch_lines import cm, line, status
 
 
@@ -126,6 +127,110 @@ async def test_a_list_cut_short_cancels_the_page_it_asked_for_ahead() -> None:
     assert api.cancelled.is_set()
     leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert not [t for t in leftover if t.get_name().startswith("list-")]
+
+
+class TellsMetadataFirst(FakeApi):
+    """Pages read as they arrive, as the protobuf client reads them: each tells its metadata
+    at once (``told``: what it says, if not the page's own), and its items come only when
+    the test releases the page."""
+
+    def __init__(self, told: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.released: dict[str, asyncio.Event] = {}
+        self.log: list[tuple[str, str]] = []
+        self.in_flight = self.most_in_flight = 0
+        self.told = dict(told or {})
+
+    def release(self, token: str) -> None:
+        self.released.setdefault(token, asyncio.Event()).set()
+
+    async def list_page(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: Any,
+        timeout: float,
+        on_metadata: Any = None,
+    ) -> Json:
+        token = str(params.get("continue", ""))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.log.append(("asked", token))
+        try:
+            listed = await super().list_page(
+                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+            )
+            meta = dict(listed["metadata"])
+            if token in self.told:
+                meta["continue"] = self.told[token]
+            on_metadata(meta)
+            await self.released.setdefault(token, asyncio.Event()).wait()
+            self.log.append(("in", token))
+            return listed
+        except asyncio.CancelledError:
+            self.log.append(("cancelled", token))
+            raise
+        finally:
+            self.in_flight -= 1
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, timeout=5, interval=0.001)
+
+
+async def test_the_next_page_is_asked_for_when_the_metadata_is_read_and_never_two_ahead() -> None:
+    api = TellsMetadataFirst()
+    api.lists.extend(
+        [
+            page([cm("a", "1")], "1", cont="p2"),
+            page([cm("b", "1")], "1", cont="p3"),
+            page([cm("c", "1")], "1"),
+        ]
+    )
+    inf, rec = make_informer(api, page_size=1)
+    task = asyncio.create_task(inf.run())
+    try:
+        # The second page is asked for while the first one's items are still to come ...
+        await until(lambda: ("asked", "p2") in api.log)
+        assert ("in", "") not in api.log
+        await asyncio.sleep(0.01)
+        # ... and the third only once the second is the one being read.
+        assert ("asked", "p3") not in api.log
+        api.release("")
+        await until(lambda: ("asked", "p3") in api.log)
+        assert api.log.index(("in", "")) < api.log.index(("asked", "p3"))
+        api.release("p2")
+        api.release("p3")
+        await until(lambda: inf.has_synced)
+        assert sorted(rec.view) == ["a", "b", "c"]
+        assert api.most_in_flight == 2
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_page_whose_early_metadata_was_not_its_own_is_asked_for_again() -> None:
+    """The metadata told early said another continue token than the page's (no API server
+    does this): the page asked for on it is dropped and the right one asked for."""
+    api = TellsMetadataFirst(told={"": "elsewhere"})
+    api.lists.extend(
+        [
+            page([cm("a", "1")], "1", cont="p2"),
+            page([cm("x", "1")], "1"),  # what "elsewhere" would be: asked, then dropped
+            page([cm("b", "1")], "1"),
+        ]
+    )
+    for token in ("", "elsewhere", "p2"):
+        api.release(token)
+    inf, rec = make_informer(api, page_size=1)
+    async with running(inf, api):
+        assert sorted(rec.view) == ["a", "b"]
+    assert [p.get("continue") for p in api.list_calls()] == [None, "elsewhere", "p2"]
 
 
 def cm_resource() -> Any:

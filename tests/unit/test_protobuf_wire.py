@@ -10,7 +10,9 @@ compares the decoder with the real API server's JSON for the same objects.
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -228,65 +230,162 @@ def test_a_tree_builds_what_cutting_the_whole_object_would(tree: Json) -> None:
     assert pw.decode_object(body, tree) == project(pw.decode_object(body, None), tree)
 
 
-def test_a_list_converts_its_items_as_they_are_reached() -> None:
+def read_in_chunks(
+    body: bytes, tree: Any, cuts: list[int], on_metadata: Callable[[Json], None] | None = None
+) -> Json:
+    """``body`` fed to a ListReader cut at ``cuts``."""
+    reader = pw.ListReader(tree, on_metadata)
+    at = 0
+    for cut in [*sorted({min(c, len(body)) for c in cuts}), len(body)]:
+        reader.feed(body[at:cut])
+        at = cut
+    return reader.result()
+
+
+def pod_metadata_page(names: list[str], resource_version: str = "7", token: str = "") -> Any:
     listed = message(f"{META}.PartialObjectMetadataList")
-    listed.metadata.resourceVersion = "7"
-    setattr(listed.metadata, "continue", "next-page")
-    for name in ("a", "b"):
+    listed.metadata.resourceVersion = resource_version
+    setattr(listed.metadata, "continue", token)
+    for i, name in enumerate(names):
         item = listed.items.add()
         item.metadata.name = name
+        item.metadata.generation = i  # a varint inside an item
         item.metadata.labels["config.linkerd.io/reconcile"] = "auto"
         item.metadata.labels["noise"] = "x"
-    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+    return listed
+
+
+def test_the_metadata_is_told_before_the_items_are_read() -> None:
+    body = wrapped(
+        "meta.k8s.io/v1", "PartialObjectMetadataList", pod_metadata_page(["a", "b"], token="n")
+    )
+    told: list[Json] = []
+    reader = pw.ListReader(None, told.append)
+    first_item = body.index(b"\x0a\x01a")  # the first item's name
+    reader.feed(body[:first_item])
+    assert told == [{"resourceVersion": "7", "continue": "n"}]
+    reader.feed(body[first_item:])
+    assert len(told) == 1
+    assert [i["metadata"]["name"] for i in reader.result()["items"]] == ["a", "b"]
+
+
+def test_a_list_keeps_its_metadata_and_its_items_cut_to_the_tree() -> None:
+    body = wrapped(
+        "meta.k8s.io/v1", "PartialObjectMetadataList", pod_metadata_page(["a", "b"], token="next")
+    )
     tree = rollout.running_pod_metadata.fields_read  # type: ignore[attr-defined]
-    page = pw.decode_object(body, tree, lazy_items=True)
-    assert page["metadata"] == {"resourceVersion": "7", "continue": "next-page"}
-    assert not isinstance(page["items"], list)
-    items = list(page["items"])
-    assert [i["metadata"] for i in items] == [
-        {"name": n, "labels": {"config.linkerd.io/reconcile": "auto"}} for n in ("a", "b")
-    ]
+    for page in (pw.decode_object(body, tree), read_in_chunks(body, tree, [5, 9, 30])):
+        assert page["metadata"] == {"resourceVersion": "7", "continue": "next"}
+        assert [i["metadata"] for i in page["items"]] == [
+            {"name": n, "labels": {"config.linkerd.io/reconcile": "auto"}} for n in ("a", "b")
+        ]
     # A PartialObjectMetadataList's items carry their TypeMeta in JSON (kept whole here).
-    whole = pw.decode_object(body, None)["items"]
-    assert {(i["kind"], i["apiVersion"]) for i in whole} == {
-        ("PartialObjectMetadata", "meta.k8s.io/v1")
-    }
+    for whole in (pw.decode_object(body, None), read_in_chunks(body, None, [])):
+        assert {(i["kind"], i["apiVersion"]) for i in whole["items"]} == {
+            ("PartialObjectMetadata", "meta.k8s.io/v1")
+        }
     empty = wrapped("apps/v1", "ReplicaSetList", message(f"{APPS}.ReplicaSetList"))
     assert pw.decode_object(empty, None)["items"] == []
+    assert read_in_chunks(empty, None, [1, 2, 3])["items"] == []
+    assert pw.ListReader(None).result() == {}  # no body at all, as for a whole read
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     names=st.lists(st.text(min_size=1, max_size=12), max_size=6),
     resource_version=st.text(max_size=8),
     token=st.text(max_size=8),
     remaining=st.none() | st.integers(min_value=0, max_value=2**40),
+    cuts=st.lists(st.integers(min_value=0, max_value=600), max_size=12),
+    trailer=st.booleans(),
 )
-def test_a_list_parsed_item_by_item_reads_as_the_whole_list_parsed_at_once(
-    names: list[str], resource_version: str, token: str, remaining: int | None
+def test_a_list_read_in_any_chunks_reads_as_the_whole_list_parsed_at_once(
+    names: list[str],
+    resource_version: str,
+    token: str,
+    remaining: int | None,
+    cuts: list[int],
+    trailer: bool,
 ) -> None:
-    listed = message(f"{META}.PartialObjectMetadataList")
-    listed.metadata.resourceVersion = resource_version
-    setattr(listed.metadata, "continue", token)
+    listed = pod_metadata_page(names, resource_version, token)
     if remaining is not None:  # a varint field beside the items
         listed.metadata.remainingItemCount = remaining
-    for i, name in enumerate(names):
-        item = listed.items.add()
-        item.metadata.name = name
-        item.metadata.generation = i  # a varint inside an item
-        item.metadata.labels["config.linkerd.io/reconcile"] = name
-    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion = "meta.k8s.io/v1"
+    unknown.typeMeta.kind = "PartialObjectMetadataList"
+    unknown.raw = listed.SerializeToString()
+    if trailer:  # the envelope's fields after the object, as the API server writes them
+        unknown.contentType = "application/vnd.kubernetes.protobuf"
+    body = pw.MAGIC + unknown.SerializeToString()
     whole = pw.converter(listed.DESCRIPTOR, None)(listed)
     for item in whole["items"] or []:
         item |= {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1"}
-    page = pw.decode_object(body, None, lazy_items=True)
+    for tree in (None, rollout.running_pod_metadata.fields_read):  # type: ignore[attr-defined]
+        page = read_in_chunks(body, tree, cuts)
+        assert page == pw.decode_object(body, tree)
+    page = read_in_chunks(body, None, cuts)
+    told: list[Json] = []
+    assert read_in_chunks(body, None, cuts, told.append) == page
+    # The metadata once, before the items; a list without items is read whole anyway.
+    assert told == ([page["metadata"]] if names else [])
+    page = read_in_chunks(body, None, cuts)
     assert page["metadata"] == whole["metadata"]
-    assert list(page["items"]) == (whole["items"] or [])
+    assert page["items"] == (whole["items"] or [])
 
 
-def test_a_broken_item_is_named_when_reached_and_a_cut_list_at_once() -> None:
-    listed = message(f"{META}.PartialObjectMetadataList")
-    listed.items.add().metadata.name = "fine"
+@pytest.mark.parametrize(
+    "body",
+    [
+        wrapped("apps/v1", "Deployment", deployment()),  # an object, not a list
+        wrapped("apps/v1", "ReplicaSetList", message(f"{APPS}.ReplicaSetList")),
+        pw.MAGIC + b"\x12\x00",  # an object and no type
+        pw.MAGIC + b"\x0a\x00",  # a type and no kind
+        b'{"kind": "Status"}',
+    ],
+    ids=["object", "empty-list", "no-type", "no-kind", "not-protobuf"],
+)
+def test_what_is_not_a_list_read_as_it_comes_is_read_whole(body: bytes) -> None:
+    try:
+        expected: Any = pw.decode_object(body, None)
+    except pw.ProtobufError as exc:
+        expected = type(exc)
+    for cuts in ([], [1], list(range(len(body)))):
+        try:
+            got: Any = read_in_chunks(body, None, cuts)
+        except pw.ProtobufError as exc:
+            got = type(exc)
+        assert got == expected
+
+
+def test_an_object_before_its_type_is_read_whole() -> None:
+    listed = pod_metadata_page(["a"])
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = "meta.k8s.io/v1", listed.DESCRIPTOR.name
+    raw = listed.SerializeToString()
+    type_meta = unknown.typeMeta.SerializeToString()
+    # Field 2 (raw) first, then field 1 (typeMeta): legal protobuf, never the server's order.
+    body = (
+        pw.MAGIC
+        + b"\x12"
+        + len(raw).to_bytes(1, "big")
+        + raw
+        + b"\x0a"
+        + len(type_meta).to_bytes(1, "big")
+        + type_meta
+    )
+    assert read_in_chunks(body, None, [3, 10]) == pw.decode_object(body, None)
+    assert read_in_chunks(body, None, [])["items"][0]["metadata"]["name"] == "a"
+
+
+def test_a_type_or_object_after_the_list_is_refused() -> None:
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", pod_metadata_page(["a"]))
+    for extra in (b"\x12\x00", b"\x0a\x00"):
+        with pytest.raises(pw.ProtobufError, match="given twice"):
+            read_in_chunks(body + extra, None, [])
+
+
+def test_a_broken_item_is_named_and_a_cut_list_refused() -> None:
+    listed = pod_metadata_page(["fine"])
     encoded = listed.SerializeToString() + b"\x12\x03\x0a\xff\xff"  # an item cut short
     unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
     unknown.typeMeta.apiVersion, unknown.typeMeta.kind = (
@@ -294,15 +393,65 @@ def test_a_broken_item_is_named_when_reached_and_a_cut_list_at_once() -> None:
         "PartialObjectMetadataList",
     )
     unknown.raw = encoded
-    page = pw.decode_object(pw.MAGIC + unknown.SerializeToString(), None, lazy_items=True)
-    items = iter(page["items"])
-    assert next(items)["metadata"]["name"] == "fine"
-    with pytest.raises(pw.ProtobufError, match="undecodable item of a PartialObjectMetadataList"):
-        next(items)
+    body = pw.MAGIC + unknown.SerializeToString()
+    for read in (lambda b: pw.decode_object(b, None), lambda b: read_in_chunks(b, None, [7])):
+        with pytest.raises(
+            pw.ProtobufError, match="undecodable item of a PartialObjectMetadataList"
+        ):
+            read(body)
     for cut in (b"\x12\x09\x0a", b"\x0b", b"\x09\x00"):  # past the end; bad wire; short
         unknown.raw = listed.SerializeToString() + cut
+        body = pw.MAGIC + unknown.SerializeToString()
         with pytest.raises(pw.ProtobufError, match="protobuf list"):
-            pw.decode_object(pw.MAGIC + unknown.SerializeToString(), None)
+            pw.decode_object(body, None)
+        with pytest.raises(pw.ProtobufError, match="protobuf list"):
+            read_in_chunks(body, None, [5])
+
+
+def outcome(read: Any, body: bytes) -> Any:
+    try:
+        return read(body)
+    except pw.ProtobufError:
+        return pw.ProtobufError
+
+
+def test_every_truncation_of_a_list_reads_as_a_whole_read_reads_it() -> None:
+    """Refused, or (cut between the envelope's fields, where protobuf cannot tell) read alike."""
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", pod_metadata_page(["a", "bc"]))
+    refused = 0
+    for end in range(1, len(body)):
+        whole = outcome(lambda b: pw.decode_object(b, None), body[:end])
+        cut = [end // 2]
+        assert outcome(lambda b: read_in_chunks(b, None, cut), body[:end]) == whole  # noqa: B023
+        refused += whole is pw.ProtobufError
+    assert refused >= len(body) - 3
+
+
+def test_a_page_read_as_it_comes_never_holds_the_page() -> None:
+    """500 pods' metadata with their managedFields (what a page weighs), fed as a socket
+    gives it: the reader's peak allocation stays a small part of the page."""
+    listed = message(f"{META}.PartialObjectMetadataList")
+    for i in range(500):
+        meta = listed.items.add().metadata
+        meta.name, meta.namespace = f"pod-{i}", "ns"
+        meta.labels["config.linkerd.io/reconcile"] = "auto"
+        entry = meta.managedFields.add()
+        entry.manager, entry.operation = "kubectl", "Update"
+        entry.fieldsV1.Raw = b"{" + b'"f:spec":{},' * 500 + b"}"
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+    assert len(body) > 3_000_000
+    tree = rollout.running_pod_metadata.fields_read  # type: ignore[attr-defined]
+    tracemalloc.start()
+    try:
+        reader = pw.ListReader(tree)
+        for at in range(0, len(body), 16 * 1024):
+            reader.feed(body[at : at + 16 * 1024])
+        page = reader.result()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(page["items"]) == 500
+    assert peak < len(body) // 5, (peak, len(body))
 
 
 def test_large_and_small_envelopes_read_alike() -> None:
