@@ -31,6 +31,22 @@ ON_DEMAND = [
     "linkerd_config.linkerd.webhooks",
 ]
 
+LEGACY_ONLY = [
+    "google.protobuf.descriptor_pb2",
+    "linkerd_config.linkerd.formats.jsonpb",
+    "linkerd_config.linkerd.formats.legacy.config_pb2",
+]
+"""What only a configuration of the legacy format needs (3.7 MiB with protobuf's
+descriptor_pb2): a cluster of the values format never imports it."""
+
+RENDER_LEGACY = """
+from linkerd_config.linkerd.formats import FormatError, LegacyFormat, parse_version
+try:
+    LegacyFormat(parse_version("edge-19.12.3")).render({})
+except FormatError:
+    pass
+"""
+
 VALIDATE = """
 from linkerd_config.linkerd import validation
 def errors(pem):
@@ -47,7 +63,8 @@ not parse)."""
 
 
 def imports(then: str) -> dict[str, list[str]]:
-    code = f"WATCHED = {ON_DEMAND!r}\nANCHOR = {trust_anchor()!r}\n" + PROBE.format(then=then)
+    watched = ON_DEMAND + LEGACY_ONLY
+    code = f"WATCHED = {watched!r}\nANCHOR = {trust_anchor()!r}\n" + PROBE.format(then=then)
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="."
     )
@@ -63,3 +80,10 @@ def test_reading_certificates_imports_no_cryptography() -> None:
     found = imports(VALIDATE)
     assert found["before"] == []
     assert found["after"] == []
+
+
+def test_the_legacy_formats_messages_are_imported_when_one_is_first_built() -> None:
+    found = imports(RENDER_LEGACY)
+    assert found["before"] == []
+    # descriptor_pb2 comes with config_pb2 or, later, with a release's exact messages.
+    assert set(LEGACY_ONLY) - set(found["after"]) <= {"google.protobuf.descriptor_pb2"}

@@ -68,7 +68,6 @@ from linkerd_config.linkerd.formats.base import (
 )
 from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
 from linkerd_config.linkerd.formats.field_table import FIELDS, ConfigField, spec_leaves
-from linkerd_config.linkerd.formats.jsonpb import marshal
 from linkerd_config.linkerd.formats.versions import (
     LinkerdVersion,
     Releases,
@@ -274,6 +273,8 @@ class LegacyFormat:
         unchanged spec again."""
 
         def render() -> dict[str, str]:
+            from linkerd_config.linkerd.formats.jsonpb import marshal  # noqa: PLC0415 (_config_pb2)
+
             return {key: marshal(message) + "\n" for key, message in self.messages(spec).items()}
 
         return dict(_RENDERED.get_or_make([str(self.version), spec], render))
