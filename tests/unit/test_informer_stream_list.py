@@ -233,6 +233,28 @@ async def test_a_page_whose_early_metadata_was_not_its_own_is_asked_for_again() 
     assert [p.get("continue") for p in api.list_calls()] == [None, "elsewhere", "p2"]
 
 
+async def test_a_page_asked_for_early_whose_token_expired_falls_back_to_one_list() -> None:
+    """The second page, asked for while the first was read, answers 410 (its continue token
+    expired): one unpaginated list, and the first page's objects are not delivered twice."""
+    api = TellsMetadataFirst()
+    api.lists.extend(
+        [
+            page([cm("a", "1")], "5", cont="tok"),
+            ApiError(410, "GET", "/x", status(410, "Expired", "continue expired"), None),
+            page([cm("a", "1"), cm("b", "6")], "7"),
+        ]
+    )
+    api.release("")
+    inf, rec = make_informer(api, page_size=1)
+    async with running(inf, api):
+        pass
+    calls = api.list_calls()
+    assert calls[1]["continue"] == "tok"
+    assert "limit" not in calls[2] and "continue" not in calls[2]
+    assert [c[1] for c in rec.calls] == ["a", "b"]
+    assert api.watch_calls()[0]["resourceVersion"] == "7"
+
+
 def cm_resource() -> Any:
     from linkerd_config.kube.resource import CONFIGMAPS  # noqa: PLC0415
 
