@@ -371,16 +371,10 @@ class Envelope:
 
 
 def _varint(view: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(view) or shift > 63:
-            raise ProtobufError("truncated protobuf envelope")
-        byte = view[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
+    found = _varint_at(view, pos, len(view))
+    if found is None:
+        raise ProtobufError("truncated protobuf envelope")
+    return found
 
 
 SMALL_BODY = 64 * 1024
@@ -533,7 +527,7 @@ def _with_type_meta(items: Iterator[Json], api_version: str) -> Iterator[Json]:
         yield item
 
 
-def _varint_at(buf: bytearray, pos: int, end: int) -> tuple[int, int] | None:
+def _varint_at(buf: bytearray | memoryview, pos: int, end: int) -> tuple[int, int] | None:
     """A varint at ``pos`` of ``buf`` (no further than ``end``) and where it ends; None while
     its last byte is still to come."""
     value = shift = 0

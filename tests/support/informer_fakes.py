@@ -103,6 +103,53 @@ class FakeApi(JsonListWatch):
         return [p for kind, p, _ in self.calls if kind == "list"]
 
 
+class TellsMetadataFirst(FakeApi):
+    """Pages read as they arrive, as the protobuf client reads them: each tells its metadata
+    at once (``told``: what it says, if not the page's own), and its items come only when
+    the test releases the page."""
+
+    def __init__(self, told: Mapping[str, str] | None = None) -> None:
+        super().__init__()
+        self.released: dict[str, asyncio.Event] = {}
+        self.log: list[tuple[str, str]] = []
+        self.in_flight = self.most_in_flight = 0
+        self.told = dict(told or {})
+
+    def release(self, token: str) -> None:
+        self.released.setdefault(token, asyncio.Event()).set()
+
+    async def list_page(
+        self,
+        path: str,
+        *,
+        params: Mapping[str, str | int | bool],
+        metadata_only: bool,
+        fields: Any,
+        timeout: float,
+        on_metadata: Any = None,
+    ) -> Json:
+        token = str(params.get("continue", ""))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.log.append(("asked", token))
+        try:
+            listed = await super().list_page(
+                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+            )
+            meta = dict(listed["metadata"])
+            if token in self.told:
+                meta["continue"] = self.told[token]
+            on_metadata(meta)
+            await self.released.setdefault(token, asyncio.Event()).wait()
+            self.log.append(("in", token))
+            return listed
+        except asyncio.CancelledError:
+            self.log.append(("cancelled", token))
+            raise
+        finally:
+            self.in_flight -= 1
+
+
 def page(items: list[Json], rv: str, cont: str = "") -> Json:
     stripped = []
     for obj in items:

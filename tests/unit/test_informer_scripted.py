@@ -22,7 +22,15 @@ from linkerd_config.kube.informer import (
 )
 from linkerd_config.kube.ratelimit import JitteredBackoff
 from linkerd_config.kube.resource import CONFIGMAPS, Json
-from tests.support.informer_fakes import Body, FakeApi, Recorder, make_informer, page, running
+from tests.support.informer_fakes import (
+    Body,
+    FakeApi,
+    Recorder,
+    TellsMetadataFirst,
+    make_informer,
+    page,
+    running,
+)
 from tests.support.watch_lines import cm, line, status
 
 # -- transforms --------------------------------------------------------------
@@ -188,8 +196,13 @@ async def test_gone_relists_and_delivers_the_difference(how: str) -> None:
     assert api.watch_calls()[-1]["resourceVersion"] == "12"
 
 
-async def test_expired_continue_token_falls_back_to_one_unpaginated_list() -> None:
-    api = FakeApi()
+@pytest.mark.parametrize("reads", ["whole", "metadata-first"])
+async def test_expired_continue_token_falls_back_to_one_unpaginated_list(reads: str) -> None:
+    """Also when the second page was asked for while the first was read (its metadata told
+    before its items): one unpaginated list, the first page's objects not delivered twice."""
+    api = FakeApi() if reads == "whole" else TellsMetadataFirst()
+    if isinstance(api, TellsMetadataFirst):
+        api.release("")
     api.lists.extend(
         [
             page([cm("a", "1")], "5", cont="tok"),

@@ -15,7 +15,14 @@ from linkerd_config.kube import informer as informer_module
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import INITIAL_EVENTS_END, Informer
 from linkerd_config.kube.resource import Json
-from tests.support.informer_fakes import Body, FakeApi, make_informer, page, running
+from tests.support.informer_fakes import (
+    Body,
+    FakeApi,
+    TellsMetadataFirst,
+    make_informer,
+    page,
+    running,
+)
 from tests.support.waiting import eventually
 from tests.support.watch_lines import cm, line, status
 
@@ -129,53 +136,6 @@ async def test_a_list_cut_short_cancels_the_page_it_asked_for_ahead() -> None:
     assert not [t for t in leftover if t.get_name().startswith("list-")]
 
 
-class TellsMetadataFirst(FakeApi):
-    """Pages read as they arrive, as the protobuf client reads them: each tells its metadata
-    at once (``told``: what it says, if not the page's own), and its items come only when
-    the test releases the page."""
-
-    def __init__(self, told: Mapping[str, str] | None = None) -> None:
-        super().__init__()
-        self.released: dict[str, asyncio.Event] = {}
-        self.log: list[tuple[str, str]] = []
-        self.in_flight = self.most_in_flight = 0
-        self.told = dict(told or {})
-
-    def release(self, token: str) -> None:
-        self.released.setdefault(token, asyncio.Event()).set()
-
-    async def list_page(
-        self,
-        path: str,
-        *,
-        params: Mapping[str, str | int | bool],
-        metadata_only: bool,
-        fields: Any,
-        timeout: float,
-        on_metadata: Any = None,
-    ) -> Json:
-        token = str(params.get("continue", ""))
-        self.in_flight += 1
-        self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        self.log.append(("asked", token))
-        try:
-            listed = await super().list_page(
-                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
-            )
-            meta = dict(listed["metadata"])
-            if token in self.told:
-                meta["continue"] = self.told[token]
-            on_metadata(meta)
-            await self.released.setdefault(token, asyncio.Event()).wait()
-            self.log.append(("in", token))
-            return listed
-        except asyncio.CancelledError:
-            self.log.append(("cancelled", token))
-            raise
-        finally:
-            self.in_flight -= 1
-
-
 async def until(condition: Callable[[], bool]) -> None:
     async def probe() -> bool:
         return condition()
@@ -231,28 +191,6 @@ async def test_a_page_whose_early_metadata_was_not_its_own_is_asked_for_again() 
     async with running(inf, api):
         assert sorted(rec.view) == ["a", "b"]
     assert [p.get("continue") for p in api.list_calls()] == [None, "elsewhere", "p2"]
-
-
-async def test_a_page_asked_for_early_whose_token_expired_falls_back_to_one_list() -> None:
-    """The second page, asked for while the first was read, answers 410 (its continue token
-    expired): one unpaginated list, and the first page's objects are not delivered twice."""
-    api = TellsMetadataFirst()
-    api.lists.extend(
-        [
-            page([cm("a", "1")], "5", cont="tok"),
-            ApiError(410, "GET", "/x", status(410, "Expired", "continue expired"), None),
-            page([cm("a", "1"), cm("b", "6")], "7"),
-        ]
-    )
-    api.release("")
-    inf, rec = make_informer(api, page_size=1)
-    async with running(inf, api):
-        pass
-    calls = api.list_calls()
-    assert calls[1]["continue"] == "tok"
-    assert "limit" not in calls[2] and "continue" not in calls[2]
-    assert [c[1] for c in rec.calls] == ["a", "b"]
-    assert api.watch_calls()[0]["resourceVersion"] == "7"
 
 
 def cm_resource() -> Any:
