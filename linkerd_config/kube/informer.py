@@ -673,6 +673,8 @@ class Informer:
 
         def read_early(asked: _Asked, meta: Json) -> None:
             nonlocal ahead
+            if asked.task.done():  # a client telling it late: the page itself is what counts
+                return
             asked.next_token = str(meta.get("continue") or "")
             if asked is current and ahead is None and asked.next_token:
                 ahead = ask(asked.next_token)
@@ -897,10 +899,12 @@ class _Asked:
 
 
 async def _cancelled(asked: _Asked | None) -> None:
-    """``asked``'s request stopped, if it is still on (its outcome no longer matters)."""
-    if asked is not None and not asked.task.done():
-        asked.task.cancel()
-        await asyncio.gather(asked.task, return_exceptions=True)
+    """``asked``'s request stopped, if it is still on; its outcome, whatever it was, no longer
+    matters (an error it ended with is read here, so asyncio never reports it unread)."""
+    if asked is None:
+        return
+    asked.task.cancel()
+    await asyncio.gather(asked.task, return_exceptions=True)
 
 
 def _item_type(page: Json) -> tuple[str, str]:

@@ -106,14 +106,16 @@ class FakeApi(JsonListWatch):
 class TellsMetadataFirst(FakeApi):
     """Pages read as they arrive, as the protobuf client reads them: each tells its metadata
     at once (``told``: what it says, if not the page's own), and its items come only when
-    the test releases the page."""
+    the test releases the page. ``late``: a misbehaving client, telling the metadata only
+    that many turns of the event loop after it has returned the page."""
 
-    def __init__(self, told: Mapping[str, str] | None = None) -> None:
+    def __init__(self, told: Mapping[str, str] | None = None, late: int = 0) -> None:
         super().__init__()
         self.released: dict[str, asyncio.Event] = {}
         self.log: list[tuple[str, str]] = []
         self.in_flight = self.most_in_flight = 0
         self.told = dict(told or {})
+        self.late = late
 
     def release(self, token: str) -> None:
         self.released.setdefault(token, asyncio.Event()).set()
@@ -139,7 +141,10 @@ class TellsMetadataFirst(FakeApi):
             meta = dict(listed["metadata"])
             if token in self.told:
                 meta["continue"] = self.told[token]
-            on_metadata(meta)
+            if self.late:
+                asyncio.get_running_loop().call_soon(_after_turns, self.late, on_metadata, meta)
+            else:
+                on_metadata(meta)
             await self.released.setdefault(token, asyncio.Event()).wait()
             self.log.append(("in", token))
             return listed
@@ -148,6 +153,14 @@ class TellsMetadataFirst(FakeApi):
             raise
         finally:
             self.in_flight -= 1
+
+
+def _after_turns(turns: int, call: Any, *args: Any) -> None:
+    """``call(*args)`` ``turns`` turns of the event loop from now."""
+    if turns <= 1:
+        call(*args)
+    else:
+        asyncio.get_running_loop().call_soon(_after_turns, turns - 1, call, *args)
 
 
 def page(items: list[Json], rv: str, cont: str = "") -> Json:

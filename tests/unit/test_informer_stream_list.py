@@ -6,6 +6,7 @@ Over the scripted fake API of ``tests/support/informer_fakes.py``."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -191,6 +192,51 @@ async def test_a_page_whose_early_metadata_was_not_its_own_is_asked_for_again() 
     async with running(inf, api):
         assert sorted(rec.view) == ["a", "b"]
     assert [p.get("continue") for p in api.list_calls()] == [None, "elsewhere", "p2"]
+
+
+async def test_a_page_asked_for_early_that_failed_and_was_dropped_leaves_no_error_unread() -> None:
+    """The early metadata named a page that does not follow (no API server does this), and
+    asking for it failed: dropped, its error read (asyncio reports no unread exception)."""
+    api = TellsMetadataFirst(told={"": "elsewhere"})
+    api.lists.extend(
+        [
+            page([cm("a", "1")], "1", cont="p2"),
+            ApiError(500, "GET", "/x", status(500, "InternalError", "boom"), None),
+            page([cm("b", "1")], "1"),
+        ]
+    )
+    api.release("")
+    api.release("p2")
+    unread: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unread.append(context))
+    try:
+        inf, rec = make_informer(api, page_size=1)
+        async with running(inf, api):
+            assert sorted(rec.view) == ["a", "b"]
+        del inf
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert [p.get("continue") for p in api.list_calls()] == [None, "elsewhere", "p2"]
+    assert unread == []
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3, 5, 8])
+async def test_metadata_told_after_its_page_is_in_asks_for_nothing(turns: int) -> None:
+    """A client that tells a page's metadata only after returning the page, while its items
+    are worked on or after: the page's own metadata (no continue: the last page) counts."""
+    api = TellsMetadataFirst(told={"": "zzz"}, late=turns)
+    api.lists.extend([page([cm(f"a{i}", "1") for i in range(250)], "1"), page([cm("z", "1")], "1")])
+    api.release("")
+    inf, rec = make_informer(api, page_size=250)
+    async with running(inf, api):
+        assert len(rec.view) == 250
+    await asyncio.sleep(0.01)
+    assert [p.get("continue") for p in api.list_calls()] == [None]
+    assert "z" not in rec.view
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("list-")]
 
 
 def cm_resource() -> Any:

@@ -454,6 +454,76 @@ def test_a_page_read_as_it_comes_never_holds_the_page() -> None:
     assert peak < len(body) // 5, (peak, len(body))
 
 
+def field(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field (numbers and lengths under 128)."""
+    return bytes([number << 3 | 2, len(value)]) + value
+
+
+def pod_list_of(item_meta: bytes) -> bytes:
+    """A PartialObjectMetadataList body of one item, its ObjectMeta encoded by hand."""
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion = "meta.k8s.io/v1"
+    unknown.typeMeta.kind = "PartialObjectMetadataList"
+    unknown.raw = field(2, field(1, item_meta))
+    return pw.MAGIC + unknown.SerializeToString()
+
+
+# What Go's encoding/json writes for strings that are not UTF-8 (each invalid byte a
+# U+FFFD), as printed by json.Marshal (go1.26) for these bytes.
+GO_STRINGS = [
+    (b"a\xffb", "a\ufffdb"),
+    (b"k\xe2\x82", "k\ufffd\ufffd"),
+    (b"\xed\xa0\x80", "\ufffd\ufffd\ufffd"),
+    (b"ok\xf0\x9f\x98", "ok\ufffd\ufffd\ufffd"),
+    (b"\xc0\x80x", "\ufffd\ufffdx"),
+]
+
+
+@pytest.mark.parametrize(("raw", "written"), GO_STRINGS)
+def test_a_string_that_is_not_utf8_reads_as_go_writes_it(raw: bytes, written: str) -> None:
+    """A string stored through protobuf may be any bytes; the protobuf runtime hands those
+    that are not UTF-8 over as bytes, which must never reach the cache."""
+    annotation = field(1, rollout.PROXY_VERSION_ANNOTATION.encode()) + field(2, raw)
+    body = pod_list_of(field(1, raw) + field(12, annotation))
+    tree = rollout.running_pod_metadata.fields_read  # type: ignore[attr-defined]
+    for page in (
+        pw.decode_object(body, None),  # the whole map
+        read_in_chunks(body, None, [9, 20]),
+        read_in_chunks(body, tree, []),  # the key looked up
+    ):
+        (item,) = page["items"]
+        assert item["metadata"]["name"] == written
+        assert item["metadata"]["annotations"] == {rollout.PROXY_VERSION_ANNOTATION: written}
+    # A map key cannot be read back from the runtime: refused (the API server validates
+    # every key, so none is stored).
+    body = pod_list_of(field(11, field(1, raw) + field(2, b"v")))
+    with pytest.raises(pw.ProtobufError, match="unconvertible"):
+        read_in_chunks(body, None, [])
+
+
+def test_a_value_go_would_not_write_is_a_protobuf_error_read_either_way() -> None:
+    """A time past year 9999, FieldsV1 that is not JSON, a kind that is not UTF-8: refused
+    as undecodable (ProtobufError), never another exception, however the body is read."""
+    far = message(f"{META}.PartialObjectMetadataList")
+    far.items.add().metadata.creationTimestamp.seconds = 2**62
+    bad_json = message(f"{META}.PartialObjectMetadataList")
+    bad_json.items.add().metadata.managedFields.add().fieldsV1.Raw = b"\xff"
+    type_meta = field(1, b"v1") + field(2, b"Pod\xffList")
+    bodies = [
+        wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", far),
+        wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", bad_json),
+        # A bad item, then a field cut short: a whole read sees the cut first.
+        wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", far) + b"\x22",
+        pw.MAGIC + field(1, type_meta) + field(2, b""),
+    ]
+    for body in bodies:
+        with pytest.raises(pw.ProtobufError):
+            pw.decode_object(body, None)
+        for cuts in ([], [3], list(range(0, len(body), 5))):
+            with pytest.raises(pw.ProtobufError):
+                read_in_chunks(body, None, cuts)
+
+
 def test_large_and_small_envelopes_read_alike() -> None:
     d = deployment()
     d.metadata.annotations["big"] = "x" * (pw.SMALL_BODY + 10)

@@ -5,7 +5,7 @@ CA bundle into the two default contexts it makes at import (which nothing here u
 environment left as it was, and a context asked for the system roots afterwards still gets
 them. Each case runs in a fresh interpreter: aiohttp is imported once per process.
 
-``small_tls_read_buffers``: TLS connections read into 64 KiB, not asyncio's 256 KiB."""
+``small_tls_read_buffers``: TLS connections read into 16 KiB, not asyncio's 256 KiB."""
 
 from __future__ import annotations
 
@@ -73,11 +73,11 @@ def test_aiohttp_defaults_hold_no_cas_and_the_system_roots_stay_usable(bundle_en
     assert answer["default_after"] == roots
 
 
-async def test_tls_connections_read_into_64_kib_and_lose_nothing(
+async def test_tls_connections_read_into_16_kib_and_lose_nothing(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """``small_tls_read_buffers``: each TLS connection's buffer is 64 KiB (asyncio allocates
-    256 KiB each), and a payload many times that arrives whole."""
+    """``small_tls_read_buffers``: each TLS connection's buffer is 16 KiB, one TLS record
+    (asyncio allocates 256 KiB each), and a payload many times that arrives whole."""
     monkeypatch.setattr(
         asyncio.sslproto.SSLProtocol, "max_size", asyncio.sslproto.SSLProtocol.max_size
     )
@@ -100,7 +100,7 @@ async def test_tls_connections_read_into_64_kib_and_lose_nothing(
             "127.0.0.1", port, ssl=client_ctx, server_hostname="localhost"
         )
         protocol = writer.transport._ssl_protocol  # type: ignore[attr-defined]
-        assert len(protocol._ssl_buffer) == 64 * 1024
+        assert len(protocol._ssl_buffer) == 16 * 1024
         received = await asyncio.wait_for(reader.read(), 30)
         writer.close()
     assert received == payload
