@@ -384,11 +384,11 @@ class Denials:
         self.seen: list[Denied] = []
         # Every request goes through these two (``request``, the informers' ``list_page`` and
         # ``watch``, in protobuf or JSON): tapped here, each 403 is noted once.
-        request_raw, stream = client.request_raw, client._stream
+        request, stream = client._request, client._stream
 
-        async def tapped_request(method: str, path: str, **kwargs: Any) -> tuple[str, bytes]:
+        async def tapped_request(method: str, path: str, *args: Any) -> tuple[str, Any]:
             try:
-                return await request_raw(method, path, **kwargs)
+                return await request(method, path, *args)
             except ApiError as exc:
                 self._note(exc)
                 raise
@@ -402,7 +402,7 @@ class Denials:
                 self._note(exc)
                 raise
 
-        client.request_raw = tapped_request  # type: ignore[method-assign]
+        client._request = tapped_request  # type: ignore[method-assign]
         client._stream = tapped_stream  # type: ignore[method-assign]
 
     def _note(self, exc: ApiError) -> None:
