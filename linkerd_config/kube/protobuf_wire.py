@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
@@ -448,32 +448,49 @@ def decode_object(body: bytes | memoryview, fields: FieldTree | None) -> Json:
     env = envelope(body)
     cls = types().message(message_name(env.api_version, env.kind))
     items_field = cls.DESCRIPTOR.fields_by_name.get("items")
-    is_list = env.kind.endswith("List") and items_field is not None
-    raw: bytes | memoryview = env.raw
-    spans: list[memoryview] = []
-    if is_list:
+    if env.kind.endswith("List") and items_field is not None:
         # Each item is parsed on its own as it is reached: parsing the whole list at once
         # would hold every item's message (more than the body: 3.3 MiB for a page of 500
         # pods' metadata) until the last one is converted.
-        raw, spans = _split_repeated(env.raw, items_field.number)
-    try:
-        msg: Any = cls.FromString(raw)
-    except DecodeError as exc:
-        raise ProtobufError(f"undecodable {env.kind}: {exc}") from exc
+        rest, spans = _split_repeated(env.raw, items_field.number)
+        items = _items(spans, items_field.message_type, fields, env.kind)
+        listed = _listed(cls, rest, env.kind)
+        return _with_items(listed, items, env.kind, env.api_version, fields)
     node: Node = None if env.kind == "Status" else fields
-    out = _convert(converter(msg.DESCRIPTOR, _LIST_REST if is_list else node), msg, env.kind)
-    if not isinstance(out, dict):
-        raise ProtobufError(f"{env.kind} is not an object")
-    if is_list:
-        items: Iterator[Json] = _items(spans, items_field.message_type, fields, env.kind)
-        if env.kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
-            items = _with_type_meta(items, env.api_version)
-        # The server writes an empty list as [], never Go's nil.
-        out["items"] = list(items)
-    if is_list or _keeps_type_meta(node):
+    out = _object(cls, env.raw, env.kind, node)
+    if _keeps_type_meta(node):
         out["kind"] = env.kind
         out["apiVersion"] = env.api_version
     return out
+
+
+def _object(cls: type[Message], raw: bytes | memoryview, kind: str, node: Node) -> Json:
+    """``raw``, a message of ``cls``, as JSON cut to ``node``."""
+    try:
+        msg: Any = cls.FromString(raw)
+    except DecodeError as exc:
+        raise ProtobufError(f"undecodable {kind}: {exc}") from exc
+    out = _convert(converter(msg.DESCRIPTOR, node), msg, kind)
+    if not isinstance(out, dict):
+        raise ProtobufError(f"{kind} is not an object")
+    return out
+
+
+def _listed(cls: type[Message], rest: bytes, kind: str) -> Json:
+    """A list's fields but its items (``rest``), as JSON: its metadata whole."""
+    return _object(cls, rest, kind, _LIST_REST)
+
+
+def _with_items(
+    listed: Json, items: Iterable[Json], kind: str, api_version: str, fields: FieldTree | None
+) -> Json:
+    """A list's JSON from its other fields and its converted items."""
+    if kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
+        items = _with_type_meta(iter(items), api_version)
+    listed["items"] = list(items)  # the server writes an empty list as [], never Go's nil
+    listed["kind"] = kind
+    listed["apiVersion"] = api_version
+    return listed
 
 
 def _convert(convert: Converter, msg: Any, what: str) -> Any:
@@ -660,20 +677,8 @@ class ListReader:
             raise ProtobufError("truncated protobuf list")
         kind, api_version = self._type_meta.kind, self._type_meta.apiVersion
         assert self._list is not None
-        try:
-            msg: Any = self._list.FromString(b"".join(self._rest))
-        except DecodeError as exc:
-            raise ProtobufError(f"undecodable {kind}: {exc}") from exc
-        out = _convert(converter(msg.DESCRIPTOR, _LIST_REST), msg, kind)
-        if not isinstance(out, dict):
-            raise ProtobufError(f"{kind} is not an object")
-        items = self._items
-        if kind == "PartialObjectMetadataList" and _keeps_type_meta(self._fields):
-            items = list(_with_type_meta(iter(items), api_version))
-        out["items"] = items
-        out["kind"] = kind
-        out["apiVersion"] = api_version
-        return out
+        listed = _listed(self._list, b"".join(self._rest), kind)
+        return _with_items(listed, self._items, kind, api_version, self._fields)
 
     def _keep_whole(self) -> None:
         self._whole = self._head + self._buf[self._pos :]
@@ -785,14 +790,10 @@ class ListReader:
         tell, self._on_metadata = self._on_metadata, None
         assert tell is not None and self._list is not None
         try:
-            msg: Any = self._list.FromString(b"".join(self._rest))
-        except DecodeError:
-            return
-        try:
-            listed = _convert(converter(msg.DESCRIPTOR, _LIST_REST), msg, "list")
+            listed = _listed(self._list, b"".join(self._rest), self._type_meta.kind)
         except ProtobufError:
             return
-        tell(listed.get("metadata") or {} if isinstance(listed, dict) else {})
+        tell(listed.get("metadata") or {})
 
 
 @cache
