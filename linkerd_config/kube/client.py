@@ -37,6 +37,7 @@ from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.protobuf_wire import (
     PROTOBUF,
     ListReader,
+    Prepare,
     ProtobufError,
     decode_object,
     decodes,
@@ -218,6 +219,25 @@ class _RawClient(Protocol):
     ) -> contextlib.AbstractAsyncContextManager[ByteSource]: ...
 
 
+LIST_YIELD_EVERY = 100
+"""Items of a LIST page prepared between yields to the loop (a 500-pod page is several
+milliseconds of work)."""
+
+
+async def prepared(page: Json, prepare: Prepare | None) -> Json:
+    """``page`` with each item through ``prepare`` (given its list's kind and apiVersion),
+    yielding to the loop every ``LIST_YIELD_EVERY`` items."""
+    items = page.get("items")
+    if prepare is None or not isinstance(items, list):
+        return page
+    kind, api_version = str(page.get("kind") or ""), str(page.get("apiVersion") or "")
+    for index, item in enumerate(items):
+        items[index] = prepare(item, kind, api_version)
+        if (index + 1) % LIST_YIELD_EVERY == 0:
+            await asyncio.sleep(0)
+    return page
+
+
 class JsonListWatch:
     """LIST pages and watches in JSON over ``request`` and ``stream``: what an informer asks
     of its client (``informer.ListWatchClient``), the way every client can answer it."""
@@ -234,11 +254,13 @@ class JsonListWatch:
         fields: FieldTree | None,
         timeout: float,
         on_metadata: Callable[[Json], None] | None = None,
+        prepare: Prepare | None = None,
     ) -> Json:
         """One page as the server sent it (a JSON decoder builds every field anyway): read
-        whole, so ``on_metadata`` is never called."""
+        whole, so ``on_metadata`` is never called; then each item through ``prepare``."""
         accept = _json_accept(metadata_only, watch=False)
-        return await self.request("GET", path, params=params, accept=accept, timeout=timeout)
+        page = await self.request("GET", path, params=params, accept=accept, timeout=timeout)
+        return await prepared(page, prepare)
 
     @contextlib.asynccontextmanager
     async def watch(
@@ -512,24 +534,35 @@ class KubeClient(JsonListWatch):
         fields: FieldTree | None,
         timeout: float,
         on_metadata: Callable[[Json], None] | None = None,
+        prepare: Prepare | None = None,
     ) -> Json:
         """One page, in protobuf if the server speaks it for this path (JSON otherwise).
         Decoded from protobuf, it is read as it arrives: ``on_metadata`` has the list's
         metadata before the items are read, and each item holds only ``fields`` (None:
-        everything), converted as soon as it is in."""
+        everything), converted and handed to ``prepare`` as soon as it is in."""
         if not self._asks_protobuf(path, metadata_only):
             return await super().list_page(
-                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+                path,
+                params=params,
+                metadata_only=metadata_only,
+                fields=fields,
+                timeout=timeout,
+                prepare=prepare,
             )
         json_accept = _json_accept(metadata_only, watch=False)
         accept = f"{PROTOBUF}{_AS_METADATA_LIST if metadata_only else ''}, {json_accept}"
 
         async def read_page(answer: str, body: aiohttp.StreamReader) -> Json:
             if not answer.startswith(PROTOBUF):
-                return _decode(answer, await body.read(), fields)
-            page = ListReader(fields, on_metadata)  # decoded as it arrives, never held whole
+                return await prepared(_decode(answer, await body.read(), fields), prepare)
+            # Decoded as it arrives, never held whole; each item prepared as it is in.
+            page = ListReader(fields, on_metadata, prepare)
+            yielded = 0
             async for chunk in body.iter_any():
                 page.feed(chunk)
+                if page.items_read - yielded >= LIST_YIELD_EVERY:
+                    yielded = page.items_read
+                    await asyncio.sleep(0)
             return page.result()
 
         try:
@@ -541,7 +574,12 @@ class KubeClient(JsonListWatch):
                 raise
             self._refused(exc)
             return await super().list_page(
-                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+                path,
+                params=params,
+                metadata_only=metadata_only,
+                fields=fields,
+                timeout=timeout,
+                prepare=prepare,
             )
         return page
 

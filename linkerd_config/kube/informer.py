@@ -62,7 +62,7 @@ import aiohttp
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.client import LIST_YIELD_EVERY, ApiError
 from linkerd_config.kube.field_tree import (
     EVERYTHING_BUT_MANAGED_FIELDS,
     IDENTITY_FIELDS,
@@ -94,10 +94,6 @@ OnDelete = Callable[[Json], None]
 
 HEALTHY_WATCH_SECONDS = 30.0
 """A watch that delivered an event, or stayed open this long, resets the reconnect backoff."""
-
-LIST_YIELD_EVERY = 100
-"""Objects a LIST page's transform handles between yields to the loop (a 500-pod page is
-several milliseconds of work)."""
 
 MAX_RETRY_AFTER = 300.0
 """Retry-After is honoured up to this, so one odd header cannot park an informer for hours."""
@@ -151,10 +147,16 @@ class ListWatchClient(Protocol):
         fields: FieldTree | None,
         timeout: float,
         on_metadata: Callable[[Json], None] | None = None,
+        prepare: Callable[[Json, str, str], Json] | None = None,
     ) -> Json:
         """One page. A client that reads it as it arrives calls ``on_metadata`` with the
         list's metadata (its continue token) as soon as it is read, before the items; one
-        that does not, never: the page's own metadata is what counts either way."""
+        that does not, never: the page's own metadata is what counts either way.
+
+        The page's items are what ``prepare`` returns for each (given the item and its
+        list's kind and apiVersion), called as soon as the item is read: a client reading
+        the page as it arrives holds no converted page. Work on the items yields to the loop
+        every ``client.LIST_YIELD_EVERY``."""
         ...
 
     def watch(
@@ -651,13 +653,12 @@ class Informer:
         raise _StreamListRefused("the watch ended before its initial-events-end bookmark")
 
     async def _page_all(self) -> tuple[list[Json], str]:
-        """Every object, page by page, each page transformed as it arrives to bound memory.
+        """Every object, page by page, each item transformed as it arrives to bound memory.
 
         The next page is asked for as soon as this one's continue token is known: from its
         metadata, which a client reading the page as it arrives gives before the items (the
         server works on the next page while this one is read), else when the page is in.
-        Work on a page yields to the loop every ``LIST_YIELD_EVERY`` objects. At most two
-        pages are asked for at once: the one being read and the next."""
+        At most two pages are asked for at once: the one being read and the next."""
         base = self._selectors()
         paged = self.page_size > 0
         objects: list[Json] = []
@@ -704,15 +705,7 @@ class Informer:
                     ahead = None
                 if token and ahead is None:
                     ahead = ask(token)
-                item_kind, item_api_version = _item_type(page)
-                for count, raw in enumerate(page.get("items") or (), start=1):
-                    if item_kind:
-                        raw.setdefault("kind", item_kind)
-                    if item_api_version:
-                        raw.setdefault("apiVersion", item_api_version)
-                    objects.append(self._prepare(raw))
-                    if count % LIST_YIELD_EVERY == 0:
-                        await asyncio.sleep(0)
+                objects.extend(page.get("items") or ())
                 if ahead is None:
                     return objects, str(meta.get("resourceVersion") or "")
                 current, ahead = ahead, None
@@ -741,6 +734,7 @@ class Informer:
             fields=self.fields,
             timeout=self.request_timeout,
             on_metadata=on_metadata,
+            prepare=self._listed,
         )
 
     def _watch(
@@ -831,6 +825,15 @@ class Informer:
         if rv:
             self._resource_version = rv
 
+    def _listed(self, raw: Json, list_kind: str, api_version: str) -> Json:
+        """A listed item as cached: the kind and apiVersion the server leaves off a list's
+        items set from its list's, then transformed."""
+        if list_kind.endswith("List"):
+            raw.setdefault("kind", list_kind.removesuffix("List"))
+        if api_version:
+            raw.setdefault("apiVersion", api_version)
+        return self._prepare(raw)
+
     def _prepare(self, raw: Json) -> Json:
         if self.transform is None:
             return raw
@@ -905,13 +908,6 @@ async def _cancelled(asked: _Asked | None) -> None:
         return
     asked.task.cancel()
     await asyncio.gather(asked.task, return_exceptions=True)
-
-
-def _item_type(page: Json) -> tuple[str, str]:
-    """The kind/apiVersion of a list's items, which the server omits on each item."""
-    kind = str(page.get("kind") or "")
-    item_kind = kind.removesuffix("List") if kind.endswith("List") else ""
-    return item_kind, str(page.get("apiVersion") or "")
 
 
 def _rv(obj: Json) -> str:

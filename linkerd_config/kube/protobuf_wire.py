@@ -455,7 +455,8 @@ def decode_object(body: bytes | memoryview, fields: FieldTree | None) -> Json:
         rest, spans = _split_repeated(env.raw, items_field.number)
         items = _items(spans, items_field.message_type, fields, env.kind)
         listed = _listed(cls, rest, env.kind)
-        return _with_items(listed, items, env.kind, env.api_version, fields)
+        as_listed = _as_listed(env.kind, env.api_version, fields)
+        return _with_items(listed, map(as_listed, items), env.kind, env.api_version)
     node: Node = None if env.kind == "Status" else fields
     out = _object(cls, env.raw, env.kind, node)
     if _keeps_type_meta(node):
@@ -481,12 +482,8 @@ def _listed(cls: type[Message], rest: bytes, kind: str) -> Json:
     return _object(cls, rest, kind, _LIST_REST)
 
 
-def _with_items(
-    listed: Json, items: Iterable[Json], kind: str, api_version: str, fields: FieldTree | None
-) -> Json:
-    """A list's JSON from its other fields and its converted items."""
-    if kind == "PartialObjectMetadataList" and _keeps_type_meta(fields):
-        items = _with_type_meta(iter(items), api_version)
+def _with_items(listed: Json, items: Iterable[Json], kind: str, api_version: str) -> Json:
+    """A list's JSON from its other fields and its items (as ``_as_listed`` makes them)."""
     listed["items"] = list(items)  # the server writes an empty list as [], never Go's nil
     listed["kind"] = kind
     listed["apiVersion"] = api_version
@@ -563,12 +560,23 @@ def _keeps_type_meta(node: Node) -> bool:
     return not isinstance(node, Mapping) or OTHERS in node or "kind" in node
 
 
-def _with_type_meta(items: Iterator[Json], api_version: str) -> Iterator[Json]:
-    """A PartialObjectMetadataList's items carry their TypeMeta in JSON (not on the wire)."""
-    for item in items:
+def _as_listed(kind: str, api_version: str, fields: FieldTree | None) -> Callable[[Json], Json]:
+    """A converted item of a ``kind`` list as its list's JSON writes it: a
+    PartialObjectMetadataList's items carry their TypeMeta in JSON (not on the wire), other
+    lists' items none."""
+    if kind != "PartialObjectMetadataList" or not _keeps_type_meta(fields):
+        return _same
+
+    def typed(item: Json) -> Json:
         item["kind"] = "PartialObjectMetadata"
         item["apiVersion"] = api_version
-        yield item
+        return item
+
+    return typed
+
+
+def _same(item: Json) -> Json:
+    return item
 
 
 def _varint_at(buf: bytearray | memoryview, pos: int, end: int) -> tuple[int, int] | None:
@@ -611,33 +619,50 @@ def _copy(buf: bytearray, start: int, end: int) -> bytes:
     return bytes(memoryview(buf)[start:end])
 
 
+Prepare = Callable[[Json, str, str], Json]
+"""What is kept of a list's item, given the item and its list's kind and apiVersion."""
+
+
 class ListReader:
     """A protobuf LIST body decoded as it arrives: ``feed`` each chunk, then ``result``.
 
     Each item is parsed and converted (cut to ``fields``) as soon as its bytes are in and its
-    bytes dropped, so what is held is the converted items, one item's bytes and the chunk:
-    never the page, which a whole-body read holds twice while it joins its chunks (3 MiB
-    each for a page of 500 pods' metadata, most of it the managedFields the tree drops).
+    bytes dropped, so what is held is the converted items (or what ``prepare`` keeps of
+    them), one item's bytes and the chunk: never the page, which a whole-body read holds
+    twice while it joins its chunks (3 MiB each for a page of 500 pods' metadata, most of it
+    the managedFields the tree drops).
 
     ``on_metadata`` is called once with the list's metadata (its continue token) when the
-    first item begins to arrive, the fields before it read: an API server writes the metadata first,
-    so a caller can ask for the next page while this one's items are still on the way.
+    first item begins to arrive, the fields before it read: an API server writes the
+    metadata first, so a caller can ask for the next page while this one's items are still
+    on the way.
 
-    ``result`` is what ``decode_object(body, fields)`` gives for the same body, whatever the
-    chunks, or both raise ``ProtobufError``; a body this reader does not expect (an object
-    that is not a list, the list before its type) is kept whole and handed to
-    ``decode_object``. Three differences, none from an API server: an empty body is ``{}``
-    (as the client reads an empty answer); a type or object given again after the list is
-    refused; and the envelope is read by hand whatever its size, where ``decode_object``
-    hands one of up to ``SMALL_BODY`` to the protobuf runtime, which also takes an empty
-    group or merges a type given twice, and refuses a field numbered 0 (helper-15's
+    ``prepare``, if given, is called with each item as soon as it is converted (as the list's
+    JSON writes it) and the list's kind and apiVersion; what it returns is kept in the item's
+    place. A caller that keeps a projection of each item (an informer's transform) so never
+    holds a page of converted items.
+
+    ``result`` is what ``decode_object(body, fields)`` gives for the same body (its items
+    through ``prepare``), whatever the chunks, or both raise ``ProtobufError``; a body this
+    reader does not expect (an object that is not a list, the list before its type) is kept
+    whole and handed to ``decode_object``. Three differences, none from an API server: an
+    empty body is ``{}`` (as the client reads an empty answer); a type or object given again
+    after the list is refused; and the envelope is read by hand whatever its size, where
+    ``decode_object`` hands one of up to ``SMALL_BODY`` to the protobuf runtime, which also
+    takes an empty group or merges a type given twice, and refuses a field numbered 0
+    (helper-15's
     differential search: no other difference in 50,000 bodies)."""
 
     def __init__(
-        self, fields: FieldTree | None, on_metadata: Callable[[Json], None] | None = None
+        self,
+        fields: FieldTree | None,
+        on_metadata: Callable[[Json], None] | None = None,
+        prepare: Prepare | None = None,
     ) -> None:
         self._fields = fields
         self._on_metadata = on_metadata
+        self._prepare = prepare
+        self._as_listed: Callable[[Json], Json] = _same
         self._buf = bytearray()
         self._pos = 0
         self._head = bytearray()  # the envelope's bytes before the list: kept for a fallback
@@ -666,19 +691,28 @@ class ListReader:
             del self._buf[: self._pos]
             self._pos = 0
 
+    @property
+    def items_read(self) -> int:
+        """The items converted so far."""
+        return len(self._items)
+
     def result(self) -> Json:
         if not self._seen:
             return {}
         if self._whole is None and self._raw_left < 0 and not self._list_done:
             self._keep_whole()  # no list came (an empty one, or a truncated body)
         if self._whole is not None:
-            return decode_object(bytes(self._whole), self._fields)
+            whole = decode_object(bytes(self._whole), self._fields)
+            if self._prepare is not None and isinstance(whole.get("items"), list):
+                kind, api_version = str(whole.get("kind")), str(whole.get("apiVersion"))
+                whole["items"] = [self._prepare(i, kind, api_version) for i in whole["items"]]
+            return whole
         if self._raw_left >= 0 or self._pos != len(self._buf):
             raise ProtobufError("truncated protobuf list")
         kind, api_version = self._type_meta.kind, self._type_meta.apiVersion
         assert self._list is not None
         listed = _listed(self._list, b"".join(self._rest), kind)
-        return _with_items(listed, self._items, kind, api_version, self._fields)
+        return _with_items(listed, self._items, kind, api_version)
 
     def _keep_whole(self) -> None:
         self._whole = self._head + self._buf[self._pos :]
@@ -747,6 +781,7 @@ class ListReader:
         self._items_number = items.number
         self._item_cls = types().message(items.message_type.full_name)
         self._item = converter(items.message_type, self._fields)
+        self._as_listed = _as_listed(self._type_meta.kind, self._type_meta.apiVersion, self._fields)
         return True
 
     def _list_field(self, buf: bytearray, pos: int) -> bool:
@@ -777,7 +812,11 @@ class ListReader:
             except DecodeError as exc:
                 kind = self._type_meta.kind
                 raise ProtobufError(f"undecodable item of a {kind}: {exc}") from exc
-            self._items.append(_convert(self._item, msg, f"item of a {self._type_meta.kind}"))
+            kind = self._type_meta.kind
+            item = self._as_listed(_convert(self._item, msg, f"item of a {kind}"))
+            if self._prepare is not None:
+                item = self._prepare(item, kind, self._type_meta.apiVersion)
+            self._items.append(item)
         else:
             self._rest.append(_copy(buf, pos, end))
         self._raw_left -= end - pos

@@ -129,6 +129,7 @@ class TellsMetadataFirst(FakeApi):
         fields: Any,
         timeout: float,
         on_metadata: Any = None,
+        prepare: Any = None,
     ) -> Json:
         token = str(params.get("continue", ""))
         self.in_flight += 1
@@ -136,7 +137,12 @@ class TellsMetadataFirst(FakeApi):
         self.log.append(("asked", token))
         try:
             listed = await super().list_page(
-                path, params=params, metadata_only=metadata_only, fields=fields, timeout=timeout
+                path,
+                params=params,
+                metadata_only=metadata_only,
+                fields=fields,
+                timeout=timeout,
+                prepare=prepare,
             )
             meta = dict(listed["metadata"])
             if token in self.told:

@@ -14,7 +14,13 @@ import aiohttp
 import pytest
 from structlog.testing import capture_logs
 
-from linkerd_config.kube.client import PARTIAL_METADATA, PARTIAL_METADATA_LIST, ApiError
+from linkerd_config.kube.client import (
+    LIST_YIELD_EVERY,
+    PARTIAL_METADATA,
+    PARTIAL_METADATA_LIST,
+    ApiError,
+    prepared,
+)
 from linkerd_config.kube.informer import (
     Informer,
     keep_fields,
@@ -347,6 +353,55 @@ async def test_transform_applies_before_caching_and_failure_falls_back() -> None
     }
     assert inf.store.get("ns/boom") is not None
     assert any(e["event"].startswith("transform failed") for e in logs)
+
+
+async def test_each_listed_object_is_typed_then_transformed_once() -> None:
+    """The page's items are prepared by the client as they are read (``prepare``): typed
+    from their list, transformed once, never again by the informer."""
+    api = FakeApi()
+    api.lists.append(page([cm("a", "1"), cm("b", "2")], "5", cont="next"))
+    api.lists.append(page([cm("c", "3")], "5"))
+    seen: list[tuple[str, str, str]] = []
+
+    def transform(obj: Json) -> Json:
+        seen.append((obj["metadata"]["name"], obj["kind"], obj["apiVersion"]))
+        return {"metadata": {"name": obj["metadata"]["name"], "namespace": "ns"}}
+
+    inf, _ = make_informer(api, transform=transform, page_size=2)
+    async with running(inf, api):
+        pass
+    assert seen == [(n, "ConfigMap", "v1") for n in ("a", "b", "c")]
+    assert sorted(inf.store.keys()) == ["ns/a", "ns/b", "ns/c"]
+
+
+async def test_preparing_a_page_yields_to_the_loop() -> None:
+    """A page read whole is prepared item by item, the loop let run every
+    ``LIST_YIELD_EVERY`` items (a probe, a webhook review wait no longer than that)."""
+    items = [{"n": i} for i in range(LIST_YIELD_EVERY * 3)]
+    turns: list[int] = []
+
+    def prepare(item: Json, kind: str, api_version: str) -> Json:
+        turns.append(len(ran))
+        return {"n": item["n"], "list": (kind, api_version)}
+
+    ran: list[None] = []
+
+    async def other() -> None:
+        while True:
+            ran.append(None)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    try:
+        page = await prepared({"kind": "ThingList", "apiVersion": "v1", "items": items}, prepare)
+    finally:
+        task.cancel()
+    assert page["items"] == [{"n": i, "list": ("ThingList", "v1")} for i in range(len(items))]
+    # The other task ran between each LIST_YIELD_EVERY items, not during them.
+    assert turns[0] < turns[LIST_YIELD_EVERY] < turns[2 * LIST_YIELD_EVERY]
+    assert turns[LIST_YIELD_EVERY - 1] == turns[0]
+    assert await prepared({"kind": "Status"}, prepare) == {"kind": "Status"}
 
 
 async def test_resync_redelivers_cached_objects() -> None:

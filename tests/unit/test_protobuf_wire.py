@@ -10,6 +10,7 @@ compares the decoder with the real API server's JSON for the same objects.
 from __future__ import annotations
 
 import asyncio
+import copy
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
@@ -231,10 +232,14 @@ def test_a_tree_builds_what_cutting_the_whole_object_would(tree: Json) -> None:
 
 
 def read_in_chunks(
-    body: bytes, tree: Any, cuts: list[int], on_metadata: Callable[[Json], None] | None = None
+    body: bytes,
+    tree: Any,
+    cuts: list[int],
+    on_metadata: Callable[[Json], None] | None = None,
+    prepare: pw.Prepare | None = None,
 ) -> Json:
     """``body`` fed to a ListReader cut at ``cuts``."""
-    reader = pw.ListReader(tree, on_metadata)
+    reader = pw.ListReader(tree, on_metadata, prepare)
     at = 0
     for cut in [*sorted({min(c, len(body)) for c in cuts}), len(body)]:
         reader.feed(body[at:cut])
@@ -331,6 +336,14 @@ def test_a_list_read_in_any_chunks_reads_as_the_whole_list_parsed_at_once(
     page = read_in_chunks(body, None, cuts)
     assert page["metadata"] == whole["metadata"]
     assert page["items"] == (whole["items"] or [])
+    # Each item prepared once, as read (a whole read's item, and its list's type), in order.
+    for tree in (None, rollout.running_pod_metadata.fields_read):  # type: ignore[attr-defined]
+        seen: list[tuple[Json, str, str]] = []
+        prepared = read_in_chunks(body, tree, cuts, prepare=Recorded(seen))
+        expected = pw.decode_object(body, tree)
+        assert [item for item, _, _ in seen] == expected["items"]
+        assert {(k, v) for _, k, v in seen} <= {("PartialObjectMetadataList", "meta.k8s.io/v1")}
+        assert prepared == expected | {"items": [("kept", i) for i in range(len(names))]}
 
 
 @pytest.mark.parametrize(
@@ -355,6 +368,50 @@ def test_what_is_not_a_list_read_as_it_comes_is_read_whole(body: bytes) -> None:
         except pw.ProtobufError as exc:
             got = type(exc)
         assert got == expected
+        try:  # prepared, a whole read's list has its items prepared all the same
+            got = read_in_chunks(body, None, cuts, prepare=Recorded([]))
+        except pw.ProtobufError as exc:
+            got = type(exc)
+        assert got == expected
+
+
+def test_a_list_read_whole_has_its_items_prepared() -> None:
+    """The list before its type: read whole, then each item prepared with the list's type."""
+    listed = pod_metadata_page(["a", "b"])
+    unknown = message("k8s.io.apimachinery.pkg.runtime.Unknown")
+    unknown.typeMeta.apiVersion, unknown.typeMeta.kind = "meta.k8s.io/v1", listed.DESCRIPTOR.name
+    raw, type_meta = listed.SerializeToString(), unknown.typeMeta.SerializeToString()
+    body = pw.MAGIC + field_of(2, raw) + field_of(1, type_meta)
+    seen: list[tuple[Json, str, str]] = []
+    page = read_in_chunks(body, None, [3, 10], prepare=Recorded(seen))
+    assert page["items"] == [("kept", 0), ("kept", 1)]
+    assert [item for item, _, _ in seen] == pw.decode_object(body, None)["items"]
+    assert {(k, v) for _, k, v in seen} == {("PartialObjectMetadataList", "meta.k8s.io/v1")}
+
+
+class Recorded:
+    """A ``prepare`` that records what it is given and keeps ``("kept", n)``."""
+
+    def __init__(self, seen: list[tuple[Json, str, str]]) -> None:
+        self.seen = seen
+
+    def __call__(self, item: Json, kind: str, api_version: str) -> Any:
+        self.seen.append((copy.deepcopy(item), kind, api_version))
+        return ("kept", len(self.seen) - 1)
+
+
+def field_of(number: int, value: bytes) -> bytes:
+    """A length-delimited protobuf field, its length a varint."""
+    return pw_varint(number << 3 | 2) + pw_varint(len(value)) + value
+
+
+def pw_varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
 
 
 def test_an_object_before_its_type_is_read_whole() -> None:
@@ -452,6 +509,33 @@ def test_a_page_read_as_it_comes_never_holds_the_page() -> None:
         tracemalloc.stop()
     assert len(page["items"]) == 500
     assert peak < len(body) // 5, (peak, len(body))
+
+
+def test_a_page_read_with_prepare_holds_what_prepare_keeps_not_the_converted_items() -> None:
+    """Each converted item is dropped as soon as ``prepare`` has it: 500 items whose
+    converted form is large (many labels kept) are never held together."""
+    listed = message(f"{META}.PartialObjectMetadataList")
+    for i in range(500):
+        meta = listed.items.add().metadata
+        meta.name, meta.namespace = f"pod-{i}", "ns"
+        for k in range(40):
+            meta.labels[f"label-{k}"] = f"value-{i}-{k}"
+    body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
+
+    def peak_of(prepare: pw.Prepare | None) -> int:
+        tracemalloc.start()
+        try:
+            reader = pw.ListReader(None, None, prepare)
+            for at in range(0, len(body), 16 * 1024):
+                reader.feed(body[at : at + 16 * 1024])
+            assert len(reader.result()["items"]) == 500
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    held = peak_of(None)
+    prepared = peak_of(lambda item, kind, api_version: {"name": item["metadata"]["name"]})
+    assert prepared < held // 4, (prepared, held)
 
 
 def field(number: int, value: bytes) -> bytes:
