@@ -18,15 +18,18 @@ from functools import partial
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
+from linkerd_config.kube.client import APPLICATION_JSON, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.kubeconfig import load_access
+from linkerd_config.kube.protobuf_wire import PROTOBUF
 from linkerd_config.kube.resource import CONFIGMAPS, object_key
 from tests.support.informer_objects import ROOT_CA, configmap, make_namespace
+from tests.support.stalling_proxy import stalling_proxy
 from tests.support.waiting import eventually
 
 Json = dict[str, Any]
@@ -461,3 +464,60 @@ async def test_bookmarks_advance_resume_point_without_object_changes(kube: KubeC
         await eventually(bookmarked, timeout=180, interval=2, what="a bookmark")
     assert tracker.calls == calls_after_sync  # the resume point moved; no handler ran
     assert [k for k in inf.store if ours(k)] == [f"{quiet}/only"]
+
+
+# -- (f) a LIST cut short mid-body -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, APPLICATION_JSON])
+async def test_a_list_cut_mid_body_is_listed_again_whole(
+    kube: KubeClient, content_type: str
+) -> None:
+    """Between the informer and the real API server, a proxy drops the connection part way
+    through the body of the first two LIST answers (the first page, and the page asked for
+    early or the first page again): the informer lists again and its cache is exactly the
+    server's, each object transformed from a complete read, nothing kept of a cut page."""
+    ns = await make_namespace(kube, "cut-list")
+    names = [f"cm-{i:03d}" for i in range(250)]
+    await bounded(
+        20,
+        [
+            partial(kube.request, "POST", CONFIGMAPS.path(ns), body=configmap(n, v="x" * 200))
+            for n in names
+        ],
+    )
+    async with (
+        stalling_proxy(kube.access, f"/namespaces/{ns}/configmaps") as proxy,
+        KubeClient(
+            proxy.access,
+            registry=CollectorRegistry(),
+            user_agent="cut",
+            content_type=content_type,
+            watch_list=False,  # paged LISTs, as a run makes them (``--watch-list=false``)
+        ) as client,
+    ):
+        proxy.cut_lists(times=2, after=4096)
+        informer = Informer(
+            client,
+            CONFIGMAPS,
+            namespace=ns,
+            page_size=100,
+            transform=keep_fields("data"),
+            name="cut-lists",
+        )
+        task = asyncio.create_task(informer.run())
+        try:
+            await informer.wait_synced(60)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    assert proxy.lists_cut == 2
+    assert proxy.lists > 2 + 3 - 1  # the cut answers, then the three pages (one maybe twice)
+    server = await server_state(kube, ns)
+    assert sorted(k for k, _ in informer.store.items() if ours(k)) == sorted(server)
+    for key, obj in informer.store.items():
+        if ours(key):
+            assert obj["data"] == server[key]["data"]
+            assert set(obj) <= {"metadata", "data", "kind", "apiVersion"}
+    # The first list, and at least one more after a cut.
+    assert metric(client.metrics.registry, "informer_relists_total", resource="cut-lists") >= 2

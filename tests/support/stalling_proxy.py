@@ -1,6 +1,7 @@
 """A plain-HTTP proxy to the API server (as its admin) that can stall a protobuf watch in the
 middle of a frame, as a broken server or middlebox might: it passes the frame's 4-byte length
-and half of the frame, then nothing more, holding the connection open. Everything else passes
+and half of the frame, then nothing more, holding the connection open. It can also cut a
+LIST's answer short: part of its body, then the connection dropped. Everything else passes
 through, streams included (``test_protobuf_against_api_server``'s refusing proxy does the
 same for refusals)."""
 
@@ -32,6 +33,11 @@ class StallingProxy:
         """When (monotonic) each frame was cut."""
         self._left: int | None = 0
         # Invariant: how many more frames to cut (None: every one, until ``release``).
+        self.lists = 0
+        """LIST answers of ``path_part`` begun so far."""
+        self.lists_cut = 0
+        self._lists_left = 0
+        self._list_cut_after = 0
         self._released = asyncio.Event()
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
@@ -42,6 +48,11 @@ class StallingProxy:
         ``release``), one per response, each response then held open and silent."""
         self._left = times
         self._released.clear()
+
+    def cut_lists(self, times: int, after: int) -> None:
+        """Cut the next ``times`` LIST answers of ``path_part``: ``after`` bytes of the body
+        pass (at least one chunk), then the connection is dropped mid-body."""
+        self._lists_left, self._list_cut_after = times, after
 
     def release(self) -> None:
         """Stall no more; the held responses end (their clients have long given up)."""
@@ -122,14 +133,39 @@ class StallingProxy:
             )
             if watched and request.query.get("sendInitialEvents") != "true":
                 self.watches += 1
+            listed = (
+                request.method == "GET"
+                and self.path_part in request.path
+                and request.query.get("watch") not in ("true", "1")
+            )
+            if listed:
+                self.lists += 1
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
                 if watched:
                     await self._frames(request, upstream, response)
+                elif listed and self._lists_left > 0:
+                    self._lists_left -= 1
+                    await self._cut_short(request, upstream, response)
+                    return response
                 else:
                     async for chunk in upstream.content.iter_any():
                         await response.write(chunk)
                 await response.write_eof()
             return response
+
+    async def _cut_short(
+        self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
+    ) -> None:
+        """Part of the body, then the connection dropped: no end of the chunked body."""
+        sent = 0
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+            sent += len(chunk)
+            if sent >= self._list_cut_after:
+                break
+        self.lists_cut += 1
+        if request.transport is not None:
+            request.transport.abort()
 
     async def _frames(
         self, request: web.Request, upstream: aiohttp.ClientResponse, response: web.StreamResponse
