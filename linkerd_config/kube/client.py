@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import re
 import socket
@@ -540,15 +541,17 @@ class KubeClient(JsonListWatch):
         Decoded from protobuf, it is read as it arrives: ``on_metadata`` has the list's
         metadata before the items are read, and each item holds only ``fields`` (None:
         everything), converted and handed to ``prepare`` as soon as it is in."""
+        in_json = functools.partial(
+            super().list_page,
+            path,
+            params=params,
+            metadata_only=metadata_only,
+            fields=fields,
+            timeout=timeout,
+            prepare=prepare,
+        )
         if not self._asks_protobuf(path, metadata_only):
-            return await super().list_page(
-                path,
-                params=params,
-                metadata_only=metadata_only,
-                fields=fields,
-                timeout=timeout,
-                prepare=prepare,
-            )
+            return await in_json()
         json_accept = _json_accept(metadata_only, watch=False)
         accept = f"{PROTOBUF}{_AS_METADATA_LIST if metadata_only else ''}, {json_accept}"
 
@@ -573,14 +576,7 @@ class KubeClient(JsonListWatch):
             if exc.status not in _REFUSED_CODES:
                 raise
             self._refused(exc)
-            return await super().list_page(
-                path,
-                params=params,
-                metadata_only=metadata_only,
-                fields=fields,
-                timeout=timeout,
-                prepare=prepare,
-            )
+            return await in_json()
         return page
 
     @contextlib.asynccontextmanager
