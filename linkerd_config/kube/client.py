@@ -38,7 +38,6 @@ from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.protobuf_wire import (
     PROTOBUF,
     ListReader,
-    Prepare,
     ProtobufError,
     decode_object,
     decodes,
@@ -49,6 +48,7 @@ from linkerd_config.kube.resource import (
     TOKEN_REVIEWS,
     ApiResource,
     Json,
+    Prepare,
 )
 from linkerd_config.kube.watch import ByteSource, WatchStream
 

@@ -72,7 +72,7 @@ from linkerd_config.kube.field_tree import (
 )
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.ratelimit import JitteredBackoff
-from linkerd_config.kube.resource import ApiResource, Json
+from linkerd_config.kube.resource import ApiResource, Json, Prepare
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.watch import (
     WATCH_EVENT_TYPES,
@@ -147,7 +147,7 @@ class ListWatchClient(Protocol):
         fields: FieldTree | None,
         timeout: float,
         on_metadata: Callable[[Json], None] | None = None,
-        prepare: Callable[[Json, str, str], Json] | None = None,
+        prepare: Prepare | None = None,
     ) -> Json:
         """One page. A client that reads it as it arrives calls ``on_metadata`` with the
         list's metadata (its continue token) as soon as it is read, before the items; one

@@ -30,7 +30,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from linkerd_config.kube.field_tree import DROP, OTHERS, FieldTree, Node
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, Prepare
 from linkerd_config.kube.watch import WATCH_EVENT_TYPES, WatchEvent, WatchProtocolError
 
 PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
@@ -619,10 +619,6 @@ def _copy(buf: bytearray, start: int, end: int) -> bytes:
     return bytes(memoryview(buf)[start:end])
 
 
-Prepare = Callable[[Json, str, str], Json]
-"""What is kept of a list's item, given the item and its list's kind and apiVersion."""
-
-
 class ListReader:
     """A protobuf LIST body decoded as it arrives: ``feed`` each chunk, then ``result``.
 
@@ -650,8 +646,7 @@ class ListReader:
     after the list is refused; and the envelope is read by hand whatever its size, where
     ``decode_object`` hands one of up to ``SMALL_BODY`` to the protobuf runtime, which also
     takes an empty group or merges a type given twice, and refuses a field numbered 0
-    (helper-15's
-    differential search: no other difference in 50,000 bodies)."""
+    (helper-15's differential search: no other difference in 50,000 bodies)."""
 
     def __init__(
         self,
@@ -807,12 +802,11 @@ class ListReader:
             return False
         if is_item:
             assert self._item_cls is not None and self._item is not None
+            kind = self._type_meta.kind
             try:
                 msg: Any = self._item_cls.FromString(_copy(buf, start, end))
             except DecodeError as exc:
-                kind = self._type_meta.kind
                 raise ProtobufError(f"undecodable item of a {kind}: {exc}") from exc
-            kind = self._type_meta.kind
             item = self._as_listed(_convert(self._item, msg, f"item of a {kind}"))
             if self._prepare is not None:
                 item = self._prepare(item, kind, self._type_meta.apiVersion)

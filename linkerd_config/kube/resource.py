@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -9,6 +10,10 @@ from urllib.parse import quote
 
 Json = dict[str, Any]
 """A decoded JSON object, as the API server sends and takes it: never a generated model."""
+
+Prepare = Callable[[Json, str, str], Json]
+"""What is kept of a listed item, given the item and its list's kind and apiVersion (the
+server leaves both off a list's items): an informer's typing and transform."""
 
 
 def rfc3339(when: datetime | float | None = None, *, micro: bool = False) -> str:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from linkerd_config.kube import protobuf_wire as pw
 from linkerd_config.kube.field_tree import DROP, OTHERS, fields_read, project, tree_of
 from linkerd_config.kube.informer import keep_fields, strip_managed_fields
+from linkerd_config.kube.resource import Prepare
 from linkerd_config.kube.watch import (
     FrameReader,
     GoneError,
@@ -236,7 +237,7 @@ def read_in_chunks(
     tree: Any,
     cuts: list[int],
     on_metadata: Callable[[Json], None] | None = None,
-    prepare: pw.Prepare | None = None,
+    prepare: Prepare | None = None,
 ) -> Json:
     """``body`` fed to a ListReader cut at ``cuts``."""
     reader = pw.ListReader(tree, on_metadata, prepare)
@@ -522,7 +523,7 @@ def test_a_page_read_with_prepare_holds_what_prepare_keeps_not_the_converted_ite
             meta.labels[f"label-{k}"] = f"value-{i}-{k}"
     body = wrapped("meta.k8s.io/v1", "PartialObjectMetadataList", listed)
 
-    def peak_of(prepare: pw.Prepare | None) -> int:
+    def peak_of(prepare: Prepare | None) -> int:
         tracemalloc.start()
         try:
             reader = pw.ListReader(None, None, prepare)
