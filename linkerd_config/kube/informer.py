@@ -27,6 +27,9 @@ Contract -- what a handler can rely on:
 * **Delete + recreate may look like an update.** Within a watch you get ``on_delete`` then
   ``on_add``. Across a relist you get the same when both states carry ``metadata.uid``;
   if a transform dropped the uid, the pair arrives as one ``on_update`` whose uid changed.
+* **Keys are the server's.** An object's key is taken from it as served, before the transform:
+  a transform may drop the name and namespace, and return one record for many objects (the
+  same object each time, never mutated); the key says which object a change is about.
 * **Resync** (if enabled) calls ``on_update(obj, obj)`` for every cached object, so
   level-triggered consumers can retry without waiting for a change.
 * **A handler added after sync** first receives ``on_add`` for every cached object.
@@ -72,7 +75,7 @@ from linkerd_config.kube.field_tree import (
 )
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.ratelimit import JitteredBackoff
-from linkerd_config.kube.resource import ApiResource, Json, Prepare
+from linkerd_config.kube.resource import ApiResource, Json, Keyed, Prepare
 from linkerd_config.kube.store import Store
 from linkerd_config.kube.watch import (
     WATCH_EVENT_TYPES,
@@ -532,8 +535,8 @@ class Informer:
     async def list_once(self) -> None:
         """Fill the cache from one LIST and stop there (no watch, no handlers called): a
         one-shot reader sees exactly what a running informer would have cached."""
-        objects, rv = await self._list_all()
-        self.store.replace(objects)
+        listed, rv = await self._list_all()
+        self.store.replace_keyed(listed)
         self._resource_version = rv
         self._set_gauge()
         self._synced.set()
@@ -554,20 +557,19 @@ class Informer:
     async def _relist(self, reason: str) -> None:
         self.metrics.relists.labels(self.name).inc()
         started = time.monotonic()
-        objects, rv = await self._list_all()
+        listed, rv = await self._list_all()
         if self._not_served_reported:
             log.info("resource served now", resource=self.name)
             self._not_served_reported = False
         previous = self.store.snapshot()
-        vanished = self.store.replace(objects)
+        vanished = self.store.replace_keyed(listed)
         self._resource_version = rv
         self._current = True
         self._set_gauge()
         for key in vanished:
             self._notify_delete(key, previous[key])
         added = updated = recreated = 0
-        for obj in objects:
-            key = self.store.key_of(obj)
+        for key, obj in listed.items():  # the store's own now: no handler writes to it
             old = previous.get(key)
             if old is None:
                 added += 1
@@ -586,7 +588,7 @@ class Informer:
             "relist",
             resource=self.name,
             reason=reason,
-            objects=len(objects),
+            objects=len(listed),
             added=added,
             updated=updated,
             recreated=recreated,
@@ -595,9 +597,9 @@ class Informer:
             seconds=round(time.monotonic() - started, 3),
         )
 
-    async def _list_all(self) -> tuple[list[Json], str]:
-        """Every object and the resourceVersion they are current at: from a streaming list
-        where the client and server do it, else from paged LISTs."""
+    async def _list_all(self) -> tuple[dict[str, Json], str]:
+        """Every object, by key, and the resourceVersion they are current at: from a streaming
+        list where the client and server do it, else from paged LISTs."""
         if self._watch_list:
             try:
                 return await self._stream_all()
@@ -608,7 +610,7 @@ class Informer:
                 )
         return await self._page_all()
 
-    async def _stream_all(self) -> tuple[list[Json], str]:
+    async def _stream_all(self) -> tuple[dict[str, Json], str]:
         """A watch with ``sendInitialEvents``: the server streams every object from its watch
         cache (one pass, a frame at a time, no page held), then a bookmark annotated
         ``k8s.io/initial-events-end`` whose resourceVersion they are current at (KEP-3157).
@@ -633,14 +635,13 @@ class Informer:
                     if event.type == "BOOKMARK":
                         meta = event.object.get("metadata") or {}
                         if (meta.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
-                            return list(found.values()), event.resource_version
+                            return found, event.resource_version
                         continue
-                    obj = self._prepare(event.object)
-                    key = self.store.key_of(obj)
+                    key = self.store.key_of(event.object)
                     if event.type == "DELETED":
                         found.pop(key, None)
                     else:
-                        found[key] = obj
+                        found[key] = self._prepare(event.object)
                     count += 1
                     if count % LIST_YIELD_EVERY == 0:
                         await asyncio.sleep(0)
@@ -652,7 +653,7 @@ class Informer:
             self._body = None
         raise _StreamListRefused("the watch ended before its initial-events-end bookmark")
 
-    async def _page_all(self) -> tuple[list[Json], str]:
+    async def _page_all(self) -> tuple[dict[str, Json], str]:
         """Every object, page by page, each item transformed as it arrives to bound memory.
 
         The next page is asked for as soon as this one's continue token is known: from its
@@ -661,7 +662,7 @@ class Informer:
         At most two pages are asked for at once: the one being read and the next."""
         base = self._selectors()
         paged = self.page_size > 0
-        objects: list[Json] = []
+        objects: dict[str, Json] = {}
         current = ahead = None
 
         def ask(token: str) -> _Asked:
@@ -695,7 +696,7 @@ class Informer:
                         "list continue token expired", resource=self.name, fetched=len(objects)
                     )
                     await _cancelled(ahead)
-                    objects, paged, ahead = [], False, None
+                    objects, paged, ahead = {}, False, None
                     current = ask("")
                     continue
                 meta = page.get("metadata") or {}
@@ -705,7 +706,7 @@ class Informer:
                     ahead = None
                 if token and ahead is None:
                     ahead = ask(token)
-                objects.extend(page.get("items") or ())
+                objects.update(page.get("items") or ())  # the (key, record) of each
                 if ahead is None:
                     return objects, str(meta.get("resourceVersion") or "")
                 current, ahead = ahead, None
@@ -809,14 +810,14 @@ class Informer:
             if rv:
                 self._resource_version = rv
             return
+        key = self.store.key_of(event.object)
         obj = self._prepare(event.object)
-        key = self.store.key_of(obj)
         if event.type == "DELETED":
             self.store.delete(key)
             self._set_gauge()
             self._notify_delete(key, obj)
         else:
-            old = self.store.put(obj)
+            old = self.store.put(obj, key)
             self._set_gauge()
             if old is None:
                 self._notify_add(key, obj)
@@ -825,14 +826,14 @@ class Informer:
         if rv:
             self._resource_version = rv
 
-    def _listed(self, raw: Json, list_kind: str, api_version: str) -> Json:
-        """A listed item as cached: the kind and apiVersion the server leaves off a list's
-        items set from its list's, then transformed."""
+    def _listed(self, raw: Json, list_kind: str, api_version: str) -> Keyed:
+        """A listed item as cached, with its key: the kind and apiVersion the server leaves
+        off a list's items set from its list's, then transformed."""
         if list_kind.endswith("List"):
             raw.setdefault("kind", list_kind.removesuffix("List"))
         if api_version:
             raw.setdefault("apiVersion", api_version)
-        return self._prepare(raw)
+        return self.store.key_of(raw), self._prepare(raw)
 
     def _prepare(self, raw: Json) -> Json:
         if self.transform is None:

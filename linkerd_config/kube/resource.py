@@ -11,9 +11,13 @@ from urllib.parse import quote
 Json = dict[str, Any]
 """A decoded JSON object, as the API server sends and takes it: never a generated model."""
 
-Prepare = Callable[[Json, str, str], Json]
+Keyed = tuple[str, Json]
+"""An object's key (``namespace/name``, taken from it as served) and what is cached under it."""
+
+Prepare = Callable[[Json, str, str], Any]
 """What is kept of a listed item, given the item and its list's kind and apiVersion (the
-server leaves both off a list's items): an informer's typing and transform."""
+server leaves both off a list's items), in the item's place: an informer's typing and
+transform, with the item's key. The client reads none of it."""
 
 
 def rfc3339(when: datetime | float | None = None, *, micro: bool = False) -> str:

@@ -60,9 +60,11 @@ class Store:
     def key_of(self, obj: Json) -> str:
         return self._key_fn(obj)
 
-    def put(self, obj: Json) -> Json | None:
-        """Add or replace ``obj``; returns what was cached under its key before, if anything."""
-        key = self._key_fn(obj)
+    def put(self, obj: Json, key: str | None = None) -> Json | None:
+        """Add or replace ``obj`` under ``key`` (default: its own); returns what was cached
+        there before, if anything."""
+        if key is None:
+            key = self._key_fn(obj)
         old = self._items.get(key)
         self._items[key] = obj
         self.revision += 1
@@ -75,7 +77,11 @@ class Store:
 
     def replace(self, objects: Iterable[Json]) -> builtins.list[str]:
         """Make the cache hold exactly ``objects`` (a relist); returns the keys that vanished."""
-        items = {self._key_fn(obj): obj for obj in objects}
+        return self.replace_keyed({self._key_fn(obj): obj for obj in objects})
+
+    def replace_keyed(self, items: dict[str, Json]) -> builtins.list[str]:
+        """``replace``, each object under the key given with it. The store keeps ``items``
+        itself (no copy of a relist's every object): the caller gives it up."""
         vanished = [k for k in self._items if k not in items]
         self._items = items
         self.revision += 1

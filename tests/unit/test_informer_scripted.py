@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 import aiohttp
 import pytest
@@ -22,6 +23,7 @@ from linkerd_config.kube.client import (
     prepared,
 )
 from linkerd_config.kube.informer import (
+    INITIAL_EVENTS_END,
     Informer,
     keep_fields,
     strip_managed_fields,
@@ -372,6 +374,75 @@ async def test_each_listed_object_is_typed_then_transformed_once() -> None:
         pass
     assert seen == [(n, "ConfigMap", "v1") for n in ("a", "b", "c")]
     assert sorted(inf.store.keys()) == ["ns/a", "ns/b", "ns/c"]
+
+
+def unnamed_by_value() -> Callable[[Json], Json]:
+    """A transform that keeps no name: one record, never mutated, for every ConfigMap with
+    the same ``v`` (as pods of one ReplicaSet share theirs)."""
+    records: dict[str, Json] = {}
+
+    def transform(obj: Json) -> Json:
+        v = obj["data"].get("v", "")
+        return records.setdefault(v, {"data": {"v": v}})
+
+    return transform
+
+
+def told_values(inf: Informer) -> list[tuple[str, ...]]:
+    """What a handler is told, by value (an unnamed record says what, not which)."""
+    told: list[tuple[str, ...]] = []
+    inf.add_handler(
+        lambda o: told.append(("add", o["data"]["v"])),
+        lambda old, new: told.append(("update", old["data"]["v"], new["data"]["v"])),
+        lambda o: told.append(("delete", o["data"]["v"])),
+    )
+    return told
+
+
+@pytest.mark.parametrize("fills", ["pages", "stream"])
+async def test_a_transform_may_drop_identity_each_object_keyed_as_served(fills: str) -> None:
+    """Keys are taken from the objects as served, before the transform: records that share
+    one object and hold no name are still cached one per object, and a watched change, a
+    delete and a relist's difference each land on the key of the object they are about."""
+    api = FakeApi()
+    initial = [cm("a", "1", v="x"), cm("b", "2", v="x"), cm("c", "3", v="y")]
+    # Meanwhile: c changed to x, d created; a as the watch left it.
+    relisted = [cm("a", "4", v="y"), cm("c", "6", v="x"), cm("d", "7", v="x")]
+    watched = [
+        line("MODIFIED", cm("a", "4", v="y")),
+        line("DELETED", cm("b", "5", v="x")),
+        line("ERROR", status(410, "Expired", "too old")),
+    ]
+    if fills == "pages":
+        api.lists.extend([page(initial[:2], "3", cont="more"), page(initial[2:], "3")])
+        api.watches.append(Body(watched))
+        api.lists.append(page(relisted, "7"))
+    else:
+        api.watch_list = True  # type: ignore[misc]  # this client streams
+
+        def streamed(objects: list[Json], rv: str) -> Body:
+            end = {"resourceVersion": rv, "annotations": {INITIAL_EVENTS_END: "true"}}
+            bookmark = line("BOOKMARK", {"kind": "ConfigMap", "metadata": end})
+            return Body([*(line("ADDED", o) for o in objects), bookmark])
+
+        api.watches.extend([streamed(initial, "3"), Body(watched), streamed(relisted, "7")])
+    backoff = JitteredBackoff(initial=0.001, maximum=0.01)
+    inf = Informer(
+        api, CONFIGMAPS, namespace="ns", transform=unnamed_by_value(), page_size=2, backoff=backoff
+    )
+    told = told_values(inf)
+    async with running(inf, api):
+        pass
+    x, y = {"data": {"v": "x"}}, {"data": {"v": "y"}}
+    assert dict(inf.store.items()) == {"ns/a": y, "ns/c": x, "ns/d": x}
+    assert inf.store.get("ns/c") is inf.store.get("ns/d")  # one record, two objects
+    assert told == [
+        *(("add", v) for v in "xxy"),
+        ("update", "x", "y"),  # a
+        ("delete", "x"),  # b
+        ("update", "y", "x"),  # c, from the relist; a, unchanged there, is not told again
+        ("add", "x"),  # d
+    ]
 
 
 async def test_preparing_a_page_yields_to_the_loop() -> None:
