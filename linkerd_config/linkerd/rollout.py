@@ -37,6 +37,7 @@ Pure decisions over cached metadata; the controller executes them. The policy:
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -262,10 +263,45 @@ def running_pod_metadata(pod: Json) -> Json:
     selector is ``status.phase=Running``: the API server lists and watches only Running pods
     (one that stops running arrives as deleted), so Running is what its phase is. Every
     decision is made from metadata: Linkerd's injector stamps ``linkerd.io/proxy-version``
-    on every pod it injects (pkg/inject, edge-19.12 to edge-26)."""
+    on every pod it injects (pkg/inject, edge-19.12 to edge-26).
+
+    A pod with a controller is cached without its name, which its key holds (the informer
+    keys what it lists and watches as served), and shares its record with the siblings
+    transformed just before it that agree on all the rest (``RECENT_RECORDS``). Only a pod
+    that is its own workload (``owning_workload``), or one being deleted, keeps its name and
+    a record of its own."""
     projected = pod_projection(pod)  # a new dict each time: ours to finish
     projected["status"] = RUNNING
+    meta = projected["metadata"]
+    if "ownerReferences" not in meta or "deletionTimestamp" in meta:
+        return projected
+    del meta["name"]
+    (owner,) = meta["ownerReferences"]
+    spec = projected.get("spec") or {}
+    same = (
+        meta.get("namespace"),
+        owner["kind"],
+        owner["name"],
+        tuple(meta["labels"].items()),
+        tuple(meta["annotations"].items()),
+        tuple((kind, c["name"], c["image"]) for kind in _CONTAINERS for c in spec.get(kind, ())),
+    )
+    shared = _RECENT.get(same)
+    if shared is not None:
+        _RECENT.move_to_end(same)
+        return shared
+    _RECENT[same] = projected
+    if len(_RECENT) > RECENT_RECORDS:
+        _RECENT.popitem(last=False)
     return projected
+
+
+_RECENT: OrderedDict[tuple[object, ...], Json] = OrderedDict()
+RECENT_RECORDS = 256
+"""Records of the opted-in pods transformed last, by what they hold, for their siblings to
+share: a list gives a ReplicaSet's pods one after another (their names begin with its name),
+and a rollout restarts them together. Bounded small, so a cluster of one pod per owner (no
+sibling to share with) pays a few KiB for it, not a table entry per pod."""
 
 
 @reads(*(f for f in POD_FIELDS if isinstance(f, tuple) or f.startswith("metadata.")))

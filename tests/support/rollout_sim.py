@@ -20,7 +20,7 @@ from typing import Any
 
 from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, object_key
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.cluster_view import ClusterView
@@ -227,22 +227,20 @@ class SimCluster:
                     annotations = {} if proxy is None else {rollout.PROXY_VERSION_ANNOTATION: proxy}
                     if name in self.trust_roots:
                         annotations[rollout.TRUST_ROOT_ANNOTATION] = self.trust_roots[name]
-                    found.append(
-                        rollout.running_pod_metadata(
-                            {
-                                "metadata": {
-                                    "name": name,
-                                    "namespace": NAMESPACE,
-                                    "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
-                                    "annotations": annotations,
-                                    "ownerReferences": [
-                                        {"kind": "ReplicaSet", "name": rs, "controller": True}
-                                    ],
-                                }
-                            }
-                        )
-                    )
-            self.pods.replace(found)
+                    served = {
+                        "metadata": {
+                            "name": name,
+                            "namespace": NAMESPACE,
+                            "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                            "annotations": annotations,
+                            "ownerReferences": [
+                                {"kind": "ReplicaSet", "name": rs, "controller": True}
+                            ],
+                        }
+                    }
+                    # Keyed as served, as the informer keys them: the record may be unnamed.
+                    found.append((object_key(served), rollout.running_pod_metadata(served)))
+            self.pods.replace_keyed(dict(found))
 
     # -- the executor's writer ---------------------------------------------------------------
 

@@ -1,0 +1,173 @@
+"""The opted-in pods' cache records (``rollout.running_pod_metadata``): a pod with a controller
+is cached without its name (its key holds it) and shares one record with every sibling that
+agrees on all the rest; a pod that is its own workload, or one being deleted, keeps its name.
+Every decision reads a shared record as it reads the pod itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd import rollout
+
+DESIRED = rollout.DesiredProxy(version="edge-26.8.3", trust_root_sha256="a" * 64)
+
+
+def pod(
+    name: str = "web-7d9f-abcde",
+    namespace: str = "app",
+    owner: str | None = "web-7d9f",
+    version: str | None = "edge-26.8.2",
+    **annotations: str,
+) -> Json:
+    meta: Json = {
+        "name": name,
+        "namespace": namespace,
+        "uid": f"uid-{name}",
+        "resourceVersion": "7",
+        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO, "app": "web"},
+        "annotations": {"unread": name, **annotations},
+    }
+    if version is not None:
+        meta["annotations"][rollout.PROXY_VERSION_ANNOTATION] = version
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {"kind": "ReplicaSet", "name": owner, "uid": f"uid-{owner}", "controller": True}
+        ]
+    return {"metadata": meta}
+
+
+REPLICASETS = {
+    ("app", "web-7d9f"): {
+        "metadata": {
+            "name": "web-7d9f",
+            "namespace": "app",
+            "ownerReferences": [{"kind": "Deployment", "name": "web", "controller": True}],
+        }
+    }
+}
+
+
+def replicaset(namespace: str, name: str) -> Json | None:
+    return REPLICASETS.get((namespace, name))
+
+
+def test_siblings_share_one_unnamed_record() -> None:
+    a = rollout.running_pod_metadata(pod("web-7d9f-aaaaa"))
+    b = rollout.running_pod_metadata(pod("web-7d9f-bbbbb"))
+    assert a is b
+    assert "name" not in a["metadata"]
+    assert a["metadata"]["namespace"] == "app"
+    assert a["status"] == {"phase": "Running"}
+
+
+@pytest.mark.parametrize(
+    ("differs", "other"),
+    [
+        ("namespace", pod(namespace="shop")),
+        ("owner", pod(owner="web-5c6b")),
+        ("proxy version", pod(version="edge-26.8.3")),
+        ("no proxy", pod(version=None)),
+        ("trust root", pod(**{rollout.TRUST_ROOT_ANNOTATION: "b" * 64})),
+        ("pin", pod(**{rollout.PIN_ANNOTATION: "edge-26.8.1"})),
+        ("inject", pod(**{rollout.INJECT_ANNOTATION: "disabled"})),
+    ],
+)
+def test_a_sibling_that_differs_in_what_is_read_has_its_own_record(
+    differs: str, other: Json
+) -> None:
+    assert rollout.running_pod_metadata(pod()) != rollout.running_pod_metadata(other), differs
+
+
+@pytest.mark.parametrize(
+    ("case", "served"),
+    [
+        ("its own workload", pod(owner=None)),
+        (
+            "being deleted",
+            {"metadata": {**pod()["metadata"], "deletionTimestamp": "2026-11-28T00:00:00Z"}},
+        ),
+    ],
+)
+def test_a_pod_that_is_its_own_workload_or_being_deleted_keeps_its_name(
+    case: str, served: Json
+) -> None:
+    one = rollout.running_pod_metadata(served)
+    again = rollout.running_pod_metadata(served)
+    assert one["metadata"]["name"] == "web-7d9f-abcde", case
+    assert one is not again  # a record of its own, never shared
+
+
+def test_an_ownerless_pod_is_its_own_workload_by_name() -> None:
+    record = rollout.running_pod_metadata(pod(owner=None))
+    assert rollout.owning_workload(record, replicaset) == rollout.Workload(
+        "Pod", "app", "web-7d9f-abcde"
+    )
+
+
+def test_only_recent_siblings_share_and_the_table_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rollout, "RECENT_RECORDS", 6)
+    monkeypatch.setattr(rollout, "_RECENT", rollout.OrderedDict())
+    first = rollout.running_pod_metadata(pod("web-a", owner="web"))
+    for i in range(50):  # one pod per owner: nothing to share
+        record = rollout.running_pod_metadata(pod(f"p-{i}", owner=f"rs-{i}"))
+        assert record["metadata"]["ownerReferences"][0]["name"] == f"rs-{i}"
+        assert len(rollout._RECENT) <= 6
+    late = rollout.running_pod_metadata(pod("web-b", owner="web"))
+    assert late == first and late is not first  # equal, its own record: the first was let go
+    assert rollout.running_pod_metadata(pod("web-c", owner="web")) is late
+
+
+names = st.text("abcdef-0123", min_size=1, max_size=12)
+versions = st.none() | st.sampled_from(["edge-26.8.2", "edge-26.8.3", ""])
+annotation_values = st.sampled_from(["enabled", "disabled", "ingress", "edge-26.8.1", "a" * 64])
+
+
+@st.composite
+def served_pods(draw: Any) -> Json:
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [rollout.TRUST_ROOT_ANNOTATION, rollout.PIN_ANNOTATION, rollout.INJECT_ANNOTATION]
+            ),
+            annotation_values,
+        )
+    )
+    served = pod(
+        draw(names),
+        draw(st.sampled_from(["app", "shop"])),
+        draw(st.none() | st.sampled_from(["web-7d9f", "web-5c6b"])),
+        draw(versions),
+        **annotations,
+    )
+    if draw(st.booleans()):
+        served["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    return served
+
+
+@given(pods=st.lists(served_pods(), max_size=6))
+@settings(max_examples=200, deadline=None)
+def test_every_decision_reads_a_record_as_it_reads_the_pod(pods: list[Json]) -> None:
+    namespace = {"metadata": {"name": "app", "annotations": {rollout.INJECT_ANNOTATION: "enabled"}}}
+    records = [rollout.running_pod_metadata(p) for p in pods]
+    for served, record in zip(pods, records, strict=True):
+        as_served = {**served, "status": {"phase": "Running"}}
+        assert DESIRED.verdict(record, namespace) == DESIRED.verdict(as_served, namespace)
+        assert DESIRED.stale_reason(record, namespace) == DESIRED.stale_reason(as_served, namespace)
+        assert rollout.owning_workload(record, replicaset) == rollout.owning_workload(
+            as_served, replicaset
+        )
+    namespaces = {"app": namespace}
+    full = [{**p, "status": {"phase": "Running"}} for p in pods]
+    assert rollout.plan_rollout(records, namespaces, DESIRED, replicaset) == rollout.plan_rollout(
+        full, namespaces, DESIRED, replicaset
+    )
+    assert rollout.standing(records, namespaces, DESIRED, replicaset) == rollout.standing(
+        full, namespaces, DESIRED, replicaset
+    )
