@@ -184,8 +184,9 @@ def _assemble(
         probes.ready_checks["conversion"] = lambda: (
             local.settled.is_set() or (leadership.leader not in ("", leadership.identity))
         )
+    later = controller.informers_after_sync
     for informer in controller.informers:
-        manager.add_informer(informer)
+        manager.add_informer(informer, wait=informer not in later)
     manager.add_controller(controller.controller, controller.config_names, controller.new_term)
     return app
 

@@ -5,7 +5,9 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
 1. probe and metrics servers: a kubelet must be able to ask from the first second;
 2. servers that every replica runs (the admission webhooks): followers answer too;
 3. informers: every replica keeps its caches warm, so a new leader acts at once;
-4. once caches have synced: ready, and the leader election campaign starts;
+4. once caches have synced: ready, and the leader election campaign starts; the informers
+   ready does not wait for (``add_informer(wait=False)``) start then, so their first lists
+   do not slow the others';
 5. each leadership term: a fresh LIST of every informer (a follower's cache may have gone
    stale unnoticed: a new leader must not act on it), then the controllers, with every known
    key enqueued once (level-triggered: nothing changed while no one led is missed).
@@ -82,6 +84,8 @@ class Manager:
     release_reserve: float = RELEASE_SECONDS
     _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
+    _after_sync: list[Informer] = field(default_factory=list)
+    # Invariant: _informers and _after_sync are disjoint; only _informers gate sync.
     _leader_work: list[_LeaderWork] = field(default_factory=list)
     _drains: list[tuple[str, Drain]] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
@@ -101,8 +105,11 @@ class Manager:
         in the grace the release does not need (``RELEASE_SECONDS``)."""
         self._drains.append((name, drain))
 
-    def add_informer(self, informer: Informer) -> None:
-        self._informers.append(informer)
+    def add_informer(self, informer: Informer, *, wait: bool = True) -> None:
+        """``wait=False``: a cache neither ready nor the election waits for, one that only
+        rare decisions read (and those wait for it themselves): started once the others have
+        synced, its health counted toward ready once it has filled."""
+        (self._informers if wait else self._after_sync).append(informer)
 
     def add_controller(
         self,
@@ -114,7 +121,7 @@ class Manager:
 
     def retry_informers(self) -> None:
         """The API server answers again: every informer waiting out a backoff retries now."""
-        for informer in self._informers:
+        for informer in (*self._informers, *self._after_sync):
             informer.retry_now()
 
     def ready(self) -> bool:
@@ -128,6 +135,7 @@ class Manager:
         return (
             self.synced.is_set()
             and all(i.healthy for i in self._informers)
+            and all(i.healthy or not i.has_synced for i in self._after_sync)
             and all(not t.done() for n, t in self._tasks.items() if not n.startswith("controller:"))
         )
 
@@ -148,6 +156,8 @@ class Manager:
             self.synced.set()
             self._synced_at = time.monotonic()
             log.info("caches synced", informers=[i.name for i in self._informers])
+            for informer in self._after_sync:
+                self._start(f"informer:{informer.name}", informer.run())
             self._start("leader-election", self.leadership.run())
             await self._lead_while_elected(stop)
         finally:
@@ -207,7 +217,10 @@ class Manager:
         started = time.monotonic()
         try:
             await all_of(
-                *(i.relist("leadership gained", self.sync_timeout) for i in self._informers)
+                *(
+                    i.relist("leadership gained", self.sync_timeout)
+                    for i in (*self._informers, *self._after_sync)
+                )
             )
         except TimeoutError as exc:
             log.warning("relist on gaining leadership incomplete; leading anyway", error=str(exc))

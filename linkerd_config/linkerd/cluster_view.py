@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, Keyed
 from linkerd_config.linkerd import rollout
 from linkerd_config.linkerd.rollout import Workload
 
@@ -32,9 +32,9 @@ class ClusterView:
     """Kind -> ``namespace/name`` -> Deployment, StatefulSet or DaemonSet (its record)."""
     config_namespace: str
     """The namespace whose ConfigMaps the controller manages."""
-    meshed: Sequence[Json] = ()
-    """Every meshed pod (opted in or not), reduced to its trust-root hash: the trust-anchor
-    guard's view (``trust_anchor_guard.meshed_pod_projection``)."""
+    meshed: Sequence[Keyed] = ()
+    """Every meshed pod (opted in or not): ``namespace/name`` and its record, its trust-root
+    hash (``trust_anchor_guard.meshed_pod_projection``), the trust-anchor guard's view."""
 
     def replicaset(self, namespace: str, name: str) -> Json | None:
         return self.replicasets.get(f"{namespace}/{name}")

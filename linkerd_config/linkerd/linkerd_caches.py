@@ -114,7 +114,7 @@ class LinkerdCaches:
             replicasets=self.replicasets.store.snapshot(),
             workloads={kind: i.store.snapshot() for kind, i in self.workloads.items()},
             config_namespace=self.config_namespace,
-            meshed=self.meshed_pods.store.list(),
+            meshed=self.meshed_pods.store.items(),
         )
 
     def config_names(self) -> list[str]:

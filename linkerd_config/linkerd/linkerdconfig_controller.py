@@ -21,7 +21,7 @@ from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.controller import Controller, ControllerOptions, Result
 from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, Keyed
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import reconcile_decision, rollback
 from linkerd_config.linkerd import rollout_machine as machine
@@ -48,7 +48,7 @@ from linkerd_config.linkerd.reconcile import (
 from linkerd_config.linkerd.rollout_executor import RolloutExecutor
 from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.linkerd.status_outcomes import StatusOutcomes
-from linkerd_config.linkerd.trust_anchor_guard import holding_config
+from linkerd_config.linkerd.trust_anchor_guard import MeshUnseen, holding_config
 from linkerd_config.linkerd.validation import Verdicts
 
 log = structlog.get_logger(__name__)
@@ -100,9 +100,7 @@ class LinkerdConfigController:
         self.verdicts = Verdicts()
         self.metrics = ConfigMapMetrics.of(client.registry)
         self.writes = ConfigMapWrites(self.writer, recorder, self.configmaps.store, self.metrics)
-        self.outcomes = StatusOutcomes(
-            self.writer, recorder, self.meshed_pods.store.list, monotonic
-        )
+        self.outcomes = StatusOutcomes(self.writer, recorder, self._meshed, monotonic)
         self.caches.wake(
             self.controller.enqueue,
             self.controller.enqueue_all,
@@ -113,6 +111,18 @@ class LinkerdConfigController:
     @property
     def informers(self) -> list[Informer]:
         return self.caches.informers
+
+    @property
+    def informers_after_sync(self) -> list[Informer]:
+        """Those ready need not wait for: only a changed trust bundle reads the meshed pods,
+        and it waits for them (``_meshed``). Listed once the others are in, every meshed pod
+        of a large mesh (a second LIST of pods) no longer holds back ready."""
+        return [self.meshed_pods]
+
+    def _meshed(self) -> list[Keyed]:
+        if not self.meshed_pods.has_synced:
+            raise MeshUnseen(f"the cache of meshed pods ({self.meshed_pods.name}) has not filled")
+        return self.meshed_pods.store.items()
 
     def config_names(self) -> list[str]:
         return self.caches.config_names()

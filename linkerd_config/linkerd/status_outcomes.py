@@ -4,7 +4,7 @@ its status subresource, skipped when nothing in it would change."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import structlog
 
@@ -12,7 +12,7 @@ from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.conditions import Progress, set_condition, with_progress
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.events import EventRecorder
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, Keyed
 from linkerd_config.kube.writer import Writer
 from linkerd_config.linkerd import readiness, reconcile_decision
 from linkerd_config.linkerd.api_conversion import said_to_writer
@@ -25,10 +25,19 @@ from linkerd_config.linkerd.linkerdconfig_resource import (
 )
 from linkerd_config.linkerd.reconcile import Desired, progress_only, target_of
 from linkerd_config.linkerd.rollout_machine import RolloutOutcome
-from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, BundleError, Guard, evaluate
+from linkerd_config.linkerd.trust_anchor_guard import (
+    HELD_REASON,
+    BundleError,
+    Guard,
+    MeshUnseen,
+    evaluate,
+)
 from linkerd_config.linkerd.validation import TRUST_ANCHOR
 
 log = structlog.get_logger(__name__)
+
+MESH_UNSEEN_RETRY_SECONDS = 1.0
+"""How soon a bundle change waiting for the meshed pods' cache (``MeshUnseen``) is tried again."""
 
 _CONSEQUENCES = {
     reconcile_decision.NAMESPACE_NOT_MANAGED: "; nothing written",
@@ -64,13 +73,14 @@ class StatusOutcomes:
         self,
         writer: Writer,
         recorder: EventRecorder,
-        meshed: Callable[[], list[Json]],
+        meshed: Callable[[], Iterable[Keyed]],
         monotonic: Callable[[], float],
     ) -> None:
         self.writer = writer
         self.recorder = recorder
         self.meshed = meshed
-        """The meshed pods as cached (the trust-anchor guard's view)."""
+        """The meshed pods as cached, by key (the trust-anchor guard's view); MeshUnseen
+        while the cache has not filled."""
         self.monotonic = monotonic
         self.written: dict[str, float] = {}
         # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
@@ -274,6 +284,11 @@ class StatusOutcomes:
         generation = int(config["metadata"].get("generation", 0))
         try:
             guard = evaluate(desired, current, stored, self.meshed)
+        except MeshUnseen as exc:
+            # The cache ready does not wait for: a changed bundle waits for it, unwritten.
+            log.info("trust bundle change waits for the meshed pods", linkerdconfig=name,
+                     why=str(exc))  # fmt: skip
+            return Result(requeue_after=MESH_UNSEEN_RETRY_SECONDS)
         except BundleError as exc:
             self.anchor_held.discard(name)
             message = f"{exc}; nothing is written until it is corrected"

@@ -58,7 +58,7 @@ from typing import Final
 
 from linkerd_config.kube import x509_reader
 from linkerd_config.kube.field_tree import reads
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, Keyed
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.reconcile import Desired, preserved_name
@@ -87,6 +87,11 @@ class BundleError(FormatError):
     def __init__(self, where: str, problem: str) -> None:
         self.where = where
         super().__init__([(where, problem)])
+
+
+class MeshUnseen(Exception):
+    """The meshed pods cannot be seen yet (their cache has not filled): no change of bundle
+    can be judged, so none is made; the caller tries again shortly."""
 
 
 @dataclass(frozen=True, order=True)
@@ -390,13 +395,14 @@ def decide(
     current: Bundle,
     desired: Bundle,
     known: Mapping[str, frozenset[str]],
-    pods: Iterable[Json],
+    pods: Iterable[Keyed],
     *,
     where: str = "",
     linkerd_version: str = "",
 ) -> Decision:
     """May ``desired`` replace ``current`` now, given the bundles the controller knows (hash
-    -> anchors' SHA-256) and the meshed pods (their ``linkerd.io/trust-root-sha256``)?
+    -> anchors' SHA-256) and the meshed pods (by ``namespace/name``, their cached record:
+    their ``linkerd.io/trust-root-sha256``)?
 
     What the mesh trusts now is the current bundle *and* every anchor of the known bundles
     meshed pods run (``in_use``): however the current bundle is learned (read from the
@@ -417,10 +423,9 @@ def decide(
     # hash -> (holds, unknown): a few distinct hashes among any number of pods.
     holding: list[str] = []
     count = unknown = unseen = 0
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        digest = (meta.get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
-        if not digest:
+    for key, pod in pods:
+        digest = _hash_of(pod)
+        if digest is None:
             unseen += 1
             continue
         verdict = verdicts.get(digest)
@@ -430,7 +435,7 @@ def decide(
         if verdict[0]:
             count += 1
             unknown += verdict[1]
-            holding.append(f"{meta.get('namespace')}/{meta.get('name')}")
+            holding.append(key)
     hold = None
     if count:
         listed = tuple(heapq.nsmallest(MAX_LISTED_PODS, holding))
@@ -438,12 +443,12 @@ def decide(
     return Decision(dropped, hold, True, unseen, where, linkerd_version)
 
 
-def in_use(current: Bundle, bundles: Mapping[str, frozenset[str]], pods: Iterable[Json]) -> Bundle:
+def in_use(current: Bundle, bundles: Mapping[str, frozenset[str]], pods: Iterable[Keyed]) -> Bundle:
     """``current`` with every anchor of the known bundles ``pods`` run added (those the
     current bundle lacks are named by fingerprint only: their subjects are not known)."""
     have = current.fingerprints
     extra: set[str] = set()
-    for digest in {_hash_of(pod) for pod in pods} - {None, current.sha256}:
+    for digest in {_hash_of(pod) for _, pod in pods} - {None, current.sha256}:
         extra |= bundles.get(str(digest), frozenset()) - have
     if not extra:
         return current
@@ -515,11 +520,12 @@ def evaluate(
     desired: Desired,
     current: Mapping[str, Mapping[str, str]],
     status: Json | None,
-    pods: Callable[[], Iterable[Json]],
+    pods: Callable[[], Iterable[Keyed]],
 ) -> Guard:
     """The guard for writing ``desired`` over ``current`` (``reconcile.current_data``), with
     the record in the LinkerdConfig's ``status`` and the meshed pods (listed only when the
-    bundle changes). An unchanged bundle costs one comparison: nothing is parsed or listed.
+    bundle changes; ``pods`` raises MeshUnseen, passed on, while they cannot be seen). An
+    unchanged bundle costs one comparison: nothing is parsed or listed.
     BundleError names a bundle that cannot be read when it matters: where the guard applies
     and the bundle changes (what is dropped cannot be told). Where the guard does not apply,
     an unreadable bundle is left to the format's own checks."""
@@ -585,28 +591,26 @@ def _unguarded(change: BundleChange) -> Decision:
 
 # -- the meshed pods' cache --------------------------------------------------------------------
 
-_ANNOTATIONS: dict[str, Json] = {}
-_NONE: Json = {}
+_RECORDS: dict[str, Json] = {}
+_UNSTAMPED: Json = {"metadata": {"annotations": {}}}
 
 
 @reads(("metadata", "annotations", TRUST_ROOT_ANNOTATION))
 def meshed_pod_projection(pod: Json) -> Json:
-    """A meshed pod as the guard reads it: its name, its namespace and its trust-root hash,
-    nothing else (no resourceVersion: an update that changes none of them is no change). At
-    50,000 pods the few distinct hashes share one annotations object each, never mutated."""
-    meta = pod.get("metadata") or {}
-    digest = (meta.get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
-    annotations = _NONE
-    if isinstance(digest, str) and digest:
-        annotations = _ANNOTATIONS.get(digest) or {}
-        if not annotations:
-            if len(_ANNOTATIONS) >= 4 * MAX_KNOWN_BUNDLES:
-                _ANNOTATIONS.clear()  # hostile churn: stop sharing rather than grow
-            annotations = _ANNOTATIONS[digest] = {TRUST_ROOT_ANNOTATION: sys.intern(digest)}
-    kept: Json = {"name": meta.get("name"), "annotations": annotations}
-    if "namespace" in meta:
-        kept["namespace"] = sys.intern(str(meta["namespace"]))
-    return {"metadata": kept}
+    """A meshed pod as the guard reads it: its trust-root hash, nothing else. Its name and
+    namespace are its key (the informer keys what it lists and watches as served), so every
+    pod with the same hash shares one record, never mutated: at 50,000 pods a few records,
+    and a key each. No resourceVersion either: an update that changes no hash is no change."""
+    digest = ((pod.get("metadata") or {}).get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
+    if not isinstance(digest, str) or not digest:
+        return _UNSTAMPED
+    record = _RECORDS.get(digest)
+    if record is None:
+        if len(_RECORDS) >= 4 * MAX_KNOWN_BUNDLES:
+            _RECORDS.clear()  # hostile churn: stop sharing rather than grow
+        annotations = {TRUST_ROOT_ANNOTATION: sys.intern(digest)}
+        record = _RECORDS[digest] = {"metadata": {"annotations": annotations}}
+    return record
 
 
 def meshed_selector(linkerd_namespace: str) -> str:

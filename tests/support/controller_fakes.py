@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from linkerd_config.kube.client import ApiError
+from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 
@@ -71,6 +72,16 @@ class FakeRecorder:
         self.messages.append(message)
 
 
+def filled(*informers: Informer, yet: bool = True) -> None:
+    """Informers whose caches count as filled (``has_synced``) with whatever a test puts in
+    their stores, as after their first list; ``yet=False``: as before it."""
+    for informer in informers:
+        if yet:
+            informer._synced.set()
+        else:
+            informer._synced.clear()
+
+
 def controller(
     *configs: Json, configmap: Json | None = None
 ) -> tuple[Any, FakeWriter, FakeRecorder]:
@@ -78,6 +89,7 @@ def controller(
     # The controller's only use of a client before it runs: where its informers report metrics.
     no_client = SimpleNamespace(registry=None)
     ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
+    filled(*ctl.informers)
     writer = FakeWriter()
     for part in (ctl, ctl.rollout, ctl.writes, ctl.outcomes):
         part.writer = writer  # type: ignore[assignment]

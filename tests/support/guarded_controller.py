@@ -122,7 +122,7 @@ class GuardedWorld:
                 "annotations": {TRUST_ROOT_ANNOTATION: root_hash(bundle)},
             }
         }
-        self.ctl.meshed_pods.store.put(guard.meshed_pod_projection(pod))
+        self.ctl.meshed_pods.store.put(guard.meshed_pod_projection(pod), "shop/bystander-1")
 
     def injector_reads(self) -> None:
         """Linkerd's injector serves what the ConfigMap holds now."""
@@ -149,7 +149,7 @@ class GuardedWorld:
             replicasets=self.sim.replicasets.snapshot(),
             workloads={"Deployment": self.sim.deployments.snapshot()},
             config_namespace="linkerd",
-            meshed=self.ctl.meshed_pods.store.list(),
+            meshed=self.ctl.meshed_pods.store.items(),
         )
 
     def a_pass_later(self, seconds: float = 5.0) -> Json:
@@ -215,13 +215,13 @@ class GuardedWorld:
     def leader_changes(self) -> None:
         """A new leader: a new controller and executor over the same cluster and status."""
         configmaps = {cm["metadata"]["name"]: cm for cm in self.ctl.configmaps.store.list()}
-        meshed = self.ctl.meshed_pods.store.list()
+        meshed = self.ctl.meshed_pods.store.items()
         ctl, writer, recorder = self._controller(
             configmaps["linkerd-config"], configmaps["linkerd-identity-trust-roots"]
         )
         for name, cm in configmaps.items():
             if name not in ("linkerd-config", "linkerd-identity-trust-roots"):
                 ctl.configmaps.store.put(cm)
-        for pod in meshed:
-            ctl.meshed_pods.store.put(pod)
+        for key, pod in meshed:
+            ctl.meshed_pods.store.put(pod, key)
         self.ctl, self.writer, self.recorder = ctl, writer, recorder

@@ -225,3 +225,32 @@ async def running(inf: Informer, api: FakeApi) -> AsyncIterator[asyncio.Task[Non
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class SyncsWhenTold:
+    """An informer as the manager sees it: its cache fills when the test says (``fill``),
+    and is healthy while the test says; ``started`` once the manager has run it."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.healthy = False
+        self.started = asyncio.Event()
+        self._filled = asyncio.Event()
+
+    @property
+    def has_synced(self) -> bool:
+        return self._filled.is_set()
+
+    def fill(self) -> None:
+        self.healthy = True
+        self._filled.set()
+
+    async def run(self) -> None:
+        self.started.set()
+        await asyncio.Event().wait()
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        await self._filled.wait()
+
+    def retry_now(self) -> None:
+        pass

@@ -31,3 +31,12 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} not reached within {timeout:.0f}s (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    """``eventually`` for a plain condition, checked every millisecond."""
+
+    async def probe() -> bool:
+        return condition()
+
+    await eventually(probe, timeout=timeout, interval=0.001, what="the condition")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ from tests.support.informer_fakes import (
     page,
     running,
 )
-from tests.support.waiting import eventually
+from tests.support.waiting import until
 from tests.support.watch_lines import cm, line, status
 
 
@@ -135,13 +135,6 @@ async def test_a_list_cut_short_cancels_the_page_it_asked_for_ahead() -> None:
     assert api.cancelled.is_set()
     leftover = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     assert not [t for t in leftover if t.get_name().startswith("list-")]
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    async def probe() -> bool:
-        return condition()
-
-    await eventually(probe, timeout=5, interval=0.001)
 
 
 async def test_the_next_page_is_asked_for_when_the_metadata_is_read_and_never_two_ahead() -> None:

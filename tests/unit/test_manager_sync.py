@@ -9,6 +9,8 @@ from structlog.testing import capture_logs
 
 from linkerd_config.kube.leader import NoElection
 from linkerd_config.manager import Manager
+from tests.support.informer_fakes import SyncsWhenTold
+from tests.support.waiting import until
 
 
 class NeverSyncs:
@@ -59,3 +61,31 @@ async def test_a_component_down_before_the_caches_sync_starts_no_campaign() -> N
     assert "caches synced" not in said
     assert not manager.synced.is_set()
     assert "leader election disabled; leading" not in said  # its campaign never ran
+
+
+async def test_an_informer_ready_does_not_wait_for_starts_once_the_others_have_synced() -> None:
+    """``add_informer(wait=False)``: neither ready nor the election waits for it, and its
+    first list starts only once the others' are in (it does not slow them); once it has
+    filled, its health counts toward ready like any other's."""
+    manager = Manager(NoElection())
+    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
+    manager.add_informer(needed)  # type: ignore[arg-type]
+    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        await until(needed.started.is_set)
+        await asyncio.sleep(0.05)
+        assert not later.started.is_set(), "listed before the others were in"
+        assert not manager.ready()
+        needed.fill()
+        await until(manager.ready)
+        assert later.started.is_set() and not later.has_synced  # ready without it
+        assert manager.synced.is_set()
+        later.fill()
+        assert manager.ready()
+        later.healthy = False  # its stream lost, as any cache's
+        assert not manager.ready()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)

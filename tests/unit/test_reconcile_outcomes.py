@@ -11,13 +11,21 @@ from typing import Any
 
 import pytest
 import yaml
+from structlog.testing import capture_logs
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json
 from linkerd_config.linkerd import rollback, rollout
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
-from tests.support.controller_fakes import FakeRecorder, FakeWriter, conditions, controller
+from linkerd_config.linkerd.status_outcomes import MESH_UNSEEN_RETRY_SECONDS
+from tests.support.controller_fakes import (
+    FakeRecorder,
+    FakeWriter,
+    conditions,
+    controller,
+    filled,
+)
 from tests.support.linkerdconfigs import config, small
 from tests.support.samples import (
     SAMPLES,
@@ -536,6 +544,52 @@ async def test_a_held_removal_restores_deleted_trust_roots_with_both_anchors() -
     assert conditions(written)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
     assert written["trustAnchorHold"]["pods"] == ["shop/bystander-1"]
     assert written["configHash"] == status["configHash"]  # the [X, B] configuration
+
+
+WAITS = "trust bundle change waits for the meshed pods"
+
+
+async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() -> None:
+    """Ready does not wait for the meshed pods' cache (``informers_after_sync``): until it has
+    filled, a reconcile that changes the trust bundle writes nothing, says nothing in status
+    and is tried again shortly; then the guard judges it (here: held, a pod on [X] alone). A
+    reconcile that leaves the bundle alone does not wait for the cache."""
+    x = modern_install()[1]["data"]["ca-bundle.crt"]
+    both = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
+    first = small()
+    first["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
+    ctl, writer, _, config_cm = await reconciled_modern(first)
+    preserved, roots_copy, ours, roots = writer.applied
+    installed_roots = modern_install()[1]
+    assert roots["metadata"]["name"] == installed_roots["metadata"]["name"]
+    for cm in (merged(config_cm, ours), preserved, roots_copy, merged(installed_roots, roots)):
+        ctl.configmaps.store.put(cm)
+    status = writer.statuses[-1]
+    filled(ctl.meshed_pods, yet=False)
+    ctl.meshed_pods.store.put(meshed_pod("bystander-1", x))
+    ctl.configs.store.put({**first, "status": status})
+    with capture_logs() as logs:
+        await ctl.reconcile("modern")  # the bundle unchanged: no wait
+    assert WAITS not in [e["event"] for e in logs]
+    only_b = {**first, "metadata": {**first["metadata"], "generation": 2}}
+    only_b["spec"] = {
+        **first["spec"],
+        "global": {"identityContext": {"trustAnchorsPEM": SECOND_TRUST_ANCHOR}},
+    }
+    ctl.configs.store.put({**only_b, "status": status})
+    writer.applied.clear()
+    statuses = len(writer.statuses)
+    with capture_logs() as logs:
+        waited = await ctl.reconcile("modern")
+    assert waited == Result(requeue_after=MESH_UNSEEN_RETRY_SECONDS)
+    assert WAITS in [e["event"] for e in logs]
+    assert writer.applied == [] and writer.created == [] and writer.patched == []
+    assert len(writer.statuses) == statuses
+    filled(ctl.meshed_pods)
+    await ctl.reconcile("modern")
+    written = writer.statuses[-1]
+    assert conditions(written)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
+    assert written["trustAnchorHold"]["pods"] == ["shop/bystander-1"]
 
 
 def meshed_pod(name: str, bundle: str) -> Json:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives import hashes
 
 from linkerd_config.inspection import render_plan, render_status
 from linkerd_config.kube import x509_reader
+from linkerd_config.kube.resource import Keyed, object_key
 from linkerd_config.linkerd import trust_anchor_guard as guard
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.formats import FormatError
@@ -47,23 +47,23 @@ def fingerprint(pem: str) -> str:
     return x509.load_pem_x509_certificate(pem.encode()).fingerprint(hashes.SHA256()).hex()
 
 
-def meshed(namespace: str, name: str, digest: str | None) -> Json:
-    """A meshed pod as the API server serves it, through the controller's projection."""
+def meshed(namespace: str, name: str, digest: str | None) -> Keyed:
+    """A meshed pod as the API server serves it, through the controller's projection, under
+    the key the informer gives it."""
     annotations = {"linkerd.io/proxy-version": "edge-26.8.3"}
     if digest is not None:
         annotations[TRUST_ROOT_ANNOTATION] = digest
-    return guard.meshed_pod_projection(
-        {
-            "metadata": {
-                "name": name,
-                "namespace": namespace,
-                "uid": f"uid-{name}",
-                "resourceVersion": "7",
-                "labels": {guard.MESHED_LABEL: "linkerd", "app": name},
-                "annotations": annotations,
-            }
+    served = {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "resourceVersion": "7",
+            "labels": {guard.MESHED_LABEL: "linkerd", "app": name},
+            "annotations": annotations,
         }
-    )
+    }
+    return object_key(served), guard.meshed_pod_projection(served)
 
 
 # -- the decision, from a table ----------------------------------------------------------------
@@ -398,24 +398,29 @@ def test_values_releases_before_the_annotation_are_not_guarded() -> None:
 # -- the meshed pods' cache --------------------------------------------------------------------
 
 
-def test_the_projection_keeps_name_namespace_and_hash_shared_between_pods() -> None:
-    first, second = meshed("shop", "a", UNKNOWN), meshed("shop", "b", UNKNOWN)
-    assert first == {
-        "metadata": {
-            "name": "a",
-            "namespace": "shop",
-            "annotations": {TRUST_ROOT_ANNOTATION: UNKNOWN},
-        }
-    }
-    assert first["metadata"]["annotations"] is second["metadata"]["annotations"]
-    assert first["metadata"]["namespace"] is sys.intern("shop")
-    assert meshed("shop", "c", None)["metadata"]["annotations"] == {}
+def test_a_pod_is_its_key_and_one_record_per_hash_shared_between_pods() -> None:
+    (first_key, first), (second_key, second) = (
+        meshed("shop", "a", UNKNOWN),
+        meshed("b", "b", UNKNOWN),
+    )
+    assert (first_key, second_key) == ("shop/a", "b/b")
+    assert first == {"metadata": {"annotations": {TRUST_ROOT_ANNOTATION: UNKNOWN}}}
+    assert first is second
+    assert meshed("shop", "c", None)[1] == {"metadata": {"annotations": {}}}
+    assert meshed("shop", "c", "e" * 64)[1] != first
+
+
+def test_the_shared_records_stay_bounded_under_churn() -> None:
+    for i in range(10 * guard.MAX_KNOWN_BUNDLES):  # a hostile churn of hashes
+        _, record = meshed("shop", "a", f"{i:064x}")
+        assert record["metadata"]["annotations"][TRUST_ROOT_ANNOTATION] == f"{i:064x}"
+        assert len(guard._RECORDS) <= 4 * guard.MAX_KNOWN_BUNDLES
 
 
 # -- plan and status ---------------------------------------------------------------------------
 
 
-def cluster(bundle_text: str, pods: list[Json], stored: Json | None) -> ClusterView:
+def cluster(bundle_text: str, pods: list[Keyed], stored: Json | None) -> ClusterView:
     configmaps = {}
     for cm in copy.deepcopy(modern_install()):
         if cm["metadata"]["name"] == TRUST_ROOTS_CONFIGMAP:

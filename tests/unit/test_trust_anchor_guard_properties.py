@@ -17,6 +17,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from linkerd_config.kube.resource import Keyed
 from linkerd_config.linkerd import trust_anchor_guard as guard
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.reconcile import desired_config
@@ -37,9 +38,9 @@ def anchors_of(value: str) -> frozenset[str]:
     return guard.parse_bundle(value, "test").fingerprints
 
 
-def pod(name: str, value: str) -> Json:
+def pod(name: str, value: str) -> Keyed:
     annotations = {TRUST_ROOT_ANNOTATION: guard.bundle_hash(value)}
-    return {"metadata": {"name": name, "namespace": "ns", "annotations": annotations}}
+    return f"ns/{name}", {"metadata": {"name": name, "namespace": "ns", "annotations": annotations}}
 
 
 @settings(
