@@ -458,6 +458,19 @@ async def drift_round(kube: KubeClient, desired: str, n: int) -> float:
     raise RuntimeError("the watch ended before the restore")
 
 
+async def settled(proc: Proc, window: float = 0.5, timeout: float = 60.0) -> float:
+    """Seconds until ``proc`` is idle: less than 5% of a CPU over ``window``. Whatever a peer
+    does once ready (ours lists the meshed pods then, which only a trust bundle change
+    reads) is start, not the events measured next."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = proc.cpu_seconds()
+        await asyncio.sleep(window)
+        if proc.cpu_seconds() - before < 0.05 * window:
+            break
+    return time.monotonic() - started
+
+
 async def drift(kube: KubeClient, proc: Proc, desired: str, rounds: int) -> Json:
     await drift_round(kube, desired, -1)  # a first round warms the peer's paths
     cpu_before = proc.cpu_seconds()
@@ -504,6 +517,7 @@ async def measure_point(
                     print(f"  {peer}: reported {proc.reported_pods} pods, not {pods}", flush=True)
                 await asyncio.sleep(1.0)
                 if peer not in NO_DRIFT:
+                    await settled(proc)
                     d = await drift(kube, proc, desired, args.rounds)
                     runs[peer].drift_ms += d["samples_ms"]
                     runs[peer].cpu_ms_per_revert.append(d["cpu_ms_per_revert"])
@@ -517,6 +531,7 @@ async def measure_point(
         proc = start("revert", kubeconfig, desired_file, pods)
         try:
             await until_ready(proc, 30)
+            await settled(proc)
             d = await drift(kube, proc, desired, args.rounds)
             runs["revert"].drift_ms += d["samples_ms"]
             runs["revert"].cpu_ms_per_revert.append(d["cpu_ms_per_revert"])
