@@ -505,16 +505,22 @@ async def test_a_values_revert_is_counted_for_its_linkerdconfig() -> None:
     assert reverts(ctl, "modern") == 1
 
 
+async def both_anchors_reconciled() -> tuple[str, str, Json, Any]:
+    """The install's anchor X, the bundle [X, B], a LinkerdConfig stating [X, B], and
+    ``reconciled_modern`` of it."""
+    x = modern_install()[1]["data"]["ca-bundle.crt"]
+    both = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
+    first = small()
+    first["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
+    return x, both, first, await reconciled_modern(first)
+
+
 async def test_a_held_removal_restores_deleted_trust_roots_with_both_anchors() -> None:
     """Issue 37, finding 1, at the reconcile: [X, B] written and recorded, a meshed pod still
     on [X], the spec at [B], the trust roots deleted. The copy kept of what was written
     ([X, B]) restores them, the removal stays held (ConfigMapSynced=False), and the configuration
     written and rolled out is the one with both anchors. Before, they came back holding [B]."""
-    x = modern_install()[1]["data"]["ca-bundle.crt"]
-    both = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
-    first = small()
-    first["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
-    ctl, writer, _, config_cm = await reconciled_modern(first)
+    x, both, first, (ctl, writer, _, config_cm) = await both_anchors_reconciled()
     _, roots_copy, ours, _ = writer.applied
     assert roots_copy["data"] == {"ca-bundle.crt": both}  # the copy keeps the bundle written
     ctl.configmaps.store.put(merged(config_cm, ours))
@@ -554,11 +560,7 @@ async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() 
     filled, a reconcile that changes the trust bundle writes nothing, says nothing in status
     and is tried again shortly; then the guard judges it (here: held, a pod on [X] alone). A
     reconcile that leaves the bundle alone does not wait for the cache."""
-    x = modern_install()[1]["data"]["ca-bundle.crt"]
-    both = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
-    first = small()
-    first["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
-    ctl, writer, _, config_cm = await reconciled_modern(first)
+    x, _, first, (ctl, writer, _, config_cm) = await both_anchors_reconciled()
     preserved, roots_copy, ours, roots = writer.applied
     installed_roots = modern_install()[1]
     assert roots["metadata"]["name"] == installed_roots["metadata"]["name"]
