@@ -106,9 +106,11 @@ class Manager:
         self._drains.append((name, drain))
 
     def add_informer(self, informer: Informer, *, wait: bool = True) -> None:
-        """``wait=False``: a cache neither ready nor the election waits for, one that only
-        rare decisions read (and those wait for it themselves): started once the others have
-        synced, its health counted toward ready once it has filled."""
+        """``wait=False``: a cache that only rare decisions read (and those wait for it
+        themselves): started once the others have synced, so its first list does not slow
+        theirs, and waited for neither by ready nor by the election while that list runs
+        (``sync_timeout`` at most: past it, ready is False until it has filled). Once filled,
+        it counts as every other: its health toward ready, a relist each new term."""
         (self._informers if wait else self._after_sync).append(informer)
 
     def add_controller(
@@ -125,8 +127,9 @@ class Manager:
             informer.retry_now()
 
     def ready(self) -> bool:
-        """Synced, every informer's cache proven current (``Informer.healthy``: none between
-        a lost stream and a relist or resumed watch that proves it again), every component
+        """Synced, every filled informer's cache proven current (``Informer.healthy``: none
+        between a lost stream and a relist or resumed watch that proves it again), none of
+        those ready does not wait for still filling past ``sync_timeout``, every component
         running. Unlike ``alive``, this turns False during an API server outage, and stays
         False until each cache has caught up: a kubelet then takes the replica out of its
         Services rather than let it answer from stale caches."""
@@ -135,9 +138,14 @@ class Manager:
         return (
             self.synced.is_set()
             and all(i.healthy for i in self._informers)
-            and all(i.healthy or not i.has_synced for i in self._after_sync)
+            and all(self._fine_after_sync(i) for i in self._after_sync)
             and all(not t.done() for n, t in self._tasks.items() if not n.startswith("controller:"))
         )
+
+    def _fine_after_sync(self, informer: Informer) -> bool:
+        if informer.has_synced:
+            return informer.healthy
+        return time.monotonic() - self._synced_at < self.sync_timeout
 
     def alive(self) -> bool:
         """Every long-lived task still runs (a crashed informer means restart me)."""
@@ -215,11 +223,14 @@ class Manager:
 
     async def _relist_all(self) -> None:
         started = time.monotonic()
+        # One still on its first list is as fresh as a relist; asked to relist, it would
+        # start that list again (or, listing in pages, list once more when its watch ends).
+        filled = [i for i in self._after_sync if i.has_synced]
         try:
             await all_of(
                 *(
                     i.relist("leadership gained", self.sync_timeout)
-                    for i in (*self._informers, *self._after_sync)
+                    for i in (*self._informers, *filled)
                 )
             )
         except TimeoutError as exc:

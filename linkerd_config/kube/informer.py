@@ -26,7 +26,8 @@ Contract -- what a handler can rely on:
   state we knew* -- which may lack the deletionTimestamp or finalizer changes of its real end.
 * **Delete + recreate may look like an update.** Within a watch you get ``on_delete`` then
   ``on_add``. Across a relist you get the same when both states carry ``metadata.uid``;
-  if a transform dropped the uid, the pair arrives as one ``on_update`` whose uid changed.
+  if a transform dropped the uid, the pair arrives as one ``on_update``, or as nothing at
+  all when the two records are equal (the transform kept nothing that tells them apart).
 * **Keys are the server's.** An object's key is taken from it as served, before the transform:
   a transform may drop the name and namespace, and return one record for many objects (the
   same object each time, never mutated); the key says which object a change is about.

@@ -58,7 +58,7 @@ class LinkerdCaches:
             name="pods",
         )
         # Every meshed pod, opted in or not, reduced to its trust-root hash: the trust-anchor
-        # guard's view of which bundle each runs (a few hundred bytes a pod).
+        # guard's view of which bundle each runs (its key, and one record per hash).
         self.meshed_pods = Informer(
             client,
             PODS,

@@ -725,7 +725,8 @@ class RolloutExecutor:
         return machine.RestartResult(workload, done=restarted)
 
     def _involved(self, workload: rollout.Workload) -> Json | None:
-        """The workload as an Event's involved object (from the cache: its uid)."""
+        """The workload as an Event's involved object, from the cache (a workload's record
+        keeps its uid; a bare pod's, its name and namespace only)."""
         if workload.kind == "Pod":
             cached = self.pods.get(f"{workload.namespace}/{workload.name}")
             api_version = PODS.api_version

@@ -229,12 +229,14 @@ async def running(inf: Informer, api: FakeApi) -> AsyncIterator[asyncio.Task[Non
 
 class SyncsWhenTold:
     """An informer as the manager sees it: its cache fills when the test says (``fill``),
-    and is healthy while the test says; ``started`` once the manager has run it."""
+    and is healthy while the test says; ``started`` once the manager has run it;
+    ``relists``: the reason of each relist asked of it."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.healthy = False
         self.started = asyncio.Event()
+        self.relists: list[str] = []
         self._filled = asyncio.Event()
 
     @property
@@ -254,3 +256,6 @@ class SyncsWhenTold:
 
     def retry_now(self) -> None:
         pass
+
+    async def relist(self, reason: str, timeout: float) -> None:
+        self.relists.append(reason)

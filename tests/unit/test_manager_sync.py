@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from structlog.testing import capture_logs
 
+from linkerd_config import manager as manager_module
 from linkerd_config.kube.leader import NoElection
 from linkerd_config.manager import Manager
 from tests.support.informer_fakes import SyncsWhenTold
@@ -86,6 +88,50 @@ async def test_an_informer_ready_does_not_wait_for_starts_once_the_others_have_s
         assert manager.ready()
         later.healthy = False  # its stream lost, as any cache's
         assert not manager.ready()
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_a_new_term_relists_what_has_filled_not_a_first_list_still_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A term that starts long after the caches synced relists them (a follower's cache may
+    have gone stale unnoticed), but not one still on its first list: that list is as fresh,
+    and a relist would start it again. Nor does the term wait for it."""
+    monkeypatch.setattr(manager_module, "FRESH_SYNC_SECONDS", -1.0)  # every term relists
+    manager = Manager(NoElection())
+    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
+    manager.add_informer(needed)  # type: ignore[arg-type]
+    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
+    needed.fill()
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        await until(lambda: manager.leading)
+        assert needed.relists == ["leadership gained"]
+        assert later.relists == [] and not later.has_synced
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def test_a_cache_ready_does_not_wait_for_that_never_fills_makes_the_replica_unready() -> None:
+    """Waited for by nothing while its first list runs, but not for ever: past
+    ``sync_timeout`` unfilled (its list failing, say), ready is False until it fills."""
+    manager = Manager(NoElection(), sync_timeout=0.3)
+    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
+    manager.add_informer(needed)  # type: ignore[arg-type]
+    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
+    needed.fill()
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        await until(manager.ready)
+        await until(lambda: not manager.ready())
+        assert not later.has_synced
+        later.fill()
+        assert manager.ready()
     finally:
         stop.set()
         await asyncio.wait_for(task, 10)
