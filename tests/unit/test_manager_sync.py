@@ -4,6 +4,8 @@ again, instead of staying silent (an unreachable API server looked like a hung p
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
 import pytest
 from structlog.testing import capture_logs
@@ -65,17 +67,32 @@ async def test_a_component_down_before_the_caches_sync_starts_no_campaign() -> N
     assert "leader election disabled; leading" not in said  # its campaign never ran
 
 
+@contextlib.asynccontextmanager
+async def running_with_a_later_cache(
+    manager: Manager, *, filled: bool = False
+) -> AsyncIterator[tuple[SyncsWhenTold, SyncsWhenTold]]:
+    """``manager`` running with a cache it waits for ("pods", filled already if ``filled``)
+    and one it does not ("meshed-pods", ``wait=False``); stopped on the way out."""
+    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
+    manager.add_informer(needed)  # type: ignore[arg-type]
+    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
+    if filled:
+        needed.fill()
+    stop = asyncio.Event()
+    task = asyncio.create_task(manager.run(stop))
+    try:
+        yield needed, later
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
 async def test_an_informer_ready_does_not_wait_for_starts_once_the_others_have_synced() -> None:
     """``add_informer(wait=False)``: neither ready nor the election waits for it, and its
     first list starts only once the others' are in (it does not slow them); once it has
     filled, its health counts toward ready like any other's."""
     manager = Manager(NoElection())
-    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
-    manager.add_informer(needed)  # type: ignore[arg-type]
-    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
-    stop = asyncio.Event()
-    task = asyncio.create_task(manager.run(stop))
-    try:
+    async with running_with_a_later_cache(manager) as (needed, later):
         await until(needed.started.is_set)
         await asyncio.sleep(0.05)
         assert not later.started.is_set(), "listed before the others were in"
@@ -88,9 +105,6 @@ async def test_an_informer_ready_does_not_wait_for_starts_once_the_others_have_s
         assert manager.ready()
         later.healthy = False  # its stream lost, as any cache's
         assert not manager.ready()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def test_a_new_term_relists_what_has_filled_not_a_first_list_still_running(
@@ -101,37 +115,19 @@ async def test_a_new_term_relists_what_has_filled_not_a_first_list_still_running
     and a relist would start it again. Nor does the term wait for it."""
     monkeypatch.setattr(manager_module, "FRESH_SYNC_SECONDS", -1.0)  # every term relists
     manager = Manager(NoElection())
-    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
-    manager.add_informer(needed)  # type: ignore[arg-type]
-    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
-    needed.fill()
-    stop = asyncio.Event()
-    task = asyncio.create_task(manager.run(stop))
-    try:
+    async with running_with_a_later_cache(manager, filled=True) as (needed, later):
         await until(lambda: manager.leading)
         assert needed.relists == ["leadership gained"]
         assert later.relists == [] and not later.has_synced
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def test_a_cache_ready_does_not_wait_for_that_never_fills_makes_the_replica_unready() -> None:
     """Waited for by nothing while its first list runs, but not for ever: past
     ``sync_timeout`` unfilled (its list failing, say), ready is False until it fills."""
     manager = Manager(NoElection(), sync_timeout=0.3)
-    needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
-    manager.add_informer(needed)  # type: ignore[arg-type]
-    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
-    needed.fill()
-    stop = asyncio.Event()
-    task = asyncio.create_task(manager.run(stop))
-    try:
+    async with running_with_a_later_cache(manager, filled=True) as (_, later):
         await until(manager.ready)
         await until(lambda: not manager.ready())
         assert not later.has_synced
         later.fill()
         assert manager.ready()
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
