@@ -24,7 +24,8 @@ class ClusterView:
     configmaps: Mapping[str, Json]
     """``namespace/name`` -> ConfigMap, in the namespace the controller manages."""
     pods: Sequence[Json]
-    """Opted-in, Running pods, as the controller caches them (metadata only)."""
+    """Opted-in, Running pods, as the controller caches them (metadata only), each with its
+    name and namespace (``rollout.cached_pods``)."""
     namespaces: Mapping[str, Json]
     replicasets: Mapping[str, Json]
     """``namespace/name`` -> ReplicaSet (its controller reference)."""

@@ -109,7 +109,7 @@ class LinkerdCaches:
         return ClusterView(
             configs=self.configs.store.list(),
             configmaps=self.configmaps.store.snapshot(),
-            pods=self.pods.store.list(),
+            pods=list(rollout.cached_pods(self.pods.store.items())),
             namespaces={n["metadata"]["name"]: n for n in self.namespaces.store.list()},
             replicasets=self.replicasets.store.snapshot(),
             workloads={kind: i.store.snapshot() for kind, i in self.workloads.items()},

@@ -250,7 +250,9 @@ class RolloutExecutor:
         )
         if self._plans is None or self._plans[0] != plan_key:
             namespaces = {n["metadata"]["name"]: n for n in self.namespaces.list()}
-            plan = rollout.plan_rollout(self.pods.list(), namespaces, proxy, replicaset)
+            plan = rollout.plan_rollout(
+                rollout.cached_pods(self.pods.items()), namespaces, proxy, replicaset
+            )
             self._plans = (plan_key, plan)
         return self._plans[1]
 

@@ -23,7 +23,7 @@ import hashlib
 from typing import Any
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback
+from linkerd_config.linkerd import rollback, rollout
 from linkerd_config.linkerd import trust_anchor_guard as guard
 from linkerd_config.linkerd.cluster_view import ClusterView
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
@@ -144,7 +144,7 @@ class GuardedWorld:
                 f"{cm['metadata']['namespace']}/{cm['metadata']['name']}": cm
                 for cm in self.ctl.configmaps.store.list()
             },
-            pods=self.sim.pods.list(),
+            pods=list(rollout.cached_pods(self.sim.pods.items())),
             namespaces={n["metadata"]["name"]: n for n in self.sim.namespaces.list()},
             replicasets=self.sim.replicasets.snapshot(),
             workloads={"Deployment": self.sim.deployments.snapshot()},

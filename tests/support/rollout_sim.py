@@ -325,7 +325,7 @@ def view_of(sim: SimCluster, configs: list[Json], configmap: Json) -> ClusterVie
     return ClusterView(
         configs=configs,
         configmaps={f"linkerd/{configmap['metadata']['name']}": configmap},
-        pods=sim.pods.list(),
+        pods=list(rollout.cached_pods(sim.pods.items())),
         namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
         replicasets=sim.replicasets.snapshot(),
         workloads={"Deployment": sim.deployments.snapshot()},

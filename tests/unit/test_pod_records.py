@@ -1,7 +1,8 @@
 """The opted-in pods' cache records (``rollout.running_pod_metadata``): a pod with a controller
-is cached without its name (its key holds it) and shares one record with every sibling that
-agrees on all the rest; a pod that is its own workload, or one being deleted, keeps its name.
-Every decision reads a shared record as it reads the pod itself."""
+is cached without its name and namespace (its key holds them) and shares one record with
+every pod that agrees on all the rest; a pod that is its own workload, or one being deleted,
+keeps both. Every decision reads a cached pod (``rollout.cached_pods``) as it reads the pod
+itself."""
 
 from __future__ import annotations
 
@@ -56,19 +57,40 @@ def replicaset(namespace: str, name: str) -> Json | None:
     return REPLICASETS.get((namespace, name))
 
 
-def test_siblings_share_one_unnamed_record() -> None:
+def key(served: Json) -> str:
+    return f"{served['metadata']['namespace']}/{served['metadata']['name']}"
+
+
+def cached(*served: Json) -> list[Json]:
+    """The pods as the decisions read them from the cache."""
+    return list(rollout.cached_pods((key(p), rollout.running_pod_metadata(p)) for p in served))
+
+
+def test_siblings_share_one_record_without_name_or_namespace() -> None:
     a = rollout.running_pod_metadata(pod("web-7d9f-aaaaa"))
     b = rollout.running_pod_metadata(pod("web-7d9f-bbbbb"))
     assert a is b
     assert "name" not in a["metadata"]
-    assert a["metadata"]["namespace"] == "app"
+    assert "namespace" not in a["metadata"]
     assert a["status"] == {"phase": "Running"}
+
+
+def test_like_pods_in_other_namespaces_share_one_record_and_are_read_each_in_its_own() -> None:
+    shop = pod("web-7d9f-aaaaa", namespace="shop")
+    app = pod("web-7d9f-bbbbb", namespace="app")
+    assert rollout.running_pod_metadata(shop) is rollout.running_pod_metadata(app)
+    read = cached(shop, app)
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in read] == [
+        ("shop", "web-7d9f-aaaaa"),
+        ("app", "web-7d9f-bbbbb"),
+    ]
+    shared = rollout.running_pod_metadata(app)
+    assert "namespace" not in shared["metadata"]  # reading it did not write into the record
 
 
 @pytest.mark.parametrize(
     ("differs", "other"),
     [
-        ("namespace", pod(namespace="shop")),
         ("owner", pod(owner="web-5c6b")),
         ("proxy version", pod(version="edge-26.8.3")),
         ("no proxy", pod(version=None)),
@@ -93,13 +115,14 @@ def test_a_sibling_that_differs_in_what_is_read_has_its_own_record(
         ),
     ],
 )
-def test_a_pod_that_is_its_own_workload_or_being_deleted_keeps_its_name(
+def test_a_pod_that_is_its_own_workload_or_being_deleted_keeps_its_name_and_namespace(
     case: str, served: Json
 ) -> None:
     one = rollout.running_pod_metadata(served)
     again = rollout.running_pod_metadata(served)
-    assert one["metadata"]["name"] == "web-7d9f-abcde", case
-    assert one is not again  # a record of its own, never shared
+    assert (one["metadata"]["namespace"], one["metadata"]["name"]) == ("app", "web-7d9f-abcde")
+    assert one is not again, case  # a record of its own, never shared
+    assert cached(served) == [one]  # read as it is
 
 
 def test_an_ownerless_pod_is_its_own_workload_by_name() -> None:
@@ -155,7 +178,7 @@ def served_pods(draw: Any) -> Json:
 @settings(max_examples=200, deadline=None)
 def test_every_decision_reads_a_record_as_it_reads_the_pod(pods: list[Json]) -> None:
     namespace = {"metadata": {"name": "app", "annotations": {rollout.INJECT_ANNOTATION: "enabled"}}}
-    records = [rollout.running_pod_metadata(p) for p in pods]
+    records = cached(*pods)
     for served, record in zip(pods, records, strict=True):
         as_served = {**served, "status": {"phase": "Running"}}
         assert DESIRED.verdict(record, namespace) == DESIRED.verdict(as_served, namespace)
