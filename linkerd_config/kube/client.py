@@ -35,10 +35,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from linkerd_config.kube.field_tree import FieldTree
 from linkerd_config.kube.kubeconfig import ClusterAccess
 from linkerd_config.kube.metrics import ComponentMetrics
+from linkerd_config.kube.protobuf_encoding import ProtobufError
 from linkerd_config.kube.protobuf_wire import (
     PROTOBUF,
     ListReader,
-    ProtobufError,
     decode_object,
     decodes,
     watch_event_decoder,

@@ -30,6 +30,12 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from linkerd_config.kube.field_tree import DROP, OTHERS, FieldTree, Node
+from linkerd_config.kube.protobuf_encoding import (
+    ProtobufError,
+    fields,
+    map_entries,
+    varint_at,
+)
 from linkerd_config.kube.resource import Json, Prepare
 from linkerd_config.kube.watch import WATCH_EVENT_TYPES, WatchEvent, WatchProtocolError
 
@@ -53,10 +59,6 @@ def decodes(path: str, metadata_only: bool) -> bool:
     """Whether a LIST or WATCH of ``path`` can be asked for in protobuf: a vendored group,
     or metadata only (PartialObjectMetadata is meta/v1's, custom resources included)."""
     return metadata_only or path.startswith(_PATH_PREFIXES)
-
-
-class ProtobufError(ValueError):
-    """A body that is not the protobuf encoding it claims to be, or of a type not vendored."""
 
 
 # -- the vendored types --------------------------------------------------------------------
@@ -84,9 +86,14 @@ class _Types:
         # in dependency order: handed to the pool as they are, without descriptor_pb2's
         # Python classes (2.3 MiB imported for this one read).
         files = memoryview((folder / "descriptors.binpb").read_bytes())
-        for field, _, value in _fields(files, "descriptor set"):
+        entries: set[str] = set()
+        for field, _, value in fields(files, "descriptor set"):
             if field == 1 and value is not None:
                 self.pool.AddSerializedFile(bytes(value))
+                entries.update(map_entries(value))
+        self.map_entries = frozenset(entries)
+        """The messages that are a map's entries (``map_entry`` set), read here: asking a
+        descriptor (``GetOptions``) imports descriptor_pb2 for it."""
         shapes = json.loads((folder / "json_shapes.json").read_text())
         self.shapes: dict[str, dict[str, _Shape]] = {
             message: {name: _Shape(*shape) for name, shape in fields.items()}
@@ -284,7 +291,7 @@ def _field_step(field: FieldDescriptor, shape: _Shape, node: Node) -> Step:
     written (``omitzero`` aside); a scalar is left out when zero and omitempty."""
     attr = field.name
     key = shape.json_name or field.name
-    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+    if field.message_type is not None and field.message_type.full_name in types().map_entries:
         return _map_step(field, shape, node)
     if field.is_repeated:
         item = _value_converter(field, node)
@@ -386,13 +393,6 @@ class Envelope:
     raw: memoryview
 
 
-def _varint(view: memoryview, pos: int) -> tuple[int, int]:
-    found = _varint_at(view, pos, len(view))
-    if found is None:
-        raise ProtobufError("truncated protobuf envelope")
-    return found
-
-
 SMALL_BODY = 64 * 1024
 """Up to this, a body's envelope is parsed by the protobuf runtime (C), copy and all; above,
 field by field in Python, so that ``raw`` is a view of the body, not a copy of it."""
@@ -424,7 +424,7 @@ def envelope(body: bytes | memoryview) -> Envelope:
         return Envelope(unknown.typeMeta.apiVersion, unknown.typeMeta.kind, memoryview(unknown.raw))
     type_meta: Any = None
     raw = view[0:0]
-    for field, _, value in _fields(view[4:], "envelope"):
+    for field, _, value in fields(view[4:], "envelope"):
         if field == 1 and value is not None:
             try:
                 type_meta = _type_meta().FromString(value)
@@ -501,39 +501,12 @@ def _convert(convert: Converter, msg: Any, what: str) -> Any:
         raise ProtobufError(f"unconvertible {what}: {exc}") from exc
 
 
-def _fields(view: memoryview, what: str) -> Iterator[tuple[int, memoryview, memoryview | None]]:
-    """A message's top-level fields in order, read by hand: each one's number, its whole
-    encoding, and its value for a length-delimited one (None for a scalar), all views into
-    ``view``. ``what`` names the message in errors."""
-    pos, end = 0, len(view)
-    while pos < end:
-        start = pos
-        key, pos = _varint(view, pos)
-        wire = key & 7
-        value = None
-        if wire == 2:
-            length, pos = _varint(view, pos)
-            if pos + length > end:
-                raise ProtobufError(f"truncated protobuf {what}")
-            value = view[pos : pos + length]
-            pos += length
-        elif wire == 0:
-            _, pos = _varint(view, pos)
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-            if pos > end:
-                raise ProtobufError(f"truncated protobuf {what}")
-        else:
-            raise ProtobufError(f"unexpected wire type {wire} in a protobuf {what}")
-        yield key >> 3, view[start:pos], value
-
-
 def _split_repeated(raw: memoryview, number: int) -> tuple[bytes, list[memoryview]]:
     """A message's encoding without field ``number`` (its other fields, for the protobuf
     runtime) and that field's values (views into ``raw``)."""
     rest: list[memoryview] = []
     spans: list[memoryview] = []
-    for field, encoding, value in _fields(raw, "list"):
+    for field, encoding, value in fields(raw, "list"):
         if field == number and value is not None:
             spans.append(value)
         else:
@@ -579,35 +552,19 @@ def _same(item: Json) -> Json:
     return item
 
 
-def _varint_at(buf: bytearray | memoryview, pos: int, end: int) -> tuple[int, int] | None:
-    """A varint at ``pos`` of ``buf`` (no further than ``end``) and where it ends; None while
-    its last byte is still to come."""
-    value = shift = 0
-    while pos < end:
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ProtobufError("a protobuf varint of more than 10 bytes")
-    return None
-
-
 def _header(buf: bytearray, pos: int, end: int) -> tuple[int, int, int, int] | None:
     """The field starting at ``pos`` of ``buf`` (read no further than ``end``): its number,
     wire type, where its value starts and where the field ends; None while the bytes that say
     so are still to come. A length-delimited field's value may end past the bytes received."""
-    key = _varint_at(buf, pos, end)
+    key = varint_at(buf, pos, end)
     if key is None:
         return None
     number, wire, start = key[0] >> 3, key[0] & 7, key[1]
     if wire == 2:
-        length = _varint_at(buf, start, end)
+        length = varint_at(buf, start, end)
         return None if length is None else (number, wire, length[1], length[1] + length[0])
     if wire == 0:
-        value = _varint_at(buf, start, end)
+        value = varint_at(buf, start, end)
         return None if value is None else (number, wire, start, value[1])
     if wire in (1, 5):
         return number, wire, start, start + (8 if wire == 1 else 4)

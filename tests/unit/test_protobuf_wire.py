@@ -826,3 +826,17 @@ def test_the_converter_cache_stays_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     for _ in range(40):
         pw.decode_object(body, tree_of("metadata.labels"))  # a new tree each time
     assert len(pw._CONVERTERS) <= 8
+
+
+def test_the_map_entries_read_from_the_descriptor_set_are_those_protobuf_names() -> None:
+    pool = pw.types().pool
+    every: list[Any] = []
+    for symbol in (f"{META}.ObjectMeta", f"{CORE}.Pod", f"{APPS}.Deployment"):
+        stack = list(pool.FindFileContainingSymbol(symbol).message_types_by_name.values())
+        while stack:
+            found = stack.pop()
+            every.append(found)
+            stack.extend(found.nested_types)
+    named = {m.full_name for m in every if m.GetOptions().map_entry}
+    assert f"{META}.ObjectMeta.LabelsEntry" in named
+    assert {m.full_name for m in every} & pw.types().map_entries == named

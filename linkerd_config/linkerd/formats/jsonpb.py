@@ -40,9 +40,12 @@ import math
 import re
 import struct
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
 from google.protobuf.message import Message
+
+from linkerd_config.kube.protobuf_encoding import map_entries
 
 __all__ = ["go_json_string", "marshal"]
 
@@ -189,8 +192,15 @@ def _is_map(field: Field) -> bool:
     return bool(
         field.is_repeated
         and field.type == _TYPE_MESSAGE
-        and field.message_type.GetOptions().map_entry
+        and field.message_type.full_name in _map_entries(field.message_type.file.serialized_pb)
     )
+
+
+@cache
+def _map_entries(file: bytes) -> frozenset[str]:
+    """A file's map entry messages, read from its descriptor: asking a message for its
+    options (``GetOptions().map_entry``) would import descriptor_pb2 (1.2 MiB) to answer."""
+    return frozenset(map_entries(file))
 
 
 def _map(out: list[str], field: Field, value: Any) -> None:

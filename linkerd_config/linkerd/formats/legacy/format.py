@@ -55,6 +55,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final
 
 from linkerd_config.kube.memo import Memo
+from linkerd_config.kube.protobuf_encoding import without_fields
 from linkerd_config.linkerd.formats import bounded
 from linkerd_config.linkerd.formats.base import (
     SNAPSHOT_FIELD,
@@ -519,26 +520,18 @@ def _release_messages(absent: frozenset[tuple[str, str]]) -> Mapping[str, type[M
     own, since the default pool already holds the full messages under the same names.
     """
     from google.protobuf import (  # noqa: PLC0415 (see _config_pb2)
-        descriptor_pb2,
         descriptor_pool,
         duration_pb2,
         message_factory,
     )
 
     config_pb2 = _config_pb2()
-    file = descriptor_pb2.FileDescriptorProto.FromString(config_pb2.DESCRIPTOR.serialized_pb)
-    for message in file.message_type:
-        kept = [field for field in message.field if (message.name, field.name) not in absent]
-        del message.field[:]
-        message.field.extend(kept)
     pool = descriptor_pool.DescriptorPool()
     pool.AddSerializedFile(duration_pb2.DESCRIPTOR.serialized_pb)
-    pool.Add(file)
+    file = pool.AddSerializedFile(without_fields(config_pb2.DESCRIPTOR.serialized_pb, absent))
     return {
-        message.name: message_factory.GetMessageClass(
-            pool.FindMessageTypeByName(f"{file.package}.{message.name}")
-        )
-        for message in file.message_type
+        name: message_factory.GetMessageClass(message)
+        for name, message in file.message_types_by_name.items()
     }
 
 
