@@ -184,9 +184,9 @@ def _assemble(
         probes.ready_checks["conversion"] = lambda: (
             local.settled.is_set() or (leadership.leader not in ("", leadership.identity))
         )
-    later = controller.informers_after_sync
+    on_demand = controller.informers_on_demand
     for informer in controller.informers:
-        manager.add_informer(informer, wait=informer not in later)
+        manager.add_informer(informer, wait=informer not in on_demand)
     manager.add_controller(controller.controller, controller.config_names, controller.new_term)
     return app
 

@@ -5,9 +5,10 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
 1. probe and metrics servers: a kubelet must be able to ask from the first second;
 2. servers that every replica runs (the admission webhooks): followers answer too;
 3. informers: every replica keeps its caches warm, so a new leader acts at once;
-4. once caches have synced: ready, and the leader election campaign starts; the informers
-   ready does not wait for (``add_informer(wait=False)``) start then, so their first lists
-   do not slow the others';
+4. once caches have synced: ready, and the leader election campaign starts; an informer
+   started on demand (``add_informer(wait=False)``) starts when first wanted
+   (``Informer.want``), never before the others have synced: a cache only rare decisions
+   read costs nothing until one does;
 5. each leadership term: a fresh LIST of every informer (a follower's cache may have gone
    stale unnoticed: a new leader must not act on it), then the controllers, with every known
    key enqueued once (level-triggered: nothing changed while no one led is missed).
@@ -84,8 +85,8 @@ class Manager:
     release_reserve: float = RELEASE_SECONDS
     _servers: list[tuple[str, Callable[[], Awaitable[None]]]] = field(default_factory=list)
     _informers: list[Informer] = field(default_factory=list)
-    _after_sync: list[Informer] = field(default_factory=list)
-    # Invariant: _informers and _after_sync are disjoint; only _informers gate sync.
+    _on_demand: list[Informer] = field(default_factory=list)
+    # Invariant: _informers and _on_demand are disjoint; only _informers gate sync.
     _leader_work: list[_LeaderWork] = field(default_factory=list)
     _drains: list[tuple[str, Drain]] = field(default_factory=list)
     _tasks: dict[str, asyncio.Task[Any]] = field(default_factory=dict)
@@ -107,11 +108,13 @@ class Manager:
 
     def add_informer(self, informer: Informer, *, wait: bool = True) -> None:
         """``wait=False``: a cache that only rare decisions read (and those wait for it
-        themselves): started once the others have synced, so its first list does not slow
-        theirs, and waited for neither by ready nor by the election while that list runs
-        (``sync_timeout`` at most: past it, ready is False until it has filled). Once filled,
-        it counts as every other: its health toward ready, a relist each new term."""
-        (self._informers if wait else self._after_sync).append(informer)
+        themselves): started on demand, when first wanted (``Informer.want``) and the others
+        have synced; until then it holds nothing and opens no watch. Neither ready nor the
+        election waits for its first list (``sync_timeout`` at most from when it was wanted:
+        past it, ready is False until it has filled). Once filled, it counts as every other:
+        its health toward ready, a relist each new term. Once started, it runs until the
+        manager stops."""
+        (self._informers if wait else self._on_demand).append(informer)
 
     def add_controller(
         self,
@@ -123,14 +126,14 @@ class Manager:
 
     def retry_informers(self) -> None:
         """The API server answers again: every informer waiting out a backoff retries now."""
-        for informer in (*self._informers, *self._after_sync):
+        for informer in (*self._informers, *self._on_demand):
             informer.retry_now()
 
     def ready(self) -> bool:
         """Synced, every filled informer's cache proven current (``Informer.healthy``: none
         between a lost stream and a relist or resumed watch that proves it again), none of
-        those ready does not wait for still filling past ``sync_timeout``, every component
-        running. Unlike ``alive``, this turns False during an API server outage, and stays
+        those started on demand still filling past ``sync_timeout`` since wanted, every
+        component running. Unlike ``alive``, this turns False during an API server outage, and stays
         False until each cache has caught up: a kubelet then takes the replica out of its
         Services rather than let it answer from stale caches."""
         if self._stopping:
@@ -138,14 +141,17 @@ class Manager:
         return (
             self.synced.is_set()
             and all(i.healthy for i in self._informers)
-            and all(self._fine_after_sync(i) for i in self._after_sync)
+            and all(self._fine_on_demand(i) for i in self._on_demand)
             and all(not t.done() for n, t in self._tasks.items() if not n.startswith("controller:"))
         )
 
-    def _fine_after_sync(self, informer: Informer) -> bool:
+    def _fine_on_demand(self, informer: Informer) -> bool:
         if informer.has_synced:
             return informer.healthy
-        return time.monotonic() - self._synced_at < self.sync_timeout
+        if informer.wanted_at is None:
+            return True  # not started: nothing to fill
+        since = max(informer.wanted_at, self._synced_at)  # it starts no sooner than sync
+        return time.monotonic() - since < self.sync_timeout
 
     def alive(self) -> bool:
         """Every long-lived task still runs (a crashed informer means restart me)."""
@@ -164,12 +170,17 @@ class Manager:
             self.synced.set()
             self._synced_at = time.monotonic()
             log.info("caches synced", informers=[i.name for i in self._informers])
-            for informer in self._after_sync:
-                self._start(f"informer:{informer.name}", informer.run())
+            for informer in self._on_demand:
+                self._start(f"informer:{informer.name}", self._when_wanted(informer))
             self._start("leader-election", self.leadership.run())
             await self._lead_while_elected(stop)
         finally:
             await self._shut_down()
+
+    async def _when_wanted(self, informer: Informer) -> None:
+        await informer.wait_wanted()
+        log.info("cache wanted: listing it", informer=informer.name)
+        await informer.run()
 
     async def _wait_synced(self, stop: asyncio.Event) -> None:
         waits = [i.wait_synced(self.sync_timeout) for i in self._informers]
@@ -225,7 +236,7 @@ class Manager:
         started = time.monotonic()
         # One still on its first list is as fresh as a relist; asked to relist, it would
         # start that list again (or, listing in pages, list once more when its watch ends).
-        filled = [i for i in self._after_sync if i.has_synced]
+        filled = [i for i in self._on_demand if i.has_synced]
         try:
             await all_of(
                 *(

@@ -358,6 +358,9 @@ class Informer:
         self.metrics = InformerMetrics.of(client.registry)
         self._handlers: list[Handler] = []
         self._synced = asyncio.Event()
+        self._wanted = asyncio.Event()
+        self.wanted_at: float | None = None
+        """When ``want`` was first called (monotonic), if ever."""
         self._resource_version = ""
         self._running = False
         self._path = resource.path(namespace)
@@ -378,6 +381,18 @@ class Informer:
     def resource_version(self) -> str:
         """Where the next watch resumes: the newest resourceVersion seen (bookmarks count)."""
         return self._resource_version
+
+    def want(self) -> None:
+        """Ask for this cache to be filled: one its runner starts on demand (the manager's
+        ``add_informer(wait=False)``) starts its first list now. Idempotent; for an informer
+        that runs from the start, nothing."""
+        if self.wanted_at is None:
+            self.wanted_at = time.monotonic()
+            self._wanted.set()
+
+    async def wait_wanted(self) -> None:
+        """Until ``want`` has been called."""
+        await self._wanted.wait()
 
     async def wait_synced(self, timeout: float) -> None:
         """Wait for the first full LIST; raises TimeoutError after ``timeout`` seconds."""

@@ -113,14 +113,16 @@ class LinkerdConfigController:
         return self.caches.informers
 
     @property
-    def informers_after_sync(self) -> list[Informer]:
-        """Those ready need not wait for: only a changed trust bundle reads the meshed pods,
-        and it waits for them (``_meshed``). Listed once the others are in, every meshed pod
-        of a large mesh (a second LIST of pods) no longer holds back ready."""
+    def informers_on_demand(self) -> list[Informer]:
+        """Those started only when first wanted: only a changed trust bundle reads the meshed
+        pods, and it waits for them (``_meshed``). Until one does, every meshed pod of a
+        large mesh (a second LIST and watch of pods, and a key each in memory) costs nothing
+        and holds back nothing."""
         return [self.meshed_pods]
 
     def _meshed(self) -> list[Keyed]:
         if not self.meshed_pods.has_synced:
+            self.meshed_pods.want()
             raise MeshUnseen(f"the cache of meshed pods ({self.meshed_pods.name}) has not filled")
         return self.meshed_pods.store.items()
 

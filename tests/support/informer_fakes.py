@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -230,14 +231,24 @@ async def running(inf: Informer, api: FakeApi) -> AsyncIterator[asyncio.Task[Non
 class SyncsWhenTold:
     """An informer as the manager sees it: its cache fills when the test says (``fill``),
     and is healthy while the test says; ``started`` once the manager has run it;
-    ``relists``: the reason of each relist asked of it."""
+    ``relists``: the reason of each relist asked of it; ``want`` as ``Informer.want``."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.healthy = False
         self.started = asyncio.Event()
         self.relists: list[str] = []
+        self.wanted_at: float | None = None
         self._filled = asyncio.Event()
+        self._wanted = asyncio.Event()
+
+    def want(self) -> None:
+        if self.wanted_at is None:
+            self.wanted_at = time.monotonic()
+            self._wanted.set()
+
+    async def wait_wanted(self) -> None:
+        await self._wanted.wait()
 
     @property
     def has_synced(self) -> bool:

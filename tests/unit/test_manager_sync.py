@@ -68,11 +68,11 @@ async def test_a_component_down_before_the_caches_sync_starts_no_campaign() -> N
 
 
 @contextlib.asynccontextmanager
-async def running_with_a_later_cache(
+async def running_with_a_cache_on_demand(
     manager: Manager, *, filled: bool = False
 ) -> AsyncIterator[tuple[SyncsWhenTold, SyncsWhenTold]]:
     """``manager`` running with a cache it waits for ("pods", filled already if ``filled``)
-    and one it does not ("meshed-pods", ``wait=False``); stopped on the way out."""
+    and one started on demand ("meshed-pods", ``wait=False``); stopped on the way out."""
     needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
     manager.add_informer(needed)  # type: ignore[arg-type]
     manager.add_informer(later, wait=False)  # type: ignore[arg-type]
@@ -87,24 +87,37 @@ async def running_with_a_later_cache(
         await asyncio.wait_for(task, 10)
 
 
-async def test_an_informer_ready_does_not_wait_for_starts_once_the_others_have_synced() -> None:
-    """``add_informer(wait=False)``: neither ready nor the election waits for it, and its
-    first list starts only once the others' are in (it does not slow them); once it has
-    filled, its health counts toward ready like any other's."""
+async def test_an_informer_on_demand_starts_when_wanted_and_never_before_the_others_synced() -> (
+    None
+):
+    """``add_informer(wait=False)``: not started until wanted, and then not before the others'
+    first lists are in (it does not slow them); neither ready nor the election waits for it;
+    once it has filled, its health counts toward ready like any other's."""
     manager = Manager(NoElection())
-    async with running_with_a_later_cache(manager) as (needed, later):
+    async with running_with_a_cache_on_demand(manager) as (needed, later):
         await until(needed.started.is_set)
+        later.want()  # wanted early: still waits for the others
         await asyncio.sleep(0.05)
         assert not later.started.is_set(), "listed before the others were in"
         assert not manager.ready()
         needed.fill()
         await until(manager.ready)
-        assert later.started.is_set() and not later.has_synced  # ready without it
+        await until(later.started.is_set)
+        assert not later.has_synced  # ready without it
         assert manager.synced.is_set()
         later.fill()
         assert manager.ready()
         later.healthy = False  # its stream lost, as any cache's
         assert not manager.ready()
+
+
+async def test_an_informer_on_demand_never_wanted_is_never_started() -> None:
+    manager = Manager(NoElection(), sync_timeout=0.2)
+    async with running_with_a_cache_on_demand(manager, filled=True) as (_, later):
+        await until(lambda: manager.leading)
+        await asyncio.sleep(0.4)  # past sync_timeout: nothing to fill, nothing late
+        assert not later.started.is_set()
+        assert manager.ready()
 
 
 async def test_a_new_term_relists_what_has_filled_not_a_first_list_still_running(
@@ -115,18 +128,25 @@ async def test_a_new_term_relists_what_has_filled_not_a_first_list_still_running
     and a relist would start it again. Nor does the term wait for it."""
     monkeypatch.setattr(manager_module, "FRESH_SYNC_SECONDS", -1.0)  # every term relists
     manager = Manager(NoElection())
-    async with running_with_a_later_cache(manager, filled=True) as (needed, later):
+    async with running_with_a_cache_on_demand(manager, filled=True) as (needed, later):
+        later.want()
         await until(lambda: manager.leading)
         assert needed.relists == ["leadership gained"]
         assert later.relists == [] and not later.has_synced
 
 
-async def test_a_cache_ready_does_not_wait_for_that_never_fills_makes_the_replica_unready() -> None:
+async def test_a_cache_on_demand_that_never_fills_makes_the_replica_unready_once_wanted() -> None:
     """Waited for by nothing while its first list runs, but not for ever: past
-    ``sync_timeout`` unfilled (its list failing, say), ready is False until it fills."""
+    ``sync_timeout`` from when it was wanted, unfilled (its list failing, say), ready is
+    False until it fills."""
     manager = Manager(NoElection(), sync_timeout=0.3)
-    async with running_with_a_later_cache(manager, filled=True) as (_, later):
+    async with running_with_a_cache_on_demand(manager, filled=True) as (_, later):
         await until(manager.ready)
+        await asyncio.sleep(0.4)
+        assert manager.ready()  # not wanted: not late
+        later.want()
+        await until(later.started.is_set)
+        assert manager.ready()  # wanted just now
         await until(lambda: not manager.ready())
         assert not later.has_synced
         later.fill()

@@ -556,10 +556,11 @@ WAITS = "trust bundle change waits for the meshed pods"
 
 
 async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() -> None:
-    """Ready does not wait for the meshed pods' cache (``informers_after_sync``): until it has
-    filled, a reconcile that changes the trust bundle writes nothing, says nothing in status
-    and is tried again shortly; then the guard judges it (here: held, a pod on [X] alone). A
-    reconcile that leaves the bundle alone does not wait for the cache."""
+    """The meshed pods' cache is started on demand (``informers_on_demand``): the first
+    reconcile that changes the trust bundle wants it, and until it has filled writes nothing,
+    says nothing in status and is tried again shortly; then the guard judges it (here: held,
+    a pod on [X] alone). A reconcile that leaves the bundle alone neither wants nor waits for
+    the cache."""
     x, _, first, (ctl, writer, _, config_cm) = await both_anchors_reconciled()
     preserved, roots_copy, ours, roots = writer.applied
     installed_roots = modern_install()[1]
@@ -573,6 +574,7 @@ async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() 
     with capture_logs() as logs:
         await ctl.reconcile("modern")  # the bundle unchanged: no wait
     assert WAITS not in [e["event"] for e in logs]
+    assert ctl.meshed_pods.wanted_at is None
     only_b = {**first, "metadata": {**first["metadata"], "generation": 2}}
     only_b["spec"] = {
         **first["spec"],
@@ -585,6 +587,7 @@ async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() 
         waited = await ctl.reconcile("modern")
     assert waited == Result(requeue_after=MESH_UNSEEN_RETRY_SECONDS)
     assert WAITS in [e["event"] for e in logs]
+    assert ctl.meshed_pods.wanted_at is not None  # its first list starts now
     assert writer.applied == [] and writer.created == [] and writer.patched == []
     assert len(writer.statuses) == statuses
     filled(ctl.meshed_pods)
