@@ -301,7 +301,7 @@ FLOOR_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     # As `run` imports it: without the system CA bundle aiohttp's import would load.
     (
         "+ aiohttp (client and server)",
-        ("linkerd_config.kube.tls:import_aiohttp_without_system_cas", "aiohttp.web"),
+        ("linkerd_config.kube.tls:import_aiohttp_lean", "aiohttp.web"),
     ),
     (
         "+ protobuf, PyYAML, orjson, structlog, prometheus-client",

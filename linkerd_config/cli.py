@@ -25,11 +25,11 @@ def _run(args: argparse.Namespace) -> int:
     import asyncio  # noqa: PLC0415
 
     from linkerd_config.kube.tls import (  # noqa: PLC0415
-        import_aiohttp_without_system_cas,
+        import_aiohttp_lean,
         small_tls_read_buffers,
     )
 
-    import_aiohttp_without_system_cas()
+    import_aiohttp_lean()
     small_tls_read_buffers()
     from linkerd_config.app import run  # noqa: PLC0415
     from linkerd_config.kube.kubeconfig import AccessError  # noqa: PLC0415
@@ -50,9 +50,9 @@ def _inspect(args: argparse.Namespace) -> int:
     except settings_module.SettingsError as exc:
         print(f"linkerd-config {args.command}: {exc}", file=sys.stderr)
         return 1
-    from linkerd_config.kube.tls import import_aiohttp_without_system_cas  # noqa: PLC0415
+    from linkerd_config.kube.tls import import_aiohttp_lean  # noqa: PLC0415
 
-    import_aiohttp_without_system_cas()
+    import_aiohttp_lean()
     from linkerd_config import inspection  # noqa: PLC0415
     from linkerd_config.logs import configure_logging  # noqa: PLC0415
 

@@ -15,8 +15,8 @@ from tests.support.anchors import trust_anchor
 
 PROBE = """
 import json, sys
-from linkerd_config.kube.tls import import_aiohttp_without_system_cas
-import_aiohttp_without_system_cas()
+from linkerd_config.kube.tls import import_aiohttp_lean
+import_aiohttp_lean()
 import linkerd_config.app
 before = sorted(m for m in sys.modules if m.split(".")[0] == "cryptography" or m in WATCHED)
 {then}

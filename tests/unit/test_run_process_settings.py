@@ -1,9 +1,10 @@
 """What ``run`` sets for its whole process before it starts (``kube.tls``).
 
-``import_aiohttp_without_system_cas``: aiohttp imported without loading the system
-CA bundle into the two default contexts it makes at import (which nothing here uses), the
-environment left as it was, and a context asked for the system roots afterwards still gets
-them. Each case runs in a fresh interpreter: aiohttp is imported once per process.
+``import_aiohttp_lean``: aiohttp imported without loading the system CA bundle into the
+two default contexts it makes at import (which nothing here uses), the environment left as it
+was, and a context asked for the system roots afterwards still gets them; nor the system's
+MIME table when aiohttp.web is imported. Each case runs in a fresh interpreter: aiohttp is
+imported once per process.
 
 ``small_tls_read_buffers``: TLS connections read into 16 KiB, not asyncio's 256 KiB."""
 
@@ -25,11 +26,15 @@ from linkerd_config.kube.tls import small_tls_read_buffers
 
 PROBE = """
 import json, os, ssl, sys
-from linkerd_config.kube.tls import import_aiohttp_without_system_cas
-import_aiohttp_without_system_cas()
-import_aiohttp_without_system_cas()  # a second call does nothing
+from linkerd_config.kube.tls import import_aiohttp_lean
+import_aiohttp_lean()
+import_aiohttp_lean()  # a second call does nothing
 import aiohttp.connector as connector
+import aiohttp.web, mimetypes
 print(json.dumps({
+    "mime_types": len(mimetypes.types_map),
+    "mime_default": len(mimetypes._types_map_default),
+    "json_type": mimetypes.guess_type("x.json")[0],
     "aiohttp_verified": connector._SSL_CONTEXT_VERIFIED.cert_store_stats()["x509_ca"],
     "aiohttp_unverified": connector._SSL_CONTEXT_UNVERIFIED.cert_store_stats()["x509_ca"],
     "default_after": ssl.create_default_context().cert_store_stats()["x509_ca"],
@@ -71,6 +76,9 @@ def test_aiohttp_defaults_hold_no_cas_and_the_system_roots_stay_usable(bundle_en
     assert answer["aiohttp_unverified"] == 0
     assert answer["env"] == expected_env
     assert answer["default_after"] == roots
+    # The module's own table, no system file read; what it knows still answers.
+    assert answer["mime_types"] == answer["mime_default"]
+    assert answer["json_type"] == "application/json"
 
 
 async def test_tls_connections_read_into_16_kib_and_lose_nothing(
