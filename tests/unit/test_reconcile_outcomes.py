@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import hashlib
+import json
 from typing import Any
 
 import pytest
@@ -595,6 +596,35 @@ async def test_a_bundle_change_waits_unwritten_until_the_meshed_pods_are_seen() 
     written = writer.statuses[-1]
     assert conditions(written)["ConfigMapSynced"] == ("False", "TrustAnchorRemovalHeld")
     assert written["trustAnchorHold"]["pods"] == ["shop/bystander-1"]
+
+
+async def test_a_legacy_bundle_change_is_written_without_wanting_the_meshed_pods() -> None:
+    """In the legacy format no pod says which bundle it runs (edge-19.12's injector stamps no
+    trust-root hash), so the guard holds nothing there: a removal is written at once, and the
+    meshed pods' cache, which could tell nothing, is never wanted (never started)."""
+    first = config()
+    identity = first["spec"]["global"]["identityContext"]
+    x = identity["trustAnchorsPEM"]
+    identity["trustAnchorsPEM"] = f"{x.strip()}\n{SECOND_TRUST_ANCHOR.strip()}"
+    ctl, writer, _ = controller(first, configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    preserved, ours = writer.applied
+    ctl.configmaps.store.put(preserved)
+    ctl.configmaps.store.put(merged(install_configmap(), ours))
+    filled(ctl.meshed_pods, yet=False)
+    only_b = copy.deepcopy({**first, "metadata": {**first["metadata"], "generation": 2}})
+    only_b["spec"]["global"]["identityContext"]["trustAnchorsPEM"] = SECOND_TRUST_ANCHOR
+    ctl.configs.store.put({**only_b, "status": writer.statuses[-1]})
+    writer.applied.clear()
+    with capture_logs() as logs:
+        assert await ctl.reconcile("edge-19.12.3") == Result()
+    assert WAITS not in [e["event"] for e in logs]
+    assert ctl.meshed_pods.wanted_at is None
+    _, written = writer.applied  # the preserved copy, then linkerd-config itself
+    assert written["metadata"]["name"] == "linkerd-config"
+    anchors = json.loads(written["data"]["global"])["identityContext"]["trustAnchorsPem"]
+    assert anchors.strip() == SECOND_TRUST_ANCHOR.strip()
+    assert conditions(writer.statuses[-1])["ConfigMapSynced"][0] == "True"
 
 
 def meshed_pod(name: str, bundle: str) -> Json:
