@@ -78,10 +78,14 @@ class ConfigMapWrites:
         key = f"{where.namespace}/{preserved_name(name)}"
         existing = self.configmaps.get(key)
         wanted = preserved_copy(where, part, config["metadata"]["name"])
-        foreign = None if existing is None else foreign_in_copy(existing, wanted)
-        if from_preserved(existing) == part and foreign is None:
+        if from_preserved(existing) == part and (
+            existing is None or foreign_in_copy(existing, wanted) is None
+        ):
             return
-        await self.writer.apply(CONFIGMAPS, wanted)
+        # What is left beyond our copy once applied is someone else's: what we wrote before
+        # and not now goes with the apply (server-side apply drops a field its manager no
+        # longer sends), and is not foreign.
+        foreign = foreign_in_copy(await self.writer.apply(CONFIGMAPS, wanted), wanted)
         if foreign is not None:
             # Planted by someone else: it must not come back with a restore.
             await self.writer.merge_patch(

@@ -50,3 +50,29 @@ async def test_an_apply_on_a_stale_version_is_refused_and_on_the_current_one_lan
         assert "resourceVersion" not in str(landed["metadata"].get("managedFields"))
     finally:
         await kube.request("DELETE", CONFIGMAPS.path("default", name), fenced=False)
+
+
+async def test_an_apply_answers_with_what_others_own_and_without_what_we_stopped_sending(
+    kube: KubeClient,
+) -> None:
+    """What ``configmap_writes.preserve`` reads from an apply's answer: a key we sent before
+    and no longer send is gone (no one else owns it), a key someone else planted stays (ours
+    cannot remove it: it is removed by a merge patch then), as are their metadata entries."""
+    writer = Writer(kube, "precondition-test")
+    name = f"answer-{uuid.uuid4().hex[:8]}"
+    first = body(name, "1")
+    first["data"] = {"ours": "1", "dropped": "x"}  # type: ignore[index]
+    await writer.apply(CONFIGMAPS, first)
+    try:
+        await kube.request(
+            "PATCH",
+            CONFIGMAPS.path("default", name),
+            body={"data": {"planted": "y"}, "metadata": {"annotations": {"planted": "z"}}},
+            content_type=MERGE_PATCH,
+            fenced=False,
+        )
+        answer = await writer.apply(CONFIGMAPS, body(name, "2"))
+        assert answer["data"] == {"ours": "2", "planted": "y"}
+        assert answer["metadata"]["annotations"] == {"planted": "z"}
+    finally:
+        await kube.request("DELETE", CONFIGMAPS.path("default", name), fenced=False)

@@ -4,12 +4,14 @@ caches filled by hand (no API server); ``conditions`` reads the status the write
 
 from __future__ import annotations
 
+import copy
 from types import SimpleNamespace
 from typing import Any
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import Json
+from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 
 
@@ -27,6 +29,9 @@ class FakeWriter:
         """Each apply's ``resource_version``, in the order of ``applied``."""
         self.calls: list[str] = []
         """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
+        self.server: Store | None = None
+        """Where the objects are as the API server has them, if the test keeps them (the
+        controller's cache of ConfigMaps): an apply then answers as server-side apply does."""
 
     async def apply(
         self, _resource: Any, obj: Json, *, resource_version: str | None = None
@@ -36,7 +41,38 @@ class FakeWriter:
         self.applied.append(obj)
         self.apply_preconditions.append(resource_version)
         self.calls.append(f"apply:{obj['metadata']['name']}")
-        return obj
+        return self._applied(obj)
+
+    def _applied(self, obj: Json) -> Json:
+        """The object as server-side apply leaves it: what was sent, and what another field
+        manager owns there, kept (in ``server``'s copy, the keys and metadata entries no
+        apply of ours ever sent to that object); what we sent before and not now is gone."""
+        meta = obj["metadata"]
+        existing = (
+            None
+            if self.server is None
+            else self.server.get(
+                f"{meta.get('namespace')}/{meta['name']}" if meta.get("namespace") else meta["name"]
+            )
+        )
+        if existing is None:
+            return obj
+        ours = [a for a in self.applied if a["metadata"]["name"] == meta["name"]]
+        answer = copy.deepcopy(obj)
+        for path in (
+            ("data",),
+            ("binaryData",),
+            ("metadata", "labels"),
+            ("metadata", "annotations"),
+        ):
+            sent = {k for a in ours for k in _at(a, path)}
+            others = {k: v for k, v in _at(existing, path).items() if k not in sent}
+            if others:
+                target = answer
+                for part in path:
+                    target = target.setdefault(part, {})
+                target.update(others)
+        return answer
 
     async def create(self, _resource: Any, obj: Json, *, field_manager: str) -> Json:
         if self.refuse_create is not None:
@@ -91,6 +127,7 @@ def controller(
     ctl = LinkerdConfigController(no_client, recorder)  # type: ignore[arg-type]
     filled(*ctl.informers)
     writer = FakeWriter()
+    writer.server = ctl.configmaps.store
     for part in (ctl, ctl.rollout, ctl.writes, ctl.outcomes):
         part.writer = writer  # type: ignore[assignment]
     for config in configs:
@@ -102,3 +139,14 @@ def controller(
 
 def conditions(status: Json) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+_OWNED_BY_KEY = (("data",), ("binaryData",), ("metadata", "labels"), ("metadata", "annotations"))
+"""Where a ConfigMap's fields are owned key by key."""
+
+
+def _at(obj: Json, path: tuple[str, ...]) -> dict[str, Any]:
+    found: Any = obj
+    for part in path:
+        found = (found or {}).get(part)
+    return dict(found or {})

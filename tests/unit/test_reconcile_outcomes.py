@@ -460,6 +460,28 @@ async def test_what_someone_planted_in_a_copy_is_removed_not_restored_later() ->
     ]
 
 
+async def test_a_key_the_copy_no_longer_keeps_leaves_with_our_apply_not_as_foreign() -> None:
+    """Someone removes a key of linkerd-config that is not ours (``install``): the copy of what
+    we do not write follows, and the key leaves it with our own server-side apply (we sent it
+    before). It is nobody else's content: nothing is patched away, nothing is warned of."""
+    ctl, writer, _ = controller(config(), configmap=install_configmap())
+    await ctl.reconcile("edge-19.12.3")
+    preserved, ours = writer.applied
+    assert "install" in preserved["data"]
+    ctl.configmaps.store.put(preserved)
+    edited = merged(install_configmap(), ours)
+    del edited["data"]["install"]
+    ctl.configmaps.store.put(edited)
+    before = len(writer.applied)
+    with capture_logs() as logs:
+        await ctl.reconcile("edge-19.12.3")
+    (kept,) = writer.applied[before:]
+    assert kept["metadata"]["name"] == "linkerd-config-preserved"
+    assert "install" not in kept["data"]
+    assert writer.patched == []
+    assert "foreign content removed from a preserved copy" not in [e["event"] for e in logs]
+
+
 # -- reverts counted: linkerd_config_configmap_reverts_total{linkerdconfig} ------------------
 
 REVERTS = "linkerd_config_configmap_reverts_total"
