@@ -37,7 +37,6 @@ Pure decisions over cached metadata; the controller executes them. The policy:
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -47,6 +46,7 @@ from linkerd_config.kube import revisions
 from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
 from linkerd_config.kube.resource import Json, rfc3339, split_key
+from linkerd_config.kube.shared_records import SharedRecords
 
 RECONCILE_LABEL = "config.linkerd.io/reconcile"
 RECONCILE_AUTO = "auto"
@@ -174,28 +174,14 @@ POD_ANNOTATIONS = (
 """The only labels and annotations of a pod any decision here reads."""
 
 
-_SHARED: dict[tuple[object, ...], Any] = {}
-MAX_SHARED = 4096
-"""Distinct label sets, annotation sets and controller references shared among cached pods;
-a hostile churn of distinct values clears the table rather than grow it."""
-
-
-def _shared(key: tuple[object, ...], make: Callable[[], Any]) -> Any:
-    """One object for every pod whose projection holds an equal one: at 50,000 pods a few
-    label sets, versions and owners repeat, and one dict each is enough (cached objects are
-    never mutated: the informer contract)."""
-    found = _SHARED.get(key)
-    if found is None:
-        if len(_SHARED) >= MAX_SHARED:
-            _SHARED.clear()
-        found = _SHARED[key] = make()
-    return found
+_SHARED: SharedRecords[tuple[object, ...], Any] = SharedRecords(4096)
+"""Distinct label sets, annotation sets and controller references shared among cached pods."""
 
 
 def _kept(mapping: Json | None, keys: tuple[str, ...]) -> Json:
-    """The listed entries, values interned, the dict itself shared (``_shared``)."""
+    """The listed entries, values interned, the dict itself shared (``_SHARED``)."""
     entries = tuple((k, str(mapping[k])) for k in keys if k in mapping) if mapping else ()
-    kept: Json = _shared(entries, lambda: {k: sys.intern(v) for k, v in entries})
+    kept: Json = _SHARED.get(entries, lambda: {k: sys.intern(v) for k, v in entries})
     return kept
 
 
@@ -232,7 +218,7 @@ def pod_projection(pod: Json) -> Json:
     owner = revisions.controller_ref(pod)
     if owner is not None:
         kind, name = str(owner.get("kind")), str(owner.get("name"))
-        kept["ownerReferences"] = _shared(
+        kept["ownerReferences"] = _SHARED.get(
             ("ownerReferences", kind, name),
             lambda: [{"kind": sys.intern(kind), "name": sys.intern(name), "controller": True}],
         )
@@ -267,7 +253,7 @@ def running_pod_metadata(pod: Json) -> Json:
 
     A pod with a controller is cached without its name and namespace, which its key holds
     (the informer keys what it lists and watches as served), and shares its record with the
-    pods transformed just before it that agree on all the rest (``RECENT_RECORDS``): the
+    pods transformed just before it that agree on all the rest (``_RECENT``, the last 256): the
     replicas of one ReplicaSet, and the pods of like workloads in other namespaces. Only a
     pod that is its own workload (``owning_workload``), or one being deleted, keeps its name
     and namespace and a record of its own. ``cached_pods`` reads each whole again."""
@@ -287,18 +273,11 @@ def running_pod_metadata(pod: Json) -> Json:
         tuple(meta["annotations"].items()),
         tuple((kind, c["name"], c["image"]) for kind in _CONTAINERS for c in spec.get(kind, ())),
     )
-    shared = _RECENT.get(same)
-    if shared is not None:
-        _RECENT.move_to_end(same)
-        return shared
-    _RECENT[same] = projected
-    if len(_RECENT) > RECENT_RECORDS:
-        _RECENT.popitem(last=False)
-    return projected
+    shared: Json = _RECENT.get(same, lambda: projected)
+    return shared
 
 
-_RECENT: OrderedDict[tuple[object, ...], Json] = OrderedDict()
-RECENT_RECORDS = 256
+_RECENT: SharedRecords[tuple[object, ...], Json] = SharedRecords(256, recent=True)
 
 
 def cached_pods(items: Iterable[tuple[str, Json]]) -> Iterator[Json]:

@@ -59,6 +59,7 @@ from typing import Final
 from linkerd_config.kube import x509_reader
 from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.resource import Json, Keyed
+from linkerd_config.kube.shared_records import SharedRecords
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.reconcile import Desired, preserved_name
@@ -591,7 +592,7 @@ def _unguarded(change: BundleChange) -> Decision:
 
 # -- the meshed pods' cache --------------------------------------------------------------------
 
-_RECORDS: dict[str, Json] = {}
+_RECORDS: SharedRecords[str, Json] = SharedRecords(4 * MAX_KNOWN_BUNDLES)
 _UNSTAMPED: Json = {"metadata": {"annotations": {}}}
 
 
@@ -604,12 +605,9 @@ def meshed_pod_projection(pod: Json) -> Json:
     digest = ((pod.get("metadata") or {}).get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
     if not isinstance(digest, str) or not digest:
         return _UNSTAMPED
-    record = _RECORDS.get(digest)
-    if record is None:
-        if len(_RECORDS) >= 4 * MAX_KNOWN_BUNDLES:
-            _RECORDS.clear()  # hostile churn: stop sharing rather than grow
-        annotations = {TRUST_ROOT_ANNOTATION: sys.intern(digest)}
-        record = _RECORDS[digest] = {"metadata": {"annotations": annotations}}
+    record: Json = _RECORDS.get(
+        digest, lambda: {"metadata": {"annotations": {TRUST_ROOT_ANNOTATION: sys.intern(digest)}}}
+    )
     return record
 
 

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from linkerd_config.kube.resource import Json
+from linkerd_config.kube.shared_records import SharedRecords
 from linkerd_config.linkerd import rollout
 
 DESIRED = rollout.DesiredProxy(version="edge-26.8.3", trust_root_sha256="a" * 64)
@@ -135,8 +136,7 @@ def test_an_ownerless_pod_is_its_own_workload_by_name() -> None:
 def test_only_recent_siblings_share_and_the_table_stays_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(rollout, "RECENT_RECORDS", 6)
-    monkeypatch.setattr(rollout, "_RECENT", rollout.OrderedDict())
+    monkeypatch.setattr(rollout, "_RECENT", SharedRecords(6, recent=True))
     first = rollout.running_pod_metadata(pod("web-a", owner="web"))
     for i in range(50):  # one pod per owner: nothing to share
         record = rollout.running_pod_metadata(pod(f"p-{i}", owner=f"rs-{i}"))
