@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,26 +35,16 @@ def status(pid: int) -> dict[str, float]:
 
 
 def launch(variant: str, kubeconfig: Path) -> sb.Proc:
-    """``run`` from ``variant``'s tree (its directory first on the path, as ``-m`` puts it)."""
+    """``run`` from ``variant``'s tree, with its environment variables."""
     tree, _, assignments = variant.partition("|")
-    env = {**os.environ, "PYTHONPATH": tree}
-    for assignment in filter(None, assignments.split(";")):
-        key, _, value = assignment.partition("=")
-        env[key] = value
+    env = dict(a.partition("=")[::2] for a in assignments.split(";") if a)
     health = sb.free_port()
     argv = sb.ours_argv(
         kubeconfig, "--metrics-bind-address=0", f"--health-probe-bind-address=127.0.0.1:{health}"
     )
-    started = time.monotonic()
-    popen = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=tree,
-    )
-    return sb.Proc("ours", popen, started, ready_port=health)
+    proc = sb.spawn("ours", argv, env, tree=Path(tree))
+    proc.ready_port = health
+    return proc
 
 
 async def measure(args: argparse.Namespace) -> dict[str, list[tuple[float, float]]]:

@@ -231,9 +231,13 @@ class Proc:
                 self.popen.wait()
 
 
-def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+def spawn(
+    name: str, argv: list[str], env: dict[str, str] | None = None, *, tree: Path | None = None
+) -> Proc:
+    """A peer's process; ours runs the code of ``tree`` (a checkout's root; this one's if
+    None), from it, as ``-m`` puts the working directory first on the path."""
     if name == "ours":
-        env = {**(env or {}), "PYTHONPATH": str(BENCH.parent)}
+        env = {**(env or {}), "PYTHONPATH": str(tree or BENCH.parent)}
     started = time.monotonic()
     popen = subprocess.Popen(
         argv,
@@ -241,6 +245,7 @@ def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env={**os.environ, **(env or {})},
+        cwd=tree,
     )
     return Proc(name, popen, started)
 
