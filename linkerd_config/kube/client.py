@@ -62,6 +62,8 @@ PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8
 _AS_METADATA = ";as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 _AS_METADATA_LIST = ";as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 CONTENT_TYPES = {"protobuf": PROTOBUF, "json": APPLICATION_JSON}
+"""What ``--kube-api-content-type`` takes: how informers ask for built-in types (client-go's
+``rest.Config.ContentType``); custom resources and every write are JSON either way."""
 
 READ_BUFFER = 64 * 1024
 """What a response buffers before its connection stops reading (twice this), and the most a
@@ -69,8 +71,7 @@ gzipped body is inflated into at once: aiohttp's default is 256 KiB, and a LIST 
 objects inflates twenty-fold, so the pages read at once (two informers' lists, each with its
 next page asked ahead) held 1.5 MiB more, which set the peak at 10,000 pods (probe medians
 of 3: 53.3 -> 52.4 MiB, ready unchanged)."""
-"""What ``--kube-api-content-type`` takes: how informers ask for built-in types (client-go's
-``rest.Config.ContentType``); custom resources and every write are JSON either way."""
+
 _REFUSED_CODES = frozenset({406, 415})
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})

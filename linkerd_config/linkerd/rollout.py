@@ -278,13 +278,18 @@ def running_pod_metadata(pod: Json) -> Json:
 
 
 _RECENT: SharedRecords[tuple[object, ...], Json] = SharedRecords(256, recent=True)
+"""Records of the opted-in pods transformed last, by what they hold, for the pods after them
+to share: a list gives a ReplicaSet's pods one after another (their names begin with its
+name), and a rollout restarts them together. Bounded small, so a cluster of one pod per
+owner (nothing to share) pays a few KiB for it, not a table entry per pod."""
 
 
 def cached_pods(items: Iterable[tuple[str, Json]]) -> Iterator[Json]:
     """The opted-in pods as the decisions read them, from the cache's (key, record) pairs:
     a shared record (``running_pod_metadata``) with the name and namespace its key holds,
-    one pod at a time (never all at once: at 50,000 pods that would be the 20 MiB sharing
-    saves); a record of a pod's own as it is."""
+    made as it is read, so a decision that iterates once (the controller's plan) never holds
+    them all (at 50,000 pods, the 20 MiB the sharing saves); a record of a pod's own as it
+    is. ``plan`` and ``status`` (``LinkerdCaches.view``) make them all, once a command."""
     for key, record in items:
         meta = record["metadata"]
         if "namespace" in meta:
@@ -292,12 +297,6 @@ def cached_pods(items: Iterable[tuple[str, Json]]) -> Iterator[Json]:
             continue
         namespace, name = split_key(key)
         yield {**record, "metadata": {**meta, "namespace": namespace, "name": name}}
-
-
-"""Records of the opted-in pods transformed last, by what they hold, for their siblings to
-share: a list gives a ReplicaSet's pods one after another (their names begin with its name),
-and a rollout restarts them together. Bounded small, so a cluster of one pod per owner (no
-sibling to share with) pays a few KiB for it, not a table entry per pod."""
 
 
 @reads(*(f for f in POD_FIELDS if isinstance(f, tuple) or f.startswith("metadata.")))

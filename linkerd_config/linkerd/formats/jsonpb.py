@@ -190,17 +190,16 @@ def _field(out: list[str], message: Message, field: Field) -> None:
 
 def _is_map(field: Field) -> bool:
     return bool(
-        field.is_repeated
-        and field.type == _TYPE_MESSAGE
-        and field.message_type.full_name in _map_entries(field.message_type.file.serialized_pb)
+        field.is_repeated and field.type == _TYPE_MESSAGE and _is_map_entry(field.message_type)
     )
 
 
 @cache
-def _map_entries(file: bytes) -> frozenset[str]:
-    """A file's map entry messages, read from its descriptor: asking a message for its
+def _is_map_entry(message: Any) -> bool:
+    """Whether a message is a map's entries, read from its file's descriptor (once a message:
+    upb serializes the file anew at each ``serialized_pb``): asking the message for its
     options (``GetOptions().map_entry``) would import descriptor_pb2 (1.2 MiB) to answer."""
-    return frozenset(map_entries(file))
+    return message.full_name in set(map_entries(message.file.serialized_pb))
 
 
 def _map(out: list[str], field: Field, value: Any) -> None:
