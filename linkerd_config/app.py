@@ -186,7 +186,7 @@ def _assemble(
         )
     on_demand = controller.informers_on_demand
     for informer in controller.informers:
-        manager.add_informer(informer, wait=informer not in on_demand)
+        manager.add_informer(informer, on_demand=informer in on_demand)
     manager.add_controller(controller.controller, controller.config_names, controller.new_term)
     return app
 

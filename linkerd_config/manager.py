@@ -6,7 +6,7 @@ Each component is one coroutine that runs until cancelled. Start order, and why:
 2. servers that every replica runs (the admission webhooks): followers answer too;
 3. informers: every replica keeps its caches warm, so a new leader acts at once;
 4. once caches have synced: ready, and the leader election campaign starts; an informer
-   started on demand (``add_informer(wait=False)``) starts when first wanted
+   started on demand (``add_informer(on_demand=True)``) starts when first wanted
    (``Informer.want``), never before the others have synced: a cache only rare decisions
    read costs nothing until one does;
 5. each leadership term: a fresh LIST of every informer (a follower's cache may have gone
@@ -106,15 +106,15 @@ class Manager:
         in the grace the release does not need (``RELEASE_SECONDS``)."""
         self._drains.append((name, drain))
 
-    def add_informer(self, informer: Informer, *, wait: bool = True) -> None:
-        """``wait=False``: a cache that only rare decisions read (and those wait for it
+    def add_informer(self, informer: Informer, *, on_demand: bool = False) -> None:
+        """``on_demand``: a cache that only rare decisions read (and those wait for it
         themselves): started on demand, when first wanted (``Informer.want``) and the others
         have synced; until then it holds nothing and opens no watch. Neither ready nor the
         election waits for its first list (``sync_timeout`` at most from when it was wanted:
         past it, ready is False until it has filled). Once filled, it counts as every other:
         its health toward ready, a relist each new term. Once started, it runs until the
         manager stops."""
-        (self._informers if wait else self._on_demand).append(informer)
+        (self._on_demand if on_demand else self._informers).append(informer)
 
     def add_controller(
         self,

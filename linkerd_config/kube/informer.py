@@ -384,7 +384,7 @@ class Informer:
 
     def want(self) -> None:
         """Ask for this cache to be filled: one its runner starts on demand (the manager's
-        ``add_informer(wait=False)``) starts its first list now. Idempotent; for an informer
+        ``add_informer(on_demand=True)``) starts its first list now. Idempotent; for an informer
         that runs from the start, nothing."""
         if self.wanted_at is None:
             self.wanted_at = time.monotonic()

@@ -45,7 +45,7 @@ from typing import Any
 from linkerd_config.kube import revisions
 from linkerd_config.kube.field_tree import reads
 from linkerd_config.kube.labels import EVERYTHING, LabelSelector
-from linkerd_config.kube.resource import Json, rfc3339, split_key
+from linkerd_config.kube.resource import Json, Keyed, rfc3339, split_key
 from linkerd_config.kube.shared_records import SharedRecords
 
 RECONCILE_LABEL = "config.linkerd.io/reconcile"
@@ -284,7 +284,7 @@ name), and a rollout restarts them together. Bounded small, so a cluster of one 
 owner (nothing to share) pays a few KiB for it, not a table entry per pod."""
 
 
-def cached_pods(items: Iterable[tuple[str, Json]]) -> Iterator[Json]:
+def cached_pods(items: Iterable[Keyed]) -> Iterator[Json]:
     """The opted-in pods as the decisions read them, from the cache's (key, record) pairs:
     a shared record (``running_pod_metadata``) with the name and namespace its key holds,
     made as it is read, so a decision that iterates once (the controller's plan) never holds

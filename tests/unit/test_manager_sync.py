@@ -72,10 +72,10 @@ async def running_with_a_cache_on_demand(
     manager: Manager, *, filled: bool = False
 ) -> AsyncIterator[tuple[SyncsWhenTold, SyncsWhenTold]]:
     """``manager`` running with a cache it waits for ("pods", filled already if ``filled``)
-    and one started on demand ("meshed-pods", ``wait=False``); stopped on the way out."""
+    and one started on demand ("meshed-pods", ``on_demand=True``); stopped on the way out."""
     needed, later = SyncsWhenTold("pods"), SyncsWhenTold("meshed-pods")
     manager.add_informer(needed)  # type: ignore[arg-type]
-    manager.add_informer(later, wait=False)  # type: ignore[arg-type]
+    manager.add_informer(later, on_demand=True)  # type: ignore[arg-type]
     if filled:
         needed.fill()
     stop = asyncio.Event()
@@ -90,7 +90,7 @@ async def running_with_a_cache_on_demand(
 async def test_an_informer_on_demand_starts_when_wanted_and_never_before_the_others_synced() -> (
     None
 ):
-    """``add_informer(wait=False)``: not started until wanted, and then not before the others'
+    """``add_informer(on_demand=True)``: not started until wanted, and then not before the others'
     first lists are in (it does not slow them); neither ready nor the election waits for it;
     once it has filled, its health counts toward ready like any other's."""
     manager = Manager(NoElection())
