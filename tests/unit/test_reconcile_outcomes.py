@@ -482,6 +482,30 @@ async def test_a_key_the_copy_no_longer_keeps_leaves_with_our_apply_not_as_forei
     assert "foreign content removed from a preserved copy" not in [e["event"] for e in logs]
 
 
+async def test_a_values_key_the_copy_no_longer_keeps_leaves_with_our_apply_not_as_foreign() -> None:
+    """The same in the values format: ``linkerd-crds-chart-version`` (Linkerd's, not ours)
+    removed from linkerd-config leaves the copy with our own apply, nothing patched away."""
+    ctl, writer, _, config_cm = await reconciled_modern()
+    preserved = next(
+        a for a in writer.applied if a["metadata"]["name"] == "linkerd-config-preserved"
+    )
+    ours = next(a for a in writer.applied if a["metadata"]["name"] == "linkerd-config")
+    assert "linkerd-crds-chart-version" in preserved["data"]
+    ctl.configmaps.store.put(preserved)
+    edited = merged(config_cm, ours)
+    del edited["data"]["linkerd-crds-chart-version"]
+    ctl.configmaps.store.put(edited)
+    before = len(writer.applied)
+    with capture_logs() as logs:
+        await ctl.reconcile("modern")
+    kept = [
+        a for a in writer.applied[before:] if a["metadata"]["name"] == preserved["metadata"]["name"]
+    ]
+    assert kept and "linkerd-crds-chart-version" not in kept[-1]["data"]
+    assert writer.patched == []
+    assert "foreign content removed from a preserved copy" not in [e["event"] for e in logs]
+
+
 # -- reverts counted: linkerd_config_configmap_reverts_total{linkerdconfig} ------------------
 
 REVERTS = "linkerd_config_configmap_reverts_total"
