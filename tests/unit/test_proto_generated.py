@@ -178,4 +178,4 @@ def test_the_vendored_shapes_cover_the_types_informers_decode() -> None:
         "k8s.io.api.apps.v1.DaemonSetStatus",
         "k8s.io.api.coordination.v1.LeaseSpec",
     ):
-        assert shapes["messages"].get(message), message
+        assert json.loads(shapes["messages"].get(message) or "{}"), message

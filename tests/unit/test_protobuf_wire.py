@@ -840,3 +840,27 @@ def test_the_map_entries_read_from_the_descriptor_set_are_those_protobuf_names()
     named = {m.full_name for m in every if m.GetOptions().map_entry}
     assert f"{META}.ObjectMeta.LabelsEntry" in named
     assert {m.full_name for m in every} & pw.types().map_entries == named
+
+
+def test_a_messages_shapes_are_parsed_when_first_read_and_as_the_file_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dataclasses  # noqa: PLC0415
+    import json  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    fresh = pw._Types()
+    monkeypatch.setattr(pw, "types", lambda: fresh)
+    monkeypatch.setattr(pw, "_CONVERTERS", {})
+    assert fresh._shapes == {}
+    pw.decode_object(wrapped("apps/v1", "Deployment", deployment()), tree_of("metadata.labels"))
+    read = set(fresh._shapes)
+    assert f"{APPS}.Deployment" in read and f"{META}.ObjectMeta" in read
+    assert f"{CORE}.PodSpec" not in read  # outside the tree: never parsed
+    assert len(read) < len(fresh._fields) / 10
+    packed = json.loads((Path(pw.__file__).with_name("k8s_api") / "json_shapes.json").read_text())
+    for name, text in packed["messages"].items():
+        assert {f: list(dataclasses.astuple(s)) for f, s in fresh.fields_of(name).items()} == (
+            json.loads(text)
+        ), name
+    assert fresh.fields_of(f"{META}.NoSuchMessage") == {}
