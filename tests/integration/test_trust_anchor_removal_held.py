@@ -9,7 +9,9 @@ with anchors made as the docs make them (EC P-256 root CAs).
    stays on ``[A]`` (nothing restarts it).
 4. ``[B]`` drops ``A``, which vote-bot still needs: ``plan`` shows the hold before anything is
    applied; applied, nothing is written (the audit log shows no write to the trust roots),
-   ``ConfigMapSynced=False TrustAnchorRemovalHeld`` names the pod, ``status`` too.
+   ``ConfigMapSynced=False TrustAnchorRemovalHeld`` names the pod, ``status`` too. The API
+   server restarted: still held. The controller replaced by a new one, its caches empty (the
+   meshed pods' only filled once the bundle change wants them): held again, nothing written.
 5. vote-bot's pod deleted, its ReplicaSet recreates it with ``[A, B]``: the removal proceeds,
    the trust roots say ``[B]``, the hold leaves status and the opted-in pods move to ``[B]``.
 """
@@ -211,6 +213,34 @@ async def test_a_removal_is_held_while_a_pod_needs_the_anchor_then_proceeds(
         ]
         assert len(warned) == 1 and warned[0]["type"] == "Warning"
         await asyncio.sleep(2.0)  # several reconciles (pod events wake it): still nothing
+        roots_written = [
+            e
+            for e in successful_writes(cp, "patch", "configmaps", "linkerd", "linkerd-config/")
+            if e["objectRef"].get("name") == TRUST_ROOTS_CONFIGMAP and received_at(e) >= applied
+        ]
+        assert roots_written == []
+        assert await trust_roots(kube) == both
+
+        # 4b. The API server restarts under the hold (the caches' watches break and resume):
+        # the removal stays held, nothing written.
+        await asyncio.to_thread(cp.restart_apiserver)
+        await eventually(held, timeout=60, what="the hold after the API server's restart")
+        await asyncio.sleep(2.0)
+        assert await trust_roots(kube) == both
+
+    # 4c. A new controller takes over, its caches empty: the meshed pods' cache starts only
+    # when a bundle change wants it, and until it has filled nothing is written; then the
+    # removal is held again, by what it sees, not by what the status said.
+    async with controller(cp, restart_interval=0.5, injector_wait=600) as app:
+        meshed = app.controller.meshed_pods
+        await eventually(
+            lambda: asyncio.sleep(0, result=meshed.has_synced), timeout=60,
+            what="the new controller's meshed pods' cache wanted and filled",
+        )  # fmt: skip
+        assert holder in meshed.store
+        cond = await eventually(held, timeout=60, what="the removal held by the new controller")
+        assert holder in cond["message"]
+        await asyncio.sleep(2.0)
         roots_written = [
             e
             for e in successful_writes(cp, "patch", "configmaps", "linkerd", "linkerd-config/")
