@@ -46,19 +46,22 @@ class Writer:
         found = await self.client.request("GET", resource.path(namespace))
         return list(found.get("items") or [])
 
-    async def apply(
-        self, resource: ApiResource, obj: Json, *, resource_version: str | None = None
-    ) -> Json:
+    async def apply(self, resource: ApiResource, obj: Json, *, on: Json | None = None) -> Json:
         """Server-side apply of ``obj`` (named by its metadata), taking over conflicting
         fields: we are the source of truth for the fields we send, and only for those.
 
-        ``resource_version``: a precondition, for a body derived from a cached read (a key
-        whose text is ours and someone else's at once, such as Helm's ``values``): ApiError
-        with ``conflict`` (409) when the object changed since, so a change the cache has not
-        shown yet is never written over."""
+        ``on``: the cached read the body was derived from (a key whose text is ours and
+        someone else's at once, such as Helm's ``values``), a precondition on its
+        resourceVersion and uid: ApiError with ``conflict`` (409) when the object changed
+        since, or was deleted since. A change the cache has not shown yet is never written
+        over, and a deletion it has not shown never answered by a new object holding only
+        what we send (an apply creates what is missing, whatever resourceVersion it names;
+        a uid that no object has stops it)."""
         meta = obj["metadata"]
-        if resource_version is not None:
-            obj = {**obj, "metadata": {**meta, "resourceVersion": resource_version}}
+        if on is not None:
+            cached = on.get("metadata") or {}
+            precondition = {k: cached[k] for k in ("resourceVersion", "uid") if cached.get(k)}
+            obj = {**obj, "metadata": {**meta, **precondition}}
         with self._own.writing(resource, meta.get("namespace"), meta["name"]) as wrote:
             return wrote(
                 await self.client.request(

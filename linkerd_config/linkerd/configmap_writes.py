@@ -84,8 +84,11 @@ class ConfigMapWrites:
             return
         # What is left beyond our copy once applied is someone else's: what we wrote before
         # and not now goes with the apply (server-side apply drops a field its manager no
-        # longer sends), and is not foreign.
-        foreign = foreign_in_copy(await self.writer.apply(CONFIGMAPS, wanted), wanted)
+        # longer sends), and is not foreign. Conditional on the copy as cached: one that
+        # moved since (our last write, not yet seen) is refused (409), and the reconcile
+        # runs again on what is there, never writing an older view over a newer copy.
+        applied = await self.writer.apply(CONFIGMAPS, wanted, on=existing)
+        foreign = foreign_in_copy(applied, wanted)
         if foreign is not None:
             # Planted by someone else: it must not come back with a restore.
             await self.writer.merge_patch(
@@ -103,15 +106,13 @@ class ConfigMapWrites:
         """Our keys in a companion ConfigMap (the trust roots); the rest of it is not ours.
         A deleted one is first restored whole from its copy, as the target is."""
         owner = config["metadata"]["name"]
-        version = resource_version(current)
+        on = current
         if current is None:
             restored_fields = await self.restore(desired, owner, name)
         else:
-            restored_fields, version = await self.restore_keys(desired, name, current)
+            restored_fields, on = await self.restore_keys(desired, name, current)
         if desired.companions.get(name):
-            await self.writer.apply(
-                CONFIGMAPS, companion_body(desired, name, owner), resource_version=version
-            )
+            await self.writer.apply(CONFIGMAPS, companion_body(desired, name, owner), on=on)
         target = f"{desired.target.namespace}/{name}"
         keys = ", ".join(sorted(desired.companions.get(name, {})))
         if current is None:
@@ -127,11 +128,11 @@ class ConfigMapWrites:
 
     async def restore_keys(
         self, desired: Desired, name: str, current: Json
-    ) -> tuple[list[str], str | None]:
+    ) -> tuple[list[str], Json]:
         """Put back, from its copy, the keys dependency ``name`` cannot do without and someone
         deleted (those we do not write ourselves), under the restore's field manager and on
         the cached version (not over a change since); the names of those put back, and the
-        version the ConfigMap is at now."""
+        ConfigMap as it is now (``current``, or what the restore left)."""
         ours = desired.companions.get(name, {})
         needed = missing_keys({name: current}, desired, name)
         part = from_preserved(
@@ -140,14 +141,14 @@ class ConfigMapWrites:
         keys = {k: part.data[k] for k in needed if k not in ours and part and k in part.data}
         version = resource_version(current)
         if not keys:
-            return [], version
+            return [], current
         patch: Json = {"data": keys}
         if version is not None:
             patch["metadata"] = {"resourceVersion": version}
         patched = await self.writer.merge_patch(
             CONFIGMAPS, desired.target.namespace, name, patch, field_manager=RESTORE_FIELD_MANAGER
         )
-        return sorted(keys), resource_version(patched)
+        return sorted(keys), patched
 
     async def restore(self, desired: Desired, owner_name: str, name: str = "") -> list[str]:
         """Recreate a deleted ConfigMap (the target, or ``name``) whole, under a field manager
@@ -182,9 +183,7 @@ class ConfigMapWrites:
         owner_name = config["metadata"]["name"]
         restored_fields = await self.restore(desired, owner_name) if current is None else []
         # On the cached object it was rendered onto: values is Helm's text and ours at once.
-        await self.writer.apply(
-            CONFIGMAPS, apply_body(desired, owner_name), resource_version=resource_version(current)
-        )
+        await self.writer.apply(CONFIGMAPS, apply_body(desired, owner_name), on=current)
         self.metrics.reverts.labels(owner_name)  # from the first write: a later revert counts
         if current is None:
             reason, message = "ConfigMapCreated", f"created ConfigMap {target}"

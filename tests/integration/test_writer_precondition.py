@@ -1,6 +1,7 @@
-"""``Writer.apply`` with a ``resource_version`` is conditional on the real API server: a body
-rendered from a cached read is refused (409) once someone else has changed the object, so a
-change the cache has not shown yet is never written over; on the current version it lands."""
+"""``Writer.apply`` ``on`` a cached read is conditional on the real API server: a body
+rendered from a cached read is refused (409) once someone else has changed the object, or
+deleted it, so a change the cache has not shown yet is never written over and a deletion
+never answered by a bare new object; on the current version it lands."""
 
 from __future__ import annotations
 
@@ -37,15 +38,11 @@ async def test_an_apply_on_a_stale_version_is_refused_and_on_the_current_one_lan
             fenced=False,
         )
         with pytest.raises(ApiError) as refused:
-            await writer.apply(
-                CONFIGMAPS, body(name, "2"), resource_version=cached["metadata"]["resourceVersion"]
-            )
+            await writer.apply(CONFIGMAPS, body(name, "2"), on=cached)
         assert refused.value.conflict, refused.value
         now = await kube.request("GET", CONFIGMAPS.path("default", name))
         assert now["data"] == {"ours": "1", "theirs": "helm"}
-        landed = await writer.apply(
-            CONFIGMAPS, body(name, "2"), resource_version=theirs["metadata"]["resourceVersion"]
-        )
+        landed = await writer.apply(CONFIGMAPS, body(name, "2"), on=theirs)
         assert landed["data"] == {"ours": "2", "theirs": "helm"}
         assert "resourceVersion" not in str(landed["metadata"].get("managedFields"))
     finally:
@@ -76,3 +73,21 @@ async def test_an_apply_answers_with_what_others_own_and_without_what_we_stopped
         assert answer["metadata"]["annotations"] == {"planted": "z"}
     finally:
         await kube.request("DELETE", CONFIGMAPS.path("default", name), fenced=False)
+
+
+async def test_an_apply_on_the_version_of_an_object_deleted_since_is_refused(
+    kube: KubeClient,
+) -> None:
+    """A cache that has not yet shown a deletion: the apply on its version creates nothing
+    (a preserved copy deleted meanwhile comes back only from a reconcile that saw it go).
+    The API server refuses it as a conflict, the refusal the reconcile takes quietly."""
+    writer = Writer(kube, "precondition-test")
+    name = f"deleted-{uuid.uuid4().hex[:8]}"
+    cached = await writer.apply(CONFIGMAPS, body(name, "1"))
+    await kube.request("DELETE", CONFIGMAPS.path("default", name), fenced=False)
+    with pytest.raises(ApiError) as refused:
+        await writer.apply(CONFIGMAPS, body(name, "2"), on=cached)
+    assert refused.value.conflict, refused.value
+    with pytest.raises(ApiError) as gone:
+        await kube.request("GET", CONFIGMAPS.path("default", name))
+    assert gone.value.status == 404

@@ -10,7 +10,7 @@ from typing import Any
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import Informer
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, resource_version
 from linkerd_config.kube.store import Store
 from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
 
@@ -26,20 +26,22 @@ class FakeWriter:
         self.refuse_status: ApiError | None = None
         self.preconditions: list[str | None] = []
         self.apply_preconditions: list[str | None] = []
-        """Each apply's ``resource_version``, in the order of ``applied``."""
+        """The resourceVersion of each apply's precondition (``on``), in the order of
+        ``applied``."""
+        self.apply_uids: list[str | None] = []
+        """The uid of each apply's precondition, in the order of ``applied``."""
         self.calls: list[str] = []
         """The order of the writes: ``status``, or the ConfigMap written (``apply:NAME``)."""
         self.server: Store | None = None
         """Where the objects are as the API server has them, if the test keeps them (the
         controller's cache of ConfigMaps): an apply then answers as server-side apply does."""
 
-    async def apply(
-        self, _resource: Any, obj: Json, *, resource_version: str | None = None
-    ) -> Json:
+    async def apply(self, _resource: Any, obj: Json, *, on: Json | None = None) -> Json:
         if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
             raise self.refuse
         self.applied.append(obj)
-        self.apply_preconditions.append(resource_version)
+        self.apply_preconditions.append(resource_version(on))
+        self.apply_uids.append(((on or {}).get("metadata") or {}).get("uid"))
         self.calls.append(f"apply:{obj['metadata']['name']}")
         return self._applied(obj)
 

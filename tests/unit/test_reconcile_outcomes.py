@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.controller import Result
-from linkerd_config.kube.resource import Json
+from linkerd_config.kube.resource import Json, resource_version
 from linkerd_config.linkerd import rollback, rollout
 from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
 from linkerd_config.linkerd.status_outcomes import MESH_UNSEEN_RETRY_SECONDS
@@ -130,9 +130,9 @@ async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_i
     fmt: str,
 ) -> None:
     """The managed key is rendered onto the cached ConfigMap (in the values format, Helm's
-    text and ours at once), so its apply carries the cached resourceVersion: a change the
-    cache has not shown yet (a ``helm upgrade`` racing the write) is refused by the API
-    server (409) rather than written over. That is no failure to report: nothing Warning,
+    text and ours at once), so its apply carries the cached resourceVersion and uid: a
+    change the cache has not shown yet (a ``helm upgrade`` racing the write), or a deletion,
+    is refused by the API server (409) rather than written over. That is no failure to report: nothing Warning,
     no status; the change's own watch event brings the next reconcile."""
     if fmt == "legacy":
         cached, name, other = install_configmap(), "edge-19.12.3", None
@@ -141,7 +141,7 @@ async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_i
         cached, other = modern_install()
         name = "modern"
         ctl, writer, recorder = controller(small(), configmap=cached)
-    cached["metadata"]["resourceVersion"] = "41"
+    cached["metadata"].update(resourceVersion="41", uid="the-cached-one")
     ctl.configmaps.store.put(cached)
     if other is not None:
         ctl.configmaps.store.put(other)
@@ -153,11 +153,69 @@ async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_i
     writer.refuse = None
     await ctl.reconcile(name)
     target = [
-        version
-        for obj, version in zip(writer.applied, writer.apply_preconditions, strict=True)
+        (version, uid)
+        for obj, version, uid in zip(
+            writer.applied, writer.apply_preconditions, writer.apply_uids, strict=True
+        )
         if obj["metadata"]["name"] == "linkerd-config"
     ]
-    assert target == ["41"]
+    # The uid too: deleted since, the object is not created anew holding only our keys
+    # (an apply creates what is missing whatever resourceVersion it names; the API server
+    # refuses a uid no object has: test_writer_precondition.py).
+    assert target == [("41", "the-cached-one")]
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+async def test_a_preserved_copy_is_applied_on_its_cached_version_and_a_moved_one_is_left(
+    fmt: str,
+) -> None:
+    """The copy of what is not ours is rendered from the caches, so its apply carries the
+    cached copy's resourceVersion: a copy that moved since (our own last write, not yet
+    seen) is refused (409) and nothing further is written (the target, rendered from the
+    same caches, neither); the next reconcile, on what the watch shows, writes it."""
+    if fmt == "legacy":
+        cached, name, other = install_configmap(), "edge-19.12.3", None
+        ctl, writer, recorder = controller(config(), configmap=cached)
+    else:
+        cached, other = modern_install()
+        name = "modern"
+        ctl, writer, recorder = controller(small(), configmap=cached)
+    if other is not None:
+        ctl.configmaps.store.put(other)
+    await ctl.reconcile(name)
+    (copy_sent,) = [
+        a for a in writer.applied if a["metadata"]["name"] == "linkerd-config-preserved"
+    ]
+    seen = copy.deepcopy(copy_sent)
+    seen["metadata"]["resourceVersion"] = "7"
+    ctl.configmaps.store.put(seen)
+    # Someone else's key appears in the target: the copy must follow it.
+    changed = copy.deepcopy(ctl.configmaps.store.get(CM_KEY))
+    changed["data"]["theirs"] = "kept aside"
+    ctl.configmaps.store.put(changed)
+    del writer.applied[:], writer.apply_preconditions[:]
+    answer = writer.apply
+    conflict = ApiError(409, "PATCH", "/x", {"reason": "Conflict", "message": "modified"}, None)
+
+    async def copy_moved(resource: Any, obj: Json, *, on: Json | None = None) -> Json:
+        if obj["metadata"]["name"] == "linkerd-config-preserved":
+            writer.apply_preconditions.append(resource_version(on))
+            raise conflict
+        return await answer(resource, obj, on=on)
+
+    writer.apply = copy_moved  # type: ignore[method-assign]
+    assert await ctl.reconcile(name) == Result(requeue=True)
+    assert writer.applied == [] and writer.apply_preconditions == ["7"]
+    assert not any(t == "Warning" for t, _ in recorder.events)
+    writer.apply = answer  # type: ignore[method-assign]
+    del writer.apply_preconditions[:]
+    await ctl.reconcile(name)
+    copies = [
+        (a["data"], version)
+        for a, version in zip(writer.applied, writer.apply_preconditions, strict=True)
+        if a["metadata"]["name"] == "linkerd-config-preserved"
+    ]
+    assert [(data["theirs"], version) for data, version in copies] == [("kept aside", "7")]
 
 
 async def test_a_deleted_configmap_is_recreated_whole_from_the_preserved_copy() -> None:
