@@ -125,15 +125,10 @@ async def test_a_refused_write_is_reported_and_retried_with_backoff(
     assert ("Warning", "ConfigMapWriteFailed") in recorder.events
 
 
-@pytest.mark.parametrize("fmt", ["legacy", "values"])
-async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_is_quiet(
-    fmt: str,
-) -> None:
-    """The managed key is rendered onto the cached ConfigMap (in the values format, Helm's
-    text and ours at once), so its apply carries the cached resourceVersion and uid: a
-    change the cache has not shown yet (a ``helm upgrade`` racing the write), or a deletion,
-    is refused by the API server (409) rather than written over. That is no failure to report: nothing Warning,
-    no status; the change's own watch event brings the next reconcile."""
+def installed(fmt: str, **meta: str) -> tuple[Any, FakeWriter, FakeRecorder, str]:
+    """A controller over Linkerd's install in ``fmt`` (``legacy``: edge-19.12.1's
+    linkerd-config; ``values``: edge-26.8.3's and its trust roots), the installed
+    linkerd-config's metadata updated with ``meta``; and the LinkerdConfig's name."""
     if fmt == "legacy":
         cached, name, other = install_configmap(), "edge-19.12.3", None
         ctl, writer, recorder = controller(config(), configmap=cached)
@@ -141,10 +136,24 @@ async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_i
         cached, other = modern_install()
         name = "modern"
         ctl, writer, recorder = controller(small(), configmap=cached)
-    cached["metadata"].update(resourceVersion="41", uid="the-cached-one")
+    cached["metadata"].update(meta)
     ctl.configmaps.store.put(cached)
     if other is not None:
         ctl.configmaps.store.put(other)
+    return ctl, writer, recorder, name
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+async def test_a_write_rendered_on_a_stale_cache_is_conditional_and_a_conflict_is_quiet(
+    fmt: str,
+) -> None:
+    """The managed key is rendered onto the cached ConfigMap (in the values format, Helm's
+    text and ours at once), so its apply carries the cached resourceVersion and uid: a
+    change the cache has not shown yet (a ``helm upgrade`` racing the write), or a deletion,
+    is refused by the API server (409) rather than written over. That is no failure to
+    report: nothing Warning, no status; the change's own watch event brings the next
+    reconcile."""
+    ctl, writer, recorder, name = installed(fmt, resourceVersion="41", uid="the-cached-one")
     writer.refuse = ApiError(409, "PATCH", "/x", {"reason": "Conflict", "message": "the "
                              "object has been modified"}, None)  # fmt: skip
     assert await ctl.reconcile(name) == Result(requeue=True)
@@ -173,15 +182,7 @@ async def test_a_preserved_copy_is_applied_on_its_cached_version_and_a_moved_one
     cached copy's resourceVersion: a copy that moved since (our own last write, not yet
     seen) is refused (409) and nothing further is written (the target, rendered from the
     same caches, neither); the next reconcile, on what the watch shows, writes it."""
-    if fmt == "legacy":
-        cached, name, other = install_configmap(), "edge-19.12.3", None
-        ctl, writer, recorder = controller(config(), configmap=cached)
-    else:
-        cached, other = modern_install()
-        name = "modern"
-        ctl, writer, recorder = controller(small(), configmap=cached)
-    if other is not None:
-        ctl.configmaps.store.put(other)
+    ctl, writer, recorder, name = installed(fmt)
     await ctl.reconcile(name)
     (copy_sent,) = [
         a for a in writer.applied if a["metadata"]["name"] == "linkerd-config-preserved"
