@@ -129,7 +129,8 @@ def scale_section(results: dict[str, Any]) -> str:
         "list (`KUBE_FEATURE_WatchListClient=true`), and with a streaming list and a transform "
         "keeping only the label and annotations our decisions read (`--trim`). Ours is ready "
         "when `/readyz` answers 200 (polled every 20 ms). The limit is a bare "
-        "process: a paginated LIST (500 a page) decoded and dropped, as JSON or as metadata "
+        "process: a paginated LIST (500 a page; ours asks for 1,000) decoded and dropped, "
+        "as JSON or as metadata "
         "(start, memory), or one watch and a PATCH (drift); kopf keeps an index of the opted-in "
         "pods and reverts the key from an `on.event` handler."
     )
