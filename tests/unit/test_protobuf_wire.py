@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
+import json
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -845,10 +848,6 @@ def test_the_map_entries_read_from_the_descriptor_set_are_those_protobuf_names()
 def test_a_messages_shapes_are_parsed_when_first_read_and_as_the_file_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import dataclasses  # noqa: PLC0415
-    import json  # noqa: PLC0415
-    from pathlib import Path  # noqa: PLC0415
-
     fresh = pw._Types()
     monkeypatch.setattr(pw, "types", lambda: fresh)
     monkeypatch.setattr(pw, "_CONVERTERS", {})
