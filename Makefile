@@ -52,7 +52,7 @@ test-integration: binaries ## integration tests only
 PROPERTY_EXAMPLES ?= 20000
 property: $(STAMP) ## the rollout's and the trust-anchor guard's safety invariants, a long randomized search (PROPERTY_EXAMPLES; make test runs a short derandomized one)
 	ROLLOUT_PROPERTY_EXAMPLES=$(PROPERTY_EXAMPLES) $(PY) -m pytest -ra -p no:cacheprovider \
-		tests/unit/test_rollout_invariants.py tests/unit/test_trust_anchor_guard_properties.py
+		tests/unit/rollout/test_rollout_invariants.py tests/unit/trust/test_trust_anchor_guard_properties.py
 
 lint: $(STAMP) ## ruff check + format check, mypy --strict, import-linter's layer contracts
 	$(VENV)/bin/ruff check .
@@ -89,11 +89,11 @@ bench-scale: binaries $(BENCH_STAMP) ## the scale bench alone (tables in bench/R
 	PYTHONPATH=. $(PY) bench/results_tables.py
 
 generate: $(STAMP) ## regenerate the CRD, webhook configurations (kustomize + chart, with the alert rules), protobuf code and the docs' field table
-	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource > manifests/crd/linkerdconfigs.yaml.tmp
+	$(PY) -m linkerd_config.linkerd.spec.crd > manifests/crd/linkerdconfigs.yaml.tmp
 	mv manifests/crd/linkerdconfigs.yaml.tmp manifests/crd/linkerdconfigs.yaml
-	$(PY) -m linkerd_config.linkerd.linkerdconfig_resource --local > manifests/crd-local/linkerdconfigs.yaml.tmp
+	$(PY) -m linkerd_config.linkerd.spec.crd --local > manifests/crd-local/linkerdconfigs.yaml.tmp
 	mv manifests/crd-local/linkerdconfigs.yaml.tmp manifests/crd-local/linkerdconfigs.yaml
-	$(PY) -m linkerd_config.linkerd.webhooks > manifests/webhook/webhooks.yaml.tmp
+	$(PY) -m linkerd_config.linkerd.admission.webhooks > manifests/webhook/webhooks.yaml.tmp
 	mv manifests/webhook/webhooks.yaml.tmp manifests/webhook/webhooks.yaml
 	cp manifests/crd-local/linkerdconfigs.yaml manifests/chart/files/linkerdconfigs-local.yaml
 	cp manifests/crd/linkerdconfigs.yaml manifests/webhook/webhooks.yaml \

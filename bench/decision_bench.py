@@ -19,10 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.preview import RolloutDefaults, plan, status
-from linkerd_config.linkerd.reconcile import desired_config, target_of
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.configmap.desired import desired_config
+from linkerd_config.linkerd.spec.crd import target_of
+from linkerd_config.linkerd.status.plan import RolloutDefaults, plan, status
+from linkerd_config.linkerd.status.view import ClusterView
 from tests.support.samples import install_configmap, sample
 
 RESULTS = Path(__file__).parent / "results" / "decisions.json"
@@ -36,14 +37,14 @@ def cluster(pods: int) -> ClusterView:
         ns, deployment = f"ns{(i // 2) % 2000}", f"app{i // 2}"
         version = OLD if (i // 2) % 2 else NEW
         objects.append(
-            rollout.running_pod_metadata(
+            mesh.running_pod_metadata(
                 {
                     "metadata": {
                         "name": f"{deployment}-{i}",
                         "namespace": ns,
                         "uid": f"uid-{i}",
-                        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
-                        "annotations": {rollout.PROXY_VERSION_ANNOTATION: version},
+                        "labels": {mesh.RECONCILE_LABEL: mesh.RECONCILE_AUTO},
+                        "annotations": {mesh.PROXY_VERSION_ANNOTATION: version},
                         "ownerReferences": [
                             {"kind": "ReplicaSet", "name": f"{deployment}-rs", "controller": True}
                         ],
@@ -51,7 +52,7 @@ def cluster(pods: int) -> ClusterView:
                 }
             )
         )
-        replicasets[f"{ns}/{deployment}-rs"] = rollout.replicaset_projection(
+        replicasets[f"{ns}/{deployment}-rs"] = mesh.replicaset_projection(
             {
                 "metadata": {
                     "name": f"{deployment}-rs",

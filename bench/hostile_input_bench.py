@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
+from linkerd_config.linkerd.configmap.desired import current_data, desired_config
 from linkerd_config.linkerd.formats import InstalledDataError, bounded
 from linkerd_config.linkerd.formats.helm_values import dump_values
-from linkerd_config.linkerd.reconcile import current_data, desired_config, target_of
+from linkerd_config.linkerd.spec.crd import target_of
 from tests.support.hostile import bombed_values, installed_values, with_values
 from tests.support.samples import modern_install
 

@@ -18,7 +18,7 @@ from linkerd_config.app import build, running
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS_V1ALPHA1
 from linkerd_config.logs import configure_logging
 from tests.support import scenario
 from tests.support.samples import sample

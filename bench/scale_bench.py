@@ -73,15 +73,15 @@ from devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
-from linkerd_config.linkerd.rollout import (
+from linkerd_config.linkerd.mesh import (
     POD_ANNOTATIONS,
     POD_LABELS,
     PROXY_VERSION_ANNOTATION,
     RECONCILE_AUTO,
     RECONCILE_LABEL,
 )
-from linkerd_config.linkerd.trust_anchor_guard import MESHED_LABEL
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS_V1ALPHA1
+from linkerd_config.linkerd.trust.guard import MESHED_LABEL
 from tests.support import scenario
 from tests.support.samples import sample
 
@@ -253,7 +253,7 @@ def spawn(
 def peer_argv(peer: str, kubeconfig: Path, desired: Path, pods: int) -> list[str]:
     if peer in ("go", "go-stream"):
         return [str(ensure_go_peer()), "--kubeconfig", str(kubeconfig)]
-    if peer == "go-trim":  # the same kept fields as ours (rollout.POD_LABELS, POD_ANNOTATIONS)
+    if peer == "go-trim":  # the same kept fields as ours (mesh.POD_LABELS, POD_ANNOTATIONS)
         return [str(ensure_go_peer()), "--kubeconfig", str(kubeconfig), "--trim",
                 "--keep-labels", ",".join(POD_LABELS),
                 "--keep-annotations", ",".join(POD_ANNOTATIONS)]  # fmt: skip

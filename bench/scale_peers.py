@@ -34,7 +34,7 @@ import orjson
 import yaml
 
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.rollout import CANDIDATE_LABEL_SELECTOR, RUNNING_FIELD_SELECTOR
+from linkerd_config.linkerd.mesh import CANDIDATE_LABEL_SELECTOR, RUNNING_FIELD_SELECTOR
 
 PAGE = 500
 PARTIAL_METADATA_LIST = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"

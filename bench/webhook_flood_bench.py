@@ -34,7 +34,7 @@ from devcluster.cluster import ControlPlaneOptions, LocalControlPlane, free_port
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH
+from linkerd_config.linkerd.admission.webhooks import MUTATE_PATH, VALIDATE_PATH
 from tests.support.run_process import RunProcess
 from tests.support.samples import sample
 from tests.support.scenario import install_crd

@@ -37,15 +37,15 @@ from linkerd_config.kube.serving import (
     serve_tls,
 )
 from linkerd_config.kube.watch_health import WatchHealth
-from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.reconciler import LinkerdConfigController
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     CONVERSION_PROBE,
     CONVERSION_REFUSAL,
     CONVERT_PATH,
     LINKERD_CONFIGS_V1ALPHA1,
     LOCAL_CONVERTER,
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from linkerd_config.manager import Manager
 from linkerd_config.settings import Settings
 
@@ -230,7 +230,7 @@ def _admission(
     settings: Settings, controller: LinkerdConfigController, registry: CollectorRegistry
 ) -> AdmissionServer:
     from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate  # noqa: PLC0415
-    from linkerd_config.linkerd.webhooks import register  # noqa: PLC0415
+    from linkerd_config.linkerd.admission.webhooks import register  # noqa: PLC0415
 
     cert_dir = Path(settings.webhook_cert_dir)
     host, port = settings.webhook_address
@@ -267,7 +267,7 @@ def _local_conversion(
         Refusal,
         Registration,
     )
-    from linkerd_config.linkerd.webhooks import convert_object  # noqa: PLC0415
+    from linkerd_config.linkerd.admission.webhooks import convert_object  # noqa: PLC0415
 
     host, port = settings.webhook_address
     origin = settings.conversion_url

@@ -45,12 +45,13 @@ from linkerd_config.kube.resource import (
     PODS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
     Json,
+    unix_time,
 )
-from linkerd_config.linkerd import readiness
-from linkerd_config.linkerd.api_conversion import SERVED_VERSIONS, STORAGE_VERSION
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.preview import ConfigStatus, status
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.conversion import SERVED_VERSIONS, STORAGE_VERSION
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
+from linkerd_config.linkerd.status import readiness
+from linkerd_config.linkerd.status.plan import ConfigStatus, status
 from linkerd_config.settings import Settings
 
 NAME = "linkerd-config"
@@ -95,7 +96,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Observed:
+class CheckedCluster:
     """What ``check`` read of the cluster; a field is None where reading it was refused."""
 
     now: datetime.datetime
@@ -111,7 +112,7 @@ class Observed:
     """What could not be read, and why."""
 
 
-def checks(seen: Observed) -> list[Check]:
+def checks(seen: CheckedCluster) -> list[Check]:
     """Every check, decided from what was read."""
     found = [_crd(seen), _leader(seen), _pods(seen), *_webhooks(seen)]
     for report in seen.reports:
@@ -119,7 +120,7 @@ def checks(seen: Observed) -> list[Check]:
     return found
 
 
-def _crd(seen: Observed) -> Check:
+def _crd(seen: CheckedCluster) -> Check:
     what = f"the LinkerdConfig CRD serves {', '.join(SERVED_VERSIONS)}"
     if seen.crd is None:
         return Check(what, seen.unreadable.get("crd", "the CRD linkerdconfigs is not installed"))
@@ -138,7 +139,7 @@ def _crd(seen: Observed) -> Check:
     return Check(what)
 
 
-def _leader(seen: Observed) -> Check:
+def _leader(seen: CheckedCluster) -> Check:
     what = "the controller has a leader"
     lease = seen.lease
     if lease is None:
@@ -146,13 +147,13 @@ def _leader(seen: Observed) -> Check:
         return Check(what, said)
     spec = lease.get("spec") or {}
     holder = spec.get("holderIdentity")
-    renewed = _time(spec.get("renewTime"))
+    renewed = unix_time(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
     if not holder:
         return Check(what, f"Lease {LEASE} has no holder: no replica leads, nothing is reconciled")
     if renewed is None or not isinstance(duration, int):
         return Check(what, f"Lease {LEASE} held by {holder} says no renewal time or duration")
-    late = (seen.now - renewed).total_seconds() - duration
+    late = seen.now.timestamp() - renewed - duration
     if late > 0:
         return Check(
             what,
@@ -162,7 +163,7 @@ def _leader(seen: Observed) -> Check:
     return Check(f"{what} ({holder})")
 
 
-def _pods(seen: Observed) -> Check:
+def _pods(seen: CheckedCluster) -> Check:
     what = "the controller's pods are ready"
     if seen.pods is None:
         return Check(what, seen.unreadable.get("pods", "cannot list pods"), warning=True)
@@ -186,7 +187,7 @@ def _pods(seen: Observed) -> Check:
     return Check(what)
 
 
-def _webhooks(seen: Observed) -> list[Check]:
+def _webhooks(seen: CheckedCluster) -> list[Check]:
     what = "the webhooks are registered with a valid caBundle"
     if seen.webhooks is None:
         return [Check(what, seen.unreadable.get("webhooks", "cannot read them"), warning=True)]
@@ -289,19 +290,10 @@ def _ca_problem(bundle: object, now: datetime.datetime) -> str:
     return ""
 
 
-def _time(text: object) -> datetime.datetime | None:
-    if not isinstance(text, str):
-        return None
-    try:
-        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 # -- reading --------------------------------------------------------------------------------
 
 
-async def observe(settings: Settings, options: RolloutOptions) -> Observed:
+async def gather(settings: Settings, options: RolloutOptions) -> CheckedCluster:
     """What the checks read: the CRD, the Lease, the controller's pods, our webhook
     configurations, a dry run of each LinkerdConfig through them, and what ``status`` says."""
     view = await read_cluster(settings)
@@ -349,7 +341,7 @@ async def observe(settings: Settings, options: RolloutOptions) -> Observed:
                         unreadable["dry run"] = f"{exc.status} {exc.message}"
                         break
                     dry_run[name] = f"{exc.status} {exc.message}"
-    return Observed(
+    return CheckedCluster(
         now=datetime.datetime.now(datetime.UTC),
         crd=crd,
         lease=lease,
@@ -375,7 +367,7 @@ def check_command(settings: Settings, args: argparse.Namespace) -> int:
     try:
         if impersonating:
             raise CommandError("--as and --as-group (impersonation) are not supported")
-        seen = asyncio.run(asyncio.wait_for(observe(settings, RolloutOptions.of(settings)),
+        seen = asyncio.run(asyncio.wait_for(gather(settings, RolloutOptions.of(settings)),
                                             READ_TIMEOUT * 3))  # fmt: skip
         found = checks(seen)
     except (CommandError, TimeoutError, aiohttp.ClientError, OSError, ApiError) as exc:

@@ -22,16 +22,17 @@ import yaml
 
 from linkerd_config.kube.client import ApiError, KubeClient, Timeouts
 from linkerd_config.kube.kubeconfig import AccessError, load_access
-from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import canary, rollout
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, convert
-from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.config_diff import Change
+from linkerd_config.kube.resource import Json, go_seconds
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.caches import LinkerdCaches
 from linkerd_config.linkerd.formats import bounded
+from linkerd_config.linkerd.formats.config_diff import Change
 from linkerd_config.linkerd.formats.helm_values import dump_yaml
-from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
-from linkerd_config.linkerd.linkerdconfig_resource import KIND, LINKERD_CONFIGS
-from linkerd_config.linkerd.preview import (
+from linkerd_config.linkerd.rollout import canary
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.conversion import GROUP, SERVED_VERSIONS, convert
+from linkerd_config.linkerd.spec.crd import KIND, LINKERD_CONFIGS
+from linkerd_config.linkerd.status.plan import (
     ConfigStatus,
     NextPass,
     Plan,
@@ -39,9 +40,8 @@ from linkerd_config.linkerd.preview import (
     plan,
     status,
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.trust_anchor_guard import Decision
-from linkerd_config.linkerd.workload_health import go_duration
+from linkerd_config.linkerd.status.view import ClusterView
+from linkerd_config.linkerd.trust.guard import Decision
 from linkerd_config.settings import Settings
 
 NO_CHANGES, FAILED, CHANGES = 0, 1, 2
@@ -252,12 +252,14 @@ def _plan_summary(result: Plan) -> list[str]:
 
 
 def _anchor_state(decision: Decision) -> str:
+    if decision.held and decision.swap:
+        return "every anchor replaced: STAGED as a rotation (trust-anchor guard)"
     if decision.held:
         return "removal HELD (trust-anchor guard)"
     if not decision.guarded:
         return "removal NOT GUARDED"
     if decision.swap:
-        return "every anchor REPLACED (nothing kept, so nothing held)"
+        return "every anchor REPLACED (no meshed pod runs the old ones)"
     return "removal checked against every meshed pod"
 
 
@@ -265,7 +267,7 @@ def _pass_heading(result: Plan, number: int) -> list[str]:
     """``pass N:``. With a canary (spec.rollout.canary) still to pass, its own passes say so,
     and the first of the rest what it waits for."""
     said = result.canary
-    if said.get("phase") != canary.CANARY or said.get("unmatched"):
+    if said.get("phase") != canary.SUMMARY_CANARY or said.get("unmatched"):
         return [f"  pass {number}:"]
     first = {w.batch for w in result.restarts if w.canary}
     if number in first:
@@ -275,7 +277,7 @@ def _pass_heading(result: Plan, number: int) -> list[str]:
     names = ", ".join(said.get("workloads") or ())
     return [
         f"  then, once the canary ({names}) has been healthy for "
-        f"{go_duration(said['stableForSeconds'])}:",
+        f"{go_seconds(said['stableForSeconds'])}:",
         f"  pass {number}:",
     ]
 
@@ -283,15 +285,15 @@ def _pass_heading(result: Plan, number: int) -> list[str]:
 def _canary_line(said: Json, stale: bool) -> str | None:
     """What ``status`` says of the canary (``canary.summary``), if anything."""
     names = ", ".join(said.get("workloads") or ()) or "none chosen yet"
-    if said.get("phase") == canary.PASSED:
+    if said.get("phase") == canary.SUMMARY_PASSED:
         return f"passed at {said.get('passedAt')} ({names})"
-    if said.get("phase") != canary.CANARY or not stale:
+    if said.get("phase") != canary.SUMMARY_CANARY or not stale:
         return None
     since = said.get("healthySince")
     healthy = f"healthy since {since}" if since else "not healthy yet"
     return (
         f"{names}: {healthy}; the rest restart once it has been healthy for "
-        f"{go_duration(said['stableForSeconds'])}"
+        f"{go_seconds(said['stableForSeconds'])}"
     )
 
 
@@ -313,7 +315,7 @@ def _workload(line: WorkloadLine) -> str:
         f"{reason}" + (f" ({pods} pod(s))" if len(line.reasons) > 1 else "")
         for reason, pods in sorted(line.reasons.items())
     )
-    state = "" if line.state == rollout.STALE else f"[{line.state}] "
+    state = "" if line.state == mesh.STALE else f"[{line.state}] "
     return f"{line.workload} ({line.pods} pod(s)): {state}{reasons}"
 
 
@@ -385,9 +387,9 @@ def render_status(report: ConfigStatus) -> str:
         )
     if report.problem is None:
         add("  Opted-in pods, by namespace:")
-        add(_row("NAMESPACE", *(s.upper() for s in rollout.PROXY_STATES)))
+        add(_row("NAMESPACE", *(s.upper() for s in mesh.PROXY_STATES)))
         lines.extend(
-            _row(ns, *(str(counts.get(s, 0)) for s in rollout.PROXY_STATES))
+            _row(ns, *(str(counts.get(s, 0)) for s in mesh.PROXY_STATES))
             for ns, counts in sorted(report.namespaces.items())
         )
         if not report.namespaces:

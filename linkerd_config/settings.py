@@ -205,12 +205,6 @@ class Settings:
         "excluded, never restarted. Empty: every namespace. RBAC must grant the restart in "
         "the namespaces selected (manifests/components/restart-namespaces)",
     )  # fmt: skip
-    probe_namespace: str = _opt(
-        "--probe-namespace", "PROBE_NAMESPACE", "", str,
-        "where the proxy injector is asked what it would inject (dry-run pod creates), so "
-        "the controller needs `pods create` there only; empty: each workload's own namespace "
-        "(needs it cluster-wide)",
-    )  # fmt: skip
     leader_elect: bool = _opt(
         "--leader-elect", "LEADER_ELECT", "true", _bool,
         "elect a leader on a Lease so only one replica writes",

@@ -9,7 +9,7 @@ files (vendored by ``proto/k8s_vendor.py``), writing one descriptor set,
 ``linkerd_config/kube/k8s_api/descriptors.binpb``, that the client loads into a pool of its
 own (their import paths start ``k8s.io/``, which no Python module name can mirror). The
 generated files are checked in so that the package needs no compiler at runtime;
-``tests/unit/test_proto_generated.py`` regenerates into a temporary directory and fails when
+``tests/unit/house/test_proto_generated.py`` regenerates into a temporary directory and fails when
 the checked-in copy is stale.
 The only change made to protoc's output is a ``# mypy: ignore-errors`` header on the stub (see
 STUB_HEADER).

@@ -36,7 +36,7 @@ from linkerd_config.kube.protobuf_encoding import (
     map_entries,
     varint_at,
 )
-from linkerd_config.kube.resource import Json, Prepare
+from linkerd_config.kube.resource import Json, Prepare, go_duration
 from linkerd_config.kube.watch import WATCH_EVENT_TYPES, WatchEvent, WatchProtocolError
 
 PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
@@ -162,23 +162,6 @@ def _micro_time(msg: Any) -> Any:
     return None if not (msg.seconds or msg.nanos) else _rfc3339(msg.seconds, msg.nanos // 1000)
 
 
-def _go_duration(nanos: int) -> str:
-    """Go's ``time.Duration.String``."""
-    if nanos == 0:
-        return "0s"
-    sign, n = ("-", -nanos) if nanos < 0 else ("", nanos)
-    if n < 1_000_000_000:
-        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
-            if n >= size:
-                text = f"{n / size:.9f}".rstrip("0").rstrip(".")
-                return f"{sign}{text}{unit}"
-    hours, rest = divmod(n, 3_600_000_000_000)
-    minutes, rest = divmod(rest, 60_000_000_000)
-    seconds = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".")
-    out = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
-    return f"{sign}{out}{seconds}s"
-
-
 def _raw_json(raw: bytes) -> Any:
     return json.loads(raw) if raw else None
 
@@ -186,7 +169,7 @@ def _raw_json(raw: bytes) -> Any:
 _SPECIAL: Final[dict[str, Callable[[Any], Any]]] = {
     f"{_META}.Time": _time,
     f"{_META}.MicroTime": _micro_time,
-    f"{_META}.Duration": lambda m: _go_duration(m.duration),
+    f"{_META}.Duration": lambda m: go_duration(m.duration),
     f"{_META}.FieldsV1": lambda m: _raw_json(m.Raw),
     "k8s.io.apimachinery.pkg.api.resource.Quantity": lambda m: m.string,
     "k8s.io.apimachinery.pkg.util.intstr.IntOrString": lambda m: (

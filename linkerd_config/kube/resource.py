@@ -32,6 +32,42 @@ def rfc3339(when: datetime | float | None = None, *, micro: bool = False) -> str
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ")
 
 
+def unix_time(stamp: object) -> float | None:
+    """A Kubernetes timestamp (``rfc3339``'s, whole seconds or microseconds) as a Unix time;
+    None when it is none: not a string, or not RFC 3339. Lenient, as for what anyone who may
+    write an object's status or annotations may have put there."""
+    if not isinstance(stamp, str) or not stamp:
+        return None
+    try:
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def go_duration(nanos: int) -> str:
+    """A duration as Go prints it (``time.Duration.String``: 1h0m0s, 1.5s, 250ms), as
+    metav1.Duration is written."""
+    if nanos == 0:
+        return "0s"
+    sign, n = ("-", -nanos) if nanos < 0 else ("", nanos)
+    if n < 1_000_000_000:
+        for unit, size in (("ms", 1_000_000), ("µs", 1_000), ("ns", 1)):
+            if n >= size:
+                text = f"{n / size:.9f}".rstrip("0").rstrip(".")
+                return f"{sign}{text}{unit}"
+    hours, rest = divmod(n, 3_600_000_000_000)
+    minutes, rest = divmod(rest, 60_000_000_000)
+    seconds = f"{rest / 1e9:.9f}".rstrip("0").rstrip(".")
+    out = f"{hours}h{minutes}m" if hours else (f"{minutes}m" if minutes else "")
+    return f"{sign}{out}{seconds}s"
+
+
+def go_seconds(seconds: float) -> str:
+    """A duration in whole seconds (truncated), as Go prints it: 10m0s, 1h0m0s, 30s."""
+    return go_duration(int(seconds) * 1_000_000_000)
+
+
 @dataclass(frozen=True)
 class ApiResource:
     """A resource type as the REST API sees it (group/version/plural), no client models."""
@@ -67,12 +103,15 @@ PODS = ApiResource("", "v1", "pods", "Pod")
 NAMESPACES = ApiResource("", "v1", "namespaces", "Namespace", namespaced=False)
 CONFIGMAPS = ApiResource("", "v1", "configmaps", "ConfigMap")
 EVENTS = ApiResource("", "v1", "events", "Event")
-NODES = ApiResource("", "v1", "nodes", "Node", namespaced=False)
 SERVICE_ACCOUNTS = ApiResource("", "v1", "serviceaccounts", "ServiceAccount")
 DEPLOYMENTS = ApiResource("apps", "v1", "deployments", "Deployment")
 REPLICASETS = ApiResource("apps", "v1", "replicasets", "ReplicaSet")
 STATEFULSETS = ApiResource("apps", "v1", "statefulsets", "StatefulSet")
 DAEMONSETS = ApiResource("apps", "v1", "daemonsets", "DaemonSet")
+WORKLOAD_RESOURCES: dict[str, ApiResource] = {
+    r.kind: r for r in (DEPLOYMENTS, STATEFULSETS, DAEMONSETS)
+}
+"""The owners that roll their pods when their pod template changes, by kind."""
 LEASES = ApiResource("coordination.k8s.io", "v1", "leases", "Lease")
 TOKEN_REVIEWS = ApiResource(
     "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False

@@ -6,7 +6,8 @@ what or why."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import copy
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 from linkerd_config.kube.json_merge_patch import merge_patch
@@ -48,6 +49,28 @@ def newest(deployment: Json, replicasets: Iterable[Json]) -> Json | None:
     """The ReplicaSet of ``deployment``'s newest revision, None when none is listed."""
     found = owned(deployment, replicasets)
     return max(found, key=revision) if found else None
+
+
+def revision_template(
+    deployment: Json, replicasets: Iterable[Json], keep: Callable[[Json], bool]
+) -> Json | None:
+    """The pod template of the newest of ``deployment``'s revisions whose template ``keep``
+    accepts (as ``kubectl rollout undo`` takes a revision's), a copy without the ReplicaSet's
+    own ``pod-template-hash`` label; None when the Deployment kept none such."""
+    candidates = [
+        rs
+        for rs in owned(deployment, replicasets)
+        if keep((rs.get("spec") or {}).get("template") or {})
+    ]
+    if not candidates:
+        return None
+    template = copy.deepcopy(
+        (max(candidates, key=revision).get("spec") or {}).get("template") or {}
+    )
+    labels = (template.get("metadata") or {}).get("labels")
+    if isinstance(labels, dict):
+        labels.pop(TEMPLATE_HASH_LABEL, None)
+    return template
 
 
 def replica_failure(obj: Json) -> str | None:

@@ -127,3 +127,45 @@ def _daemonset(status: Json, observed: bool) -> Verdict:
     if available < desired:
         return Verdict("waiting", f"{available} of {desired} updated pods available")
     return Verdict("done")
+
+
+ON_DELETE_KINDS: Final = frozenset({"StatefulSet", "DaemonSet"})
+ON_DELETE_WHY: Final = (
+    "updateStrategy OnDelete: its controller replaces a pod only when the pod is deleted, so "
+    "a restart would change nothing; delete its pods (or switch to RollingUpdate) to roll it"
+)
+
+
+def restart_blocked(kind: str, obj: Json) -> str | None:
+    """Why a change of ``obj``'s pod template (``kubectl rollout restart``) would roll none of
+    its pods now: an OnDelete update strategy, or a paused Deployment. None: it would."""
+    spec = obj.get("spec") or {}
+    if kind in ON_DELETE_KINDS and (spec.get("updateStrategy") or {}).get("type") == "OnDelete":
+        return ON_DELETE_WHY
+    if kind == "Deployment" and spec.get("paused") is True:
+        return "paused (spec.paused)"
+    return None
+
+
+@dataclass(frozen=True)
+class Unsteady:
+    """How a workload is not steady and healthy, and what its status says of it."""
+
+    state: Literal["failing", "unavailable", "rolling"]
+    why: str
+
+
+def unsteady(kind: str, obj: Json) -> Unsteady | None:
+    """How ``obj`` is not steady and healthy, as ``kubectl rollout status`` and a
+    Deployment's ``Available`` condition tell it: failing, not available, or still rolling
+    out a change. None: it is steady."""
+    status = rollout_status(kind, obj)
+    if status.failed:
+        return Unsteady("failing", status.why)
+    if kind == "Deployment":
+        available = condition(obj.get("status") or {}, "Available")
+        if available is not None and available.get("status") == "False":
+            return Unsteady("unavailable", str(available.get("message") or ""))
+    if not status.done:
+        return Unsteady("rolling", status.why)
+    return None

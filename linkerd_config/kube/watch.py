@@ -49,9 +49,10 @@ object, etcd's largest, may take 34 s; a ConfigMap of a few KiB, 10 s."""
 
 @dataclass(frozen=True, slots=True)
 class RecordDeadline:
-    """How long a record that has started may take to complete: ``base`` seconds plus its size
-    at ``rate`` bytes per second (a frame's size is in its header; a line's is what arrived of
-    it so far, so a line that keeps coming at ``rate`` or faster keeps its time)."""
+    """How long a record that has started may take to complete: ``base`` seconds plus what
+    has arrived of it so far at ``rate`` bytes per second, so a record that keeps coming at
+    ``rate`` or faster keeps its time, and one that stops is stopped ``base`` seconds later
+    (a frame's header claims its size, but a claim is no progress)."""
 
     base: float = RECORD_DEADLINE
     rate: float = RECORD_MIN_RATE
@@ -274,12 +275,13 @@ class FrameReader(_Records):
             if self._pos:
                 del self._buf[: self._pos]
                 self._pos = 0
+            what = "a watch frame's length"
             if have >= 4:
-                size = 4 + int.from_bytes(self._buf[:4], "big")
-                what = f"a watch frame of {size - 4} bytes"
-            else:
-                size, what = 4, "a watch frame's length"
-            chunk = await self._more(have, size, what)
+                what = f"a watch frame of {int.from_bytes(self._buf[:4], 'big')} bytes"
+            # Its time is what has arrived of it, as a line's: the size its header claims is
+            # the peer's word, and a claim of 60 MiB, then nothing, held the watch for the
+            # inactivity deadline (146.6 s: issue 61, finding 7), not the record's.
+            chunk = await self._more(have, have, what)
             if chunk:
                 self._buf += chunk
             else:

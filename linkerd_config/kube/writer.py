@@ -119,12 +119,15 @@ class Writer:
         status: Json,
         *,
         resource_version: str | None = None,
+        uid: str | None = None,
     ) -> Json:
         """Merge ``status`` into the status subresource; with ``resource_version``, only if
-        the object has not changed since (a conflict otherwise)."""
+        the object has not changed since, with ``uid``, only if it is still that object, not
+        one made again under its name (a conflict otherwise: client-go's preconditions)."""
         body: Json = {"status": status}
-        if resource_version is not None:
-            body["metadata"] = {"resourceVersion": resource_version}
+        preconditions = {"resourceVersion": resource_version, "uid": uid}
+        if any(v is not None for v in preconditions.values()):
+            body["metadata"] = {k: v for k, v in preconditions.items() if v is not None}
         with self._own.writing(resource, namespace, name) as wrote:
             return wrote(
                 await self.client.request(

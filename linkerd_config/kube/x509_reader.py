@@ -13,7 +13,7 @@ checks, algorithm parameters of the type each known algorithm takes, an EC point
 curve, RSA numbers cryptography takes, the common extensions' structure (what cryptography
 refuses to read a certificate's extensions over is ``extensions_error``). Anything else is a
 :class:`CertificateError` naming what is wrong, never another exception, in time linear in
-the input. ``tests/unit/test_x509_reader.py`` checks every field against cryptography's
+the input. ``tests/unit/kube/test_x509_reader.py`` checks every field against cryptography's
 reading of the same certificates, that damaged ones are accepted exactly when cryptography
 accepts them (hypothesis), and hand-built edges. Where it departs on purpose, keys Go's
 ``crypto/x509`` does not take (so Linkerd cannot use): an RSASSA-PSS key or one on a curve

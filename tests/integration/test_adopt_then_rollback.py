@@ -2,7 +2,9 @@
 injectors: Linkerd installed (edge-19.12.1's ``global``/``proxy`` read by edge-19.12.3's
 injector; edge-26.8.3's Helm ``values``), its opted-in pods meshed and healthy on it, then a
 first LinkerdConfig for a newer proxy with ``onFailure: Rollback``, while a
-ValidatingAdmissionPolicy refuses pods with the newer proxy in namespace ``fragile``.
+ValidatingAdmissionPolicy refuses pods with the newer proxy in namespace ``fragile`` (real
+creates only: the controller's dry-run question, asked in ``fragile``, is admitted, so
+``fragile/a`` is restarted and the pods the restart makes are refused).
 
 Before, the rollout failed at ``fragile/a`` and halted ("no earlier configuration of this
 LinkerdConfig completed its rollout"), leaving the ConfigMap and ``fragile/a`` on the new
@@ -22,8 +24,8 @@ import yaml
 
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
-from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES, Json
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, Json
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from tests.support import commands, formats, scenario, webhooks_on
@@ -34,7 +36,7 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.integration
 
 NAME = "adopter"
-FRAGILE, STEADY, PROBE = "fragile", "steady", "probe"
+FRAGILE, STEADY = "fragile", "steady"
 ROLLOUT = {"onFailure": "Rollback", "maxRestartsPerPass": 1, "progressDeadline": "2m"}
 AGENT = "linkerd-config/"
 
@@ -78,16 +80,13 @@ async def test_the_first_upgrade_rolls_back_to_the_adopted_installation(
     async with formats.installed(cp, kube, fmt):
         fragile = await scenario.meshed_namespace(kube, FRAGILE, ["a"], replicas=1)
         await scenario.meshed_namespace(kube, STEADY, ["c"], replicas=1)
-        meshed = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
-        await scenario.create(kube, NAMESPACES.path(), meshed)
-        await scenario.wait_admits_pods(kube, PROBE, injected=True)
         (installed_proxy,) = set(scenario.proxy_versions(fragile).values())
         assert installed_proxy is not None and installed_proxy != fmt.good
         before = configuration(fmt, await configmaps(kube))
 
         async with (
-            scenario.proxy_refused(kube, FRAGILE, fmt.good),
-            scenario.controller(cp, "adopter", *flags, probe_namespace=PROBE),
+            scenario.proxy_refused(kube, FRAGILE, fmt.good, dry_runs=False),
+            scenario.controller(cp, "adopter", *flags),
         ):
             if flags:
                 serving = webhooks_on.in_effect(kube, ca_pem, port)

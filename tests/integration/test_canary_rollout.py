@@ -32,11 +32,12 @@ from devcluster.linkerd_install import render_install
 from linkerd_config.app import App
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, Json
-from linkerd_config.linkerd import canary, rollout
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.phase import Phase
+from linkerd_config.linkerd.spec.crd import CANARY_FIELD
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_phase import Phase
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample
@@ -77,9 +78,9 @@ async def records(kube: KubeClient) -> dict[str, tuple[str | None, float | None]
         for name in names:
             dep = await kube.request("GET", DEPLOYMENTS.path(namespace, name))
             annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
-            at = annotations.get(rollout.RESTARTED_AT_ANNOTATION)
+            at = annotations.get(mesh.RESTARTED_AT_ANNOTATION)
             found[f"deployment/{namespace}/{name}"] = (
-                annotations.get(rollout.RESTARTED_FOR_ANNOTATION),
+                annotations.get(mesh.RESTARTED_FOR_ANNOTATION),
                 None if at is None else when(at),
             )
     return found
@@ -124,7 +125,7 @@ async def canary_first(
             obj = await stored()
             status = obj.get("status") or {}
             up = {c["type"]: c for c in status.get("conditions") or []}.get("DataPlaneUpToDate")
-            record = status.get(canary.FIELD) or {}
+            record = status.get(CANARY_FIELD) or {}
             held = (
                 up is not None and up["reason"] == Phase.CANARY and "healthy for" in (up["message"])
             )
@@ -134,7 +135,7 @@ async def canary_first(
         message = {c["type"]: c for c in obj["status"]["conditions"]}["DataPlaneUpToDate"]
         assert "canary: 1 workload(s) healthy for" in message["message"]
         assert THE_CANARY in message["message"] and "the rest wait" in message["message"]
-        held_record = obj["status"][canary.FIELD]
+        held_record = obj["status"][CANARY_FIELD]
         assert held_record["workloads"] == [THE_CANARY]
         assert not held_record.get("passedAt")
     config_hash = obj["status"]["configHash"]
@@ -162,7 +163,7 @@ async def canary_first(
             return obj if good and current else None
 
         done = await eventually(ready, timeout=240, what="the rest rolled out")
-    passed = done["status"][canary.FIELD]
+    passed = done["status"][CANARY_FIELD]
     assert passed["workloads"] == [THE_CANARY]
     healthy_since, passed_at = when(passed["healthySince"]), when(passed["passedAt"])
     assert passed["healthySince"] == held_record["healthySince"]  # the clock kept across leaders
@@ -213,7 +214,7 @@ async def test_values_format_restarts_the_canary_first_then_the_rest(
 
         await canary_first(cp, kube, "canary", apply)
         pods = [p for ns in APPS for p in await scenario.running_pods(kube, ns)]
-        assert {rollout.proxy_version(p) for p in pods} == {"edge-26.8.4"}
+        assert {mesh.proxy_version(p) for p in pods} == {"edge-26.8.4"}
 
 
 async def test_legacy_format_restarts_the_canary_first_then_the_rest(
@@ -232,4 +233,4 @@ async def test_legacy_format_restarts_the_canary_first_then_the_rest(
 
         await canary_first(cp, kube, "edge-19.12.3", apply)
         pods = [p for ns in APPS for p in await scenario.running_pods(kube, ns)]
-        assert {rollout.proxy_version(p) for p in pods} == {"edge-19.12.3"}
+        assert {mesh.proxy_version(p) for p in pods} == {"edge-19.12.3"}

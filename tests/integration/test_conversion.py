@@ -22,8 +22,8 @@ from linkerd_config.app import build, running
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS
-from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION, convert
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.conversion import VALUES_ANNOTATION, convert
+from linkerd_config.linkerd.spec.crd import (
     CONVERSION_REFUSAL,
     LINKERD_CONFIGS,
     LINKERD_CONFIGS_V1ALPHA1,

@@ -10,21 +10,21 @@ import pytest
 
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS
-from linkerd_config.linkerd.api_conversion import (
+from linkerd_config.linkerd.formats.field_table import FIELDS
+from linkerd_config.linkerd.spec.conversion import (
     GROUP,
     SERVED_VERSIONS,
     V1ALPHA1,
     V1ALPHA2,
     convert,
 )
-from linkerd_config.linkerd.formats.field_table import FIELDS
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS as LINKERD_CONFIGS_V1ALPHA2,
 )
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.linkerdconfig_resource import crd
+from linkerd_config.linkerd.spec.crd import crd
 from tests.support.conversion_server import conversion_server
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually

@@ -50,11 +50,15 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.admission.webhooks import (
+    MUTATE_PATH,
+    VALIDATE_PATH,
+    webhook_configurations,
+)
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH, webhook_configurations
 from linkerd_config.settings import parse
 from tests.support import alert_rules, dashboard, scenario
 from tests.support.samples import sample

@@ -38,13 +38,13 @@ import yaml
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS
-from linkerd_config.linkerd.api_conversion import V1ALPHA2, convert, served_field
+from linkerd_config.linkerd.admission.validation import TRUST_ANCHOR
+from linkerd_config.linkerd.configmap.desired import preserved_name
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
 from linkerd_config.linkerd.formats.target_release import GLOBAL_VERSION
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as STORED
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS_V1ALPHA1
-from linkerd_config.linkerd.reconcile import preserved_name
-from linkerd_config.linkerd.validation import TRUST_ANCHOR
+from linkerd_config.linkerd.spec.conversion import V1ALPHA2, convert, served_field
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS as STORED
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS_V1ALPHA1
 from tests.support import formats, scenario, webhooks_on
 from tests.support.formats import Format
 from tests.support.waiting import eventually
@@ -229,4 +229,59 @@ async def test_a_deleted_key_comes_back_and_messages_name_the_writers_fields(
         await event_saying(kube, "managed", "ConfigMapUpdated", TRUST_ROOTS_KEY)
         await eventually(
             lambda: ready_is(kube, "managed", "True", "Ready"), timeout=60, what="Ready after"
+        )
+
+
+@pytest.mark.parametrize("webhooks", [False, True], ids=["webhooks-off", "webhooks-on"])
+async def test_a_configmap_made_again_by_a_reinstall_keeps_its_new_values(
+    own_control_plane: LocalControlPlane, own_kube: KubeClient, tmp_path: Path, webhooks: bool
+) -> None:
+    """Issue 61, finding 2 (10 of 10 before): ``linkerd-config`` deleted and made again at
+    once with new Helm values (a reinstall, ``helm upgrade --force``). The new values stand;
+    only the keys the spec manages are ours (the proxy version). Before, the restore's create
+    was refused as a conflict and our apply, with no precondition, put the preserved copy's
+    old values back over the new ones. Helm's ``app.kubernetes.io/managed-by: Helm`` label
+    stays, before and after (finding 9: it was rewritten to ``linkerd-config``)."""
+    cp, kube, fmt = own_control_plane, own_kube, formats.VALUES
+    helm = {"app.kubernetes.io/managed-by": "Helm"}
+    async with (
+        formats.installed(cp, kube, fmt),
+        webhooks_on.controller(cp, kube, tmp_path / "certs", webhooks, "reinstalled"),
+    ):
+        await kube.request(
+            "PATCH", CM_PATH, body={"metadata": {"labels": helm}}, content_type=MERGE_PATCH,
+            params={"fieldManager": "helm"}, fenced=False,
+        )  # fmt: skip
+        await scenario.apply_linkerdconfig(kube, "reinstalled", fmt.spec(fmt.good, {}))
+        await eventually(
+            lambda: ready_is(kube, "reinstalled", "True", "Ready"), timeout=120, what="Ready"
+        )
+        before = await kube.request("GET", CM_PATH)
+        assert before["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        values = yaml.safe_load(before["data"]["values"])
+        assert values.get("clusterNetworks") != "10.99.0.0/16"
+        values["clusterNetworks"] = "10.99.0.0/16"  # the reinstall's, not the spec's
+        again = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "linkerd-config", "namespace": "linkerd", "labels": helm},
+            "data": {**before["data"], "values": yaml.safe_dump(values)},
+        }
+        await kube.request("DELETE", CM_PATH, fenced=False)
+        await kube.request("POST", CONFIGMAPS.path("linkerd"), body=again, fenced=False)
+        seen: list[str] = []
+
+        async def settled() -> bool:
+            now = yaml.safe_load((await kube.request("GET", CM_PATH))["data"]["values"])
+            seen.append(str(now.get("clusterNetworks")))
+            return now["proxy"]["image"]["version"] == fmt.good and len(seen) > 25
+
+        await eventually(settled, timeout=60, interval=0.2, what="the ConfigMap settled")
+        print(f"\nclusterNetworks seen after the reinstall: {sorted(set(seen))}")
+        assert seen[-1] == "10.99.0.0/16", seen
+        assert set(seen[-20:]) == {"10.99.0.0/16"}, seen
+        labels = (await kube.request("GET", CM_PATH))["metadata"]["labels"]
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", labels
+        await eventually(
+            lambda: ready_is(kube, "reinstalled", "True", "Ready"), timeout=60, what="Ready after"
         )

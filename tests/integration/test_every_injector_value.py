@@ -20,8 +20,8 @@ from devcluster.linkerd_install import render_install
 from linkerd_config.app import build, running
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, PODS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.injector_values import INJECTOR_VALUES, every_injector_value
 from tests.support.waiting import eventually

@@ -1,7 +1,7 @@
 """Three verdicts on every field's grammar agree: the API server's (the CRD's OpenAPI schema and
 CEL rules, with ``fieldValidation=Strict`` as ``kubectl apply`` asks), the validating
 webhook's (``validation.validate`` behind the real admission handlers) and ``plan``'s
-(``preview.plan`` over an installed ConfigMap).
+(``plan.plan`` over an installed ConfigMap).
 
 Every leaf of ``spec.global``, ``spec.proxy`` and ``spec.rollout`` is found by walking
 ``spec_schema()`` (an array field and its items both), so a field added to the schema is
@@ -36,20 +36,20 @@ from hypothesis import strategies as st
 from linkerd_config.kube.admission import AdmissionRequest
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import stored_json
-from linkerd_config.linkerd import reconcile_decision
-from linkerd_config.linkerd.api_conversion import GROUP, V1ALPHA1, V1ALPHA2, convert
-from linkerd_config.linkerd.cluster_view import ClusterView
+from linkerd_config.linkerd.admission.webhooks import mutate, validator
+from linkerd_config.linkerd.configmap import decision
 from linkerd_config.linkerd.formats import field_table
 from linkerd_config.linkerd.formats.field_table import by_path
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.conversion import GROUP, V1ALPHA1, V1ALPHA2, convert
+from linkerd_config.linkerd.spec.crd import (
     KIND,
     LINKERD_CONFIGS,
     LINKERD_CONFIGS_V1ALPHA1,
     spec_schema,
 )
-from linkerd_config.linkerd.preview import plan
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.webhooks import mutate, validator
+from linkerd_config.linkerd.status.plan import plan
+from linkerd_config.linkerd.status.view import ClusterView
 from tests.support import scenario
 from tests.support.samples import install_configmap, modern_install, sample
 
@@ -449,7 +449,7 @@ def values_for(leaf: Leaf, valid_example: Any) -> list[Any]:
 
 _NO_OTHERS = SimpleNamespace(configs=SimpleNamespace(store=SimpleNamespace(list=list)))
 _VALIDATE = validator(_NO_OTHERS)
-PLAN_REFUSALS = (reconcile_decision.INVALID,)
+PLAN_REFUSALS = (decision.INVALID,)
 """Plan's refusal of the object itself. (``InvalidConfig`` is about the cluster: a ConfigMap
 the spec names that is not installed, say; the API server knows nothing of it.)"""
 

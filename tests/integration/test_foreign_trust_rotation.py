@@ -21,8 +21,8 @@ from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, NAMESPACES, PODS, Json
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
-from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
-from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON
+from linkerd_config.linkerd.mesh import TRUST_ROOT_ANNOTATION
+from linkerd_config.linkerd.trust.guard import HELD_REASON
 from tests.support import scenario
 from tests.support.samples import SECOND_TRUST_ANCHOR, modern_install
 from tests.support.waiting import eventually

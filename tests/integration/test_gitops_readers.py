@@ -11,9 +11,9 @@ Each state is read by all three at the moment it is reached:
 * a paced rollout (one restart per pass, 3 s apart): Flux's wait returns only once every
   opted-in pod runs the new proxy; then Current, Healthy;
 * paused: InProgress (Flux waits out its timeout), Suspended;
-* halted (a namespace refuses the new proxy, ``onFailure: Halt``), and rolled back (the same
-  with ``onFailure: Rollback``): Failed; Flux's wait fails at once, not at its timeout;
-  Degraded.
+* halted (a namespace refuses the new proxy's pods, ``onFailure: Halt``), and rolled back
+  (a new configuration refused the same way, ``onFailure: Rollback``): Failed; Flux's wait
+  fails at once, not at its timeout; Degraded.
 
 And Linkerd's own CLI (edge-26.8.3, built here) with ``linkerd-config`` on PATH, as a
 Linkerd user runs it: ``linkerd config status`` runs ours; ``linkerd check`` runs our checks
@@ -41,8 +41,8 @@ from devcluster.cluster import LocalControlPlane
 from devcluster.linkerd_binaries import ensure_linkerd
 from devcluster.status_readers import StatusReaders, ensure_status_readers
 from linkerd_config.kube.client import KubeClient
-from linkerd_config.kube.resource import NAMESPACES, Json
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.kube.resource import Json
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from tests.support import formats, scenario, webhooks_on
 from tests.support.formats import Format
 from tests.support.waiting import eventually
@@ -50,7 +50,7 @@ from tests.support.waiting import eventually
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 NAME = "gitops"
-PACED, FRAGILE, PROBE = "paced", "fragile", "probe"
+PACED, FRAGILE = "paced", "fragile"
 REPO = Path(__file__).resolve().parents[2]
 HEALTH_LUA = REPO / "manifests" / "components" / "argocd-health" / "health.lua"
 PACE = {"maxRestartsPerPass": 1, "restartInterval": "3s", "progressDeadline": "2m"}
@@ -152,10 +152,7 @@ async def test_kstatus_flux_and_argo_cd_read_each_state_of_a_rollout(
     async with formats.installed(cp, kube, fmt):
         await scenario.meshed_namespace(kube, PACED, ["a", "b", "c"], replicas=1)
         await scenario.meshed_namespace(kube, FRAGILE, ["f"], replicas=1)
-        meshed = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
-        await scenario.create(kube, NAMESPACES.path(), meshed)
-        await scenario.wait_admits_pods(kube, PROBE, injected=True)
-        async with scenario.controller(cp, "gitops", *flags, probe_namespace=PROBE):
+        async with scenario.controller(cp, "gitops", *flags):
             if flags:
                 serving = webhooks_on.in_effect(kube, ca_pem, port)
             async with serving:
@@ -197,9 +194,11 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format, cli: LinkerdCl
     held = await readers.flux_wait(timeout=6.0)
     assert held["ready"] is False and held["error"].startswith("timeout waiting for"), held
 
-    # 4. Halted: the new proxy refused in one namespace. Failed; Flux's wait fails at once.
-    async with scenario.proxy_refused(kube, FRAGILE, fmt.broken):
-        await fails_fast(kube, readers, fmt, "Halt", "RolloutHalted", "halted")
+    # 4. Halted: the new proxy's pods refused in one namespace (real creates: the dry-run
+    # question is admitted, so the restart happens and its pods are refused). Failed; Flux's
+    # wait fails at once.
+    async with scenario.proxy_refused(kube, FRAGILE, fmt.broken, dry_runs=False):
+        await fails_fast(kube, readers, fmt, fmt.broken, "Halt", "RolloutHalted", "halted")
         code, ours = await cli.our_checks()
         assert code == 1
         assert ours[f"LinkerdConfig {NAME}: no rollout halted or rolled back"] == "error", cli.said
@@ -207,16 +206,28 @@ async def states(kube: KubeClient, readers: Readers, fmt: Format, cli: LinkerdCl
         said = await cli.run("config", "status", f"--kubeconfig={cli.kubeconfig}")
         assert said.returncode == 1 and "HALTED" in said.stdout, said  # ours exits 2
 
-        # 5. Rolled back (a new attempt, onFailure: Rollback): the same, fail fast.
-        await fails_fast(kube, readers, fmt, "Rollback", "RolledBack", "rolled-back")
+    # 5. Rolled back (a new attempt, onFailure: Rollback): the same, fail fast. A new attempt
+    # is a new configuration (onFailure alone, a spec.rollout edit, is the same attempt, and
+    # stays halted): the release after the broken one, refused in fragile too.
+    head, _, last = fmt.broken.rpartition(".")
+    retried = f"{head}.{int(last) + 1}"
+    async with scenario.proxy_refused(kube, FRAGILE, retried, dry_runs=False):
+        await fails_fast(kube, readers, fmt, retried, "Rollback", "RolledBack", "rolled-back")
 
 
 async def fails_fast(
-    kube: KubeClient, readers: Readers, fmt: Format, on_failure: str, reason: str, what: str
+    kube: KubeClient,
+    readers: Readers,
+    fmt: Format,
+    version: str,
+    on_failure: str,
+    reason: str,
+    what: str,
 ) -> None:
-    """``fmt.broken`` applied with ``onFailure``: Flux's wait fails at once (fail-fast, well
-    before its timeout) on the rollout's failure (``reason``); kstatus Failed, Degraded."""
-    spec = fmt.spec(fmt.broken, {**PACE, "onFailure": on_failure})
+    """Proxy ``version`` (refused) applied with ``onFailure``: Flux's wait fails at once
+    (fail-fast, well before its timeout) on the rollout's failure (``reason``); kstatus
+    Failed, Degraded."""
+    spec = fmt.spec(version, {**PACE, "onFailure": on_failure})
     await scenario.apply_linkerdconfig(kube, NAME, spec)
     failed = await readers.flux_wait()
     assert failed["ready"] is False, failed

@@ -7,9 +7,9 @@ down; until that ReplicaSet's status is synced the Deployment still shows its
 ``ReplicaFailure``. Before, a new attempt that read the Deployment in that window halted on it
 (56 ms into it, as reported). Here the window is milliseconds on the local control plane and
 is not always hit (this test passed once on the code before the fix): the defect is pinned
-deterministically by ``tests/unit/test_rollout_executor.py``
+deterministically by ``tests/unit/rollout/test_rollout_executor.py``
 (``test_a_replica_failure_of_an_earlier_revision_halts_nothing``) and by the property test
-(``tests/unit/test_rollout_invariants.py``, Halt). This test holds the real path: the new
+(``tests/unit/rollout/test_rollout_invariants.py``, Halt). This test holds the real path: the new
 attempt completes, and the only halt said is the first attempt's.
 """
 
@@ -21,8 +21,8 @@ import pytest
 
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
-from linkerd_config.kube.resource import EVENTS, NAMESPACES, Json
-from linkerd_config.linkerd import rollout
+from linkerd_config.kube.resource import EVENTS, Json
+from linkerd_config.linkerd import mesh
 from tests.support import commands, formats, scenario
 from tests.support.formats import Format
 from tests.support.waiting import eventually
@@ -30,7 +30,6 @@ from tests.support.waiting import eventually
 pytestmark = pytest.mark.integration
 
 NAME = "evidence"
-PROBE = "probe"
 CANARY = {"count": 1, "namespaceSelector": "kubernetes.io/metadata.name=cart", "stableFor": "3s"}
 
 
@@ -60,19 +59,17 @@ async def test_a_new_attempt_is_not_halted_by_the_previous_attempts_failure(
     async with formats.installed(cp, kube, fmt):
         await scenario.meshed_namespace(kube, "cart", ["web"], replicas=1)
         await scenario.meshed_namespace(kube, "shop", ["api"], replicas=1)
-        meshed = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
-        await scenario.create(kube, NAMESPACES.path(), meshed)
-        await scenario.wait_admits_pods(kube, PROBE, injected=True)
         failing = await config_hash(cp, fmt, fmt.broken, tmp_path)
         async with (
+            # Real creates only: the question, asked in cart, is a dry run and admitted, so
+            # the canary is restarted and the ReplicaSet its restart makes is refused (a
+            # refused question would hold the restart, and make no ReplicaSet to refuse).
             scenario.annotated_pods_refused(
-                kube, "cart", rollout.RESTARTED_FOR_ANNOTATION, failing,
+                kube, "cart", mesh.RESTARTED_FOR_ANNOTATION, failing,
                 "not this configuration here", "refuse-the-failing-configuration",
+                dry_runs=False,
             ),
-            # The injector is asked in a namespace of its own: asked in cart, the refusal
-            # would hold the restart (its new pods would be refused too), and the canary
-            # would never fail.
-            scenario.controller(cp, NAME, probe_namespace=PROBE),
+            scenario.controller(cp, NAME),
         ):  # fmt: skip
             await scenario.apply_linkerdconfig(kube, NAME, spec(fmt, fmt.broken))
             halted = await eventually(

@@ -305,11 +305,18 @@ def test_install_upgrade_uninstall(helm: list[str], own_control_plane: LocalCont
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/linkerdconfigs.config.linkerd.io",
         "/apis/rbac.authorization.k8s.io/v1/clusterroles/linkerd-config",
         "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/linkerd-config-events",
-        "/apis/rbac.authorization.k8s.io/v1/namespaces/linkerd-config-probe/roles/linkerd-config-probe",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/linkerd-config-restart",
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies/linkerd-config-least-privilege",
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/linkerd-config-validating",
         "/api/v1/namespaces/linkerd/services/linkerd-config-webhook",
     ):
         assert get(cp, path) is not None, path
+    # The injector is asked in each workload's own namespace (the restart's ClusterRole may
+    # create pods, least-privilege's policy admits only dry runs): no namespace of its own.
+    restart = get(cp, "/apis/rbac.authorization.k8s.io/v1/clusterroles/linkerd-config-restart")
+    assert restart is not None
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]} in restart["rules"]
+    assert get(cp, "/api/v1/namespaces/linkerd-config-probe") is None
     secret_path = "/api/v1/namespaces/linkerd/secrets/linkerd-config-webhook-cert"
     first = get(cp, secret_path)
     assert first is not None

@@ -40,11 +40,11 @@ from linkerd_config.kube.resource import (
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
 from linkerd_config.kube.serving import LIMITS
-from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.admission.defaults import defaulted
+from linkerd_config.linkerd.admission.webhooks import webhook_configurations
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.webhooks import webhook_configurations
 from tests.support import scenario
 from tests.support.samples import SAMPLES, load, sample
 from tests.support.waiting import eventually

@@ -24,8 +24,8 @@ from devcluster.cluster import LocalControlPlane
 from devcluster.prometheus import Prometheus, ScrapeJob
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS
-from linkerd_config.linkerd.api_conversion import GROUP, SERVED_VERSIONS, convert
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS, LINKERD_CONFIGS_V1ALPHA1
+from linkerd_config.linkerd.spec.conversion import GROUP, SERVED_VERSIONS, convert
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, LINKERD_CONFIGS_V1ALPHA1
 from linkerd_config.settings import parse
 from tests.support import formats, in_cluster, scenario
 from tests.support.in_cluster import IMAGE, kubectl, make

@@ -23,10 +23,9 @@ from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import (
     EVENTS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
-    NAMESPACES,
     Json,
 )
-from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd import mesh
 from tests.support import formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format
@@ -39,7 +38,6 @@ FALLBACK = 3.0
 """The fallback wait: a rollout that restarts once it has passed would do so here."""
 OUT_WAITED = 4 * FALLBACK
 AGENT = "linkerd-config/"
-PROBE = "probe"
 
 
 async def reason_is(kube: KubeClient, reason: str, text: str = "") -> Json | None:
@@ -81,7 +79,7 @@ async def test_nothing_is_restarted_out_of_the_mesh_while_the_injector_is_down(
     async with formats.installed(cp, kube, fmt) as injector:
         assert await ignores_failures(kube)
         before = await scenario.meshed_namespace(kube, "app", ["a", "b"], replicas=1)
-        installed_proxy = {rollout.proxy_version(p) for p in before}
+        installed_proxy = {mesh.proxy_version(p) for p in before}
         async with scenario.controller(cp, NAME, injector_wait=FALLBACK):
             await asyncio.to_thread(injector.down)
             unmeshed = await scenario.dry_run_pod(kube, "app", {})
@@ -96,7 +94,7 @@ async def test_nothing_is_restarted_out_of_the_mesh_while_the_injector_is_down(
             await asyncio.sleep(OUT_WAITED)  # well past the fallback wait
             assert patched_since(cp, ["app"], applied) == []
             pods = await scenario.running_pods(kube, "app")
-            assert {rollout.proxy_version(p) for p in pods} == installed_proxy  # all meshed
+            assert {mesh.proxy_version(p) for p in pods} == installed_proxy  # all meshed
             held = await reason_is(kube, "WaitingForInjector", "did not inject a dry-run pod")
             assert held is not None and "out of the mesh" in held["message"]
             (said,) = await warnings(kube, "InjectorNotInjecting")
@@ -116,27 +114,24 @@ async def test_a_rollback_waits_for_the_injector_rather_than_unmesh(
     own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format
 ) -> None:
     """``alpha`` rolls onto the broken proxy and is healthy; ``zulu`` (sorted after it, one
-    restart per pass) is refused it: the rollout fails and rolls back. The injector goes down
-    as the rollback starts (the injector's files lag the ConfigMap by 5 s, so the rollback is
-    still waiting for it to inject the old proxy): bringing ``alpha`` back now would create
-    pods without a proxy."""
+    restart per pass) is restarted and its new pods are refused: the rollout fails and rolls
+    back. The injector goes down as the rollback starts (the injector's files lag the
+    ConfigMap by 5 s, so the rollback is still waiting for it to inject the old proxy):
+    bringing ``alpha`` back now would create pods without a proxy."""
     cp, kube = own_control_plane, own_kube
     policy = {"onFailure": "Rollback", "maxRestartsPerPass": 1, "progressDeadline": "2m"}
     async with formats.installed(cp, kube, fmt, projection_delay=5.0) as injector:
         await scenario.meshed_namespace(kube, "alpha", ["alpha"], replicas=1)
         await scenario.meshed_namespace(kube, "zulu", ["zulu"], replicas=1)
-        # The injector is asked in a namespace of its own: asked in zulu, the refusal would
-        # hold zulu's restart (its new pods would be refused too), and nothing would fail.
-        probe = {"metadata": {"name": PROBE, "annotations": {"linkerd.io/inject": "enabled"}}}
-        await scenario.create(kube, NAMESPACES.path(), probe)
-        await scenario.wait_admits_pods(kube, PROBE, injected=True)
-        options = {"injector_wait": FALLBACK, "probe_namespace": PROBE}
-        async with scenario.controller(cp, NAME, **options):
+        async with scenario.controller(cp, NAME, injector_wait=FALLBACK):
             await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.good, policy))
             await eventually(
                 lambda: reason_is(kube, "UpToDate"), timeout=240, what=f"{fmt.good} rolled out"
             )
-            async with scenario.proxy_refused(kube, "zulu", fmt.broken):
+            # zulu's dry runs admitted, its real pods refused: the question, asked in zulu,
+            # lets the restart happen, and the pods it makes are refused (the attempt fails
+            # at once, not at progressDeadline as a refused question would).
+            async with scenario.proxy_refused(kube, "zulu", fmt.broken, dry_runs=False):
                 applied = time.time()
                 await scenario.apply_linkerdconfig(kube, NAME, fmt.spec(fmt.broken, policy))
                 await eventually(
@@ -151,7 +146,7 @@ async def test_a_rollback_waits_for_the_injector_rather_than_unmesh(
                 await asyncio.sleep(OUT_WAITED)  # well past the fallback wait
                 assert patched_since(cp, ["alpha"], down) == []
                 pods = await scenario.running_pods(kube, "alpha")
-                assert {rollout.proxy_version(p) for p in pods} == {fmt.broken}  # meshed still
+                assert {mesh.proxy_version(p) for p in pods} == {fmt.broken}  # meshed still
                 held = await reason_is(kube, "RollingBack", "did not inject a dry-run pod")
                 assert held is not None and "out of the mesh" in held["message"]
 

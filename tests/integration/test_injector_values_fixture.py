@@ -2,7 +2,8 @@
 it records is run again through the edge-26.8.3 CLI this project builds, and the value at the
 path in the rendered linkerd-config must be the one recorded, with its YAML type.
 
-(tests/unit/test_injector_values.py then holds the values format to the fixture without a CLI.)
+(tests/unit/formats/test_injector_values.py then holds the values format to the fixture
+without a CLI.)
 """
 
 from __future__ import annotations

@@ -29,10 +29,10 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.admission.webhooks import register, webhook_configurations
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
 from tests.support.commands import cli
 from tests.support.samples import INVALID, SAMPLES, why_invalid

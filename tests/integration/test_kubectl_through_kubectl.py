@@ -16,7 +16,7 @@ import yaml
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from tests.support import scenario
 from tests.support.samples import SAMPLES, load
 

@@ -8,9 +8,12 @@
 * With that modern Linkerd, the controller writes the Helm ``values`` key and the trust roots:
   a LinkerdConfig as small as a user would write (proxy version and log level) changes just
   those two values, every other key and value kept; each opted-in Deployment is restarted
-  once, its new pods carrying what the injector now injects; a new trust anchor goes to
-  ``ca-bundle.crt`` and the pods whose ``trust-root-sha256`` no longer matches are restarted;
-  applying the same LinkerdConfig again writes nothing.
+  once, its new pods carrying what the injector now injects; a new trust anchor, added beside
+  the installed one as the rotation's first step (a bundle that keeps none of them is staged
+  as a rotation, held while a meshed pod lacks the new anchor: ``test_trust_anchor_seams``),
+  goes to ``ca-bundle.crt`` and the pods whose ``trust-root-sha256`` no longer matches are
+  restarted, the one not opted in left alone; applying the same LinkerdConfig again writes
+  nothing.
 
 Each test has a control plane of its own: Linkerd's names (``linkerd-config``, the webhook
 configuration) exist once per cluster.
@@ -36,10 +39,10 @@ from linkerd_config.app import build, running
 from linkerd_config.kube.client import APPLY_PATCH, KubeClient
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import SECOND_TRUST_ANCHOR, sample
@@ -90,8 +93,12 @@ async def test_no_restart_until_the_injector_serves_the_new_config(
                 return cond if cond.get("reason") == "WaitingForInjector" else None
 
             waiting = await eventually(waiting_for_injector, timeout=DELAY, what="waiting")
-            expected = "does not inject it yet: proxy version edge-19.12.1 → edge-19.12.3"
-            assert expected in waiting["message"], waiting
+            # Asked per workload, in its own namespace (issue 58): each one named, with why.
+            assert "the proxy injector does not inject it yet: " in waiting["message"], waiting
+            for name in scenario.OPTED_IN:
+                why = "proxy version edge-19.12.1 → edge-19.12.3"
+                expected = f"deployment/{scenario.EMOJIVOTO}/{name}: {why}"
+                assert expected in waiting["message"], waiting
 
             async def up_to_date() -> Obj | None:
                 cond = await scenario.condition(kube, "edge-19.12.3", "DataPlaneUpToDate")
@@ -288,21 +295,27 @@ async def test_values_and_trust_roots_drive_the_real_injector(
             }
             assert {p["metadata"]["uid"] for p in await pods_of(kube, NOT_OPTED_IN)} == untouched
 
-            # 2. A new trust anchor.
+            # 2. A new trust anchor, beside the install's (the rotation's first step: NOT_OPTED_IN
+            # still runs the install's bundle, and a bundle without its anchor would be held).
+            installed_bundle = install.get("ConfigMap", "linkerd-identity-trust-roots")["data"][
+                "ca-bundle.crt"
+            ]
+            both = f"{installed_bundle.strip()}\n{ANCHOR.strip()}"
             rotated = copy.deepcopy(small)
-            rotated["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": ANCHOR}}
+            rotated["spec"]["global"] = {"identityContext": {"trustAnchorsPEM": both}}
             await apply(kube, rotated)
             await eventually(lambda: up_to_date(kube), timeout=120, what="rotated")
             await scenario.wait_settled(kube, NS, expected=6)
             roots = await kube.request(
                 "GET", CONFIGMAPS.path("linkerd", "linkerd-identity-trust-roots")
             )
-            assert roots["data"]["ca-bundle.crt"] == ANCHOR.strip()
-            sha = hashlib.sha256(ANCHOR.strip().encode()).hexdigest()
+            assert roots["data"]["ca-bundle.crt"] == both
+            sha = hashlib.sha256(both.encode()).hexdigest()
             assert restarts(cp) == sorted([*OPTED_IN, *OPTED_IN])  # once more each
             for name in OPTED_IN:
                 for pod in await pods_of(kube, name):
                     assert pod["metadata"]["annotations"]["linkerd.io/trust-root-sha256"] == sha
+            assert {p["metadata"]["uid"] for p in await pods_of(kube, NOT_OPTED_IN)} == untouched
             status = (await kube.request("GET", LINKERD_CONFIGS.path(name="modern")))["status"]
             assert status["trustAnchorSource"] == "Spec"
 

@@ -21,9 +21,9 @@ from devcluster import third_party_crds
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.resource import CRDS, NAMESPACES, SERVICE_ACCOUNTS
-from linkerd_config.linkerd.linkerdconfig_resource import crd as linkerdconfig_crd
-from linkerd_config.linkerd.reconcile import desired_config, preserved_name
-from linkerd_config.linkerd.rollout import NAMESPACE_NAME_LABEL, selected_for_restarts
+from linkerd_config.linkerd.configmap.desired import desired_config, preserved_name
+from linkerd_config.linkerd.mesh import NAMESPACE_NAME_LABEL, selected_for_restarts
+from linkerd_config.linkerd.spec.crd import crd as linkerdconfig_crd
 from linkerd_config.settings import Settings, parse
 from tests.support import scenario
 from tests.support.samples import SAMPLES, install_configmap, modern_install, sample
@@ -198,15 +198,12 @@ def test_overlays_keep_every_object_in_its_own_namespace(rendered: dict[str, str
             "ValidatingWebhookConfiguration",
             "ValidatingAdmissionPolicy",
             "ValidatingAdmissionPolicyBinding",
-            "Namespace",
         }
-        # Where the injector is asked (dry-run pod creates): its own namespace and Role.
-        probe = "linkerd-config-probe"
+        # No namespace of our own (the injector is asked in each workload's namespace): a
+        # Namespace would fall to the last branch, and fail it.
         for obj in objs:
             if obj["kind"] in cluster_scoped:
                 assert "namespace" not in obj["metadata"], obj["metadata"]
-            elif obj["metadata"]["name"] == probe:
-                assert obj["metadata"]["namespace"] == probe, obj["metadata"]
             elif obj["metadata"]["name"] != "linkerd-config-events":
                 assert obj["metadata"].get("namespace") == "linkerd", obj["metadata"]
 
@@ -222,7 +219,6 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
         ("ClusterRole", "linkerd-config-restart"),
         ("Role", "linkerd-config"),
         ("Role", "linkerd-config-events"),
-        ("Role", "linkerd-config-probe"),
     }
     for role in roles:
         for rule in role["rules"]:
@@ -238,13 +234,37 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
     assert not any("events" in r["resources"] for r in cluster["rules"]), (
         "events are written only in namespace default (a Role there), never cluster-wide"
     )
-    assert not any("pods" in r["resources"] and "create" in r["verbs"] for r in cluster["rules"]), (
-        "pods are created (dry-run) only in the probe namespace, never cluster-wide"
-    )
-    probe = one(objs, "Role", "linkerd-config-probe", "linkerd-config-probe")
-    assert probe["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]
-    namespace = one(objs, "Namespace", "linkerd-config-probe")
-    assert namespace["metadata"]["annotations"]["linkerd.io/inject"] == "enabled"
+    # Pods are created (dry runs: the injector's question) in each workload's own namespace,
+    # by the restart's ClusterRole (bound where it restarts), in a rule of their own; any
+    # create that is not a dry run, least_privilege.yaml's policy refuses.
+    creates = [
+        (role["metadata"]["name"], rule)
+        for role in roles
+        for rule in role["rules"]
+        if "pods" in rule["resources"] and "create" in rule["verbs"]
+    ]
+    assert creates == [
+        ("linkerd-config-restart", {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]})
+    ]
+    policy = one(objs, "ValidatingAdmissionPolicy", "linkerd-config-least-privilege")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert {
+        "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]
+    } in spec["matchConstraints"]["resourceRules"]  # fmt: skip
+    assert "namespaceSelector" not in spec["matchConstraints"]  # every namespace
+    assert [c["expression"] for c in spec["matchConditions"]] == [
+        f"request.userInfo.username == '{SA_USER}'"
+    ]
+    assert "request.resource.resource != 'pods' || request.dryRun == true" in [
+        v["expression"] for v in spec["validations"]
+    ]
+    binding = one(objs, "ValidatingAdmissionPolicyBinding", "linkerd-config-least-privilege")
+    assert binding["spec"] == {
+        "policyName": "linkerd-config-least-privilege",
+        "validationActions": ["Deny"],
+    }
+    assert not kinds(objs) & {"Namespace"}, "no namespace of the controller's own"
     for binding in (o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": "linkerd-config", "namespace": "linkerd"}
@@ -513,14 +533,12 @@ def real_third_party_crds() -> list[Obj]:
 
 @pytest.fixture(scope="module")
 async def dry_run_ready(kube: KubeClient) -> AsyncIterator[None]:
-    """Namespace linkerd (Linkerd's, so not in our manifests), the probe namespace (in our
-    manifests, but a server-side dry run creates nothing, so the Role in it would find no
-    namespace; a real apply creates it first) and the third-party CRDs, the real ones."""
-    for name in ("linkerd", "linkerd-config-probe"):
-        with contextlib.suppress(ApiError):
-            await kube.request(
-                "POST", NAMESPACES.path(), body={"metadata": {"name": name}}, fenced=False
-            )
+    """Namespace linkerd (Linkerd's, so not in our manifests) and the third-party CRDs, the
+    real ones."""
+    with contextlib.suppress(ApiError):
+        await kube.request(
+            "POST", NAMESPACES.path(), body={"metadata": {"name": "linkerd"}}, fenced=False
+        )
     await kube.request("GET", NAMESPACES.path(name="linkerd"))
     created: list[str] = []
     crds = await asyncio.to_thread(real_third_party_crds)

@@ -4,12 +4,15 @@ module's own:
 
 * ``spec.rollout`` pauses and paces a rollout (it was refused as a Helm value);
 * each restart is an Event on its workload, and each pass one on the LinkerdConfig;
-* a refused injector probe says why (the API server's reason) in status and an Event;
+* a refused injector question (asked in the workload's own namespace) says why (the API
+  server's reason) in status and an Event, restarts nothing there, and is no progress: at
+  ``progressDeadline`` the rollout halts;
 * a deleted ``linkerd-identity-trust-roots`` comes back whole, the install's labels and
   annotations included, or, with no copy of it kept, ``Ready=False`` names it and nothing
   restarts;
 * a proxy whose pods a policy refuses halts the rollout at the first workload that cannot
-  come back, names it everywhere, and resumes on the documented annotation.
+  come back, undoes that workload's restart, names it everywhere, and resumes on the
+  documented annotation.
 
 The tests run in order on one cluster; each moves the proxy to a version of its own.
 """
@@ -30,11 +33,12 @@ from devcluster.linkerd_install import LinkerdInstall, render_install
 from linkerd_config.app import App
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
-from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, Json
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, Json
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.workload_health import RESUME_ANNOTATION
 from tests.support import commands, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.waiting import eventually
@@ -46,7 +50,13 @@ APPS = ("web", "api")
 NAME = "modern"
 AGENT = "linkerd-config/"
 ROOTS = "linkerd-identity-trust-roots"
-PROBE_NS = "probe-quota"
+QUOTA_NS, QUOTA_APP = "quota", "q"
+QUOTA = "exceeded quota"
+"""What the API server says of a pod a ResourceQuota refuses."""
+DEADLINE = "30s"
+"""The progressDeadline of the refused rollout."""
+FALLBACK = 8.0
+"""The fallback wait (``--injector-wait``): a refused question is not ended by it."""
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +110,14 @@ def restarts(cp: LocalControlPlane) -> list[Json]:
     return successful_writes(cp, "patch", "deployments", NS, AGENT)
 
 
+def quota_restarts(cp: LocalControlPlane, since: float) -> list[str]:
+    return [
+        e["objectRef"]["name"]
+        for e in successful_writes(cp, "patch", "deployments", QUOTA_NS, AGENT)
+        if received_at(e) >= since
+    ]
+
+
 async def events(kube: KubeClient, namespace: str, reason: str) -> list[Json]:
     items = (await kube.request("GET", EVENTS.path(namespace)))["items"]
     return [e for e in items if e["reason"] == reason]
@@ -149,17 +167,22 @@ async def test_spec_rollout_pauses_and_paces_a_values_rollout_with_events_on_eac
         assert len(passes) == len(APPS)  # one pass each: one restart per pass
 
 
-# -- 2. a refused injector probe says why --------------------------------------------------
+# -- 2. a refused injector question says why, and is no progress ----------------------------
 
 
 async def test_a_refused_injector_probe_names_the_api_servers_reason(
     cp: LocalControlPlane, world: tuple[KubeClient, LinkerdInstall]
 ) -> None:
+    """A ResourceQuota of no pods in a workload's own namespace: the injector is asked there
+    (a dry-run create of that workload's pod), and the API server refuses it. Its new pods
+    would be refused too, so it is not restarted, however long the fallback wait; shop's
+    workloads, asked in shop, are. Refused is no progress: at ``progressDeadline`` the
+    rollout halts, and status, the Events and ``status.rolloutHalt`` name the API server's
+    reason. The quota gone and the rollout resumed, it completes."""
     kube, _ = world
-    annotated = {"metadata": {"name": PROBE_NS, "annotations": {"linkerd.io/inject": "enabled"}}}
-    await scenario.create(kube, NAMESPACES.path(), annotated)
+    await scenario.meshed_namespace(kube, QUOTA_NS, [QUOTA_APP], replicas=1)
     quota = {"metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}}
-    quotas = f"/api/v1/namespaces/{PROBE_NS}/resourcequotas"
+    quotas = f"/api/v1/namespaces/{QUOTA_NS}/resourcequotas"
     await scenario.create(kube, quotas, quota)
 
     async def enforced() -> bool:  # admission charges pods once the quota has a status
@@ -167,29 +190,77 @@ async def test_a_refused_injector_probe_names_the_api_servers_reason(
         return bool((found.get("status") or {}).get("hard"))
 
     await eventually(enforced, timeout=30, what="the quota enforced")
-    async with controller(cp, restart_interval=0.5, injector_wait=8.0, probe_namespace=PROBE_NS):
-        await apply(kube, {"proxy": {"proxyVersion": "edge-26.8.5"}})
+    workload = f"deployment/{QUOTA_NS}/{QUOTA_APP}"
+    spec = {"proxy": {"proxyVersion": "edge-26.8.5"}, "rollout": {"progressDeadline": DEADLINE}}
+    async with controller(cp, restart_interval=0.5, injector_wait=FALLBACK):
+        applied = time.time()
+        await apply(kube, spec)
 
         async def waiting() -> Json | None:
             up = await condition(kube, "DataPlaneUpToDate")
-            return up if "exceeded quota" in up.get("message", "") else None
+            said = up.get("message", "")
+            return up if up.get("reason") == "WaitingForInjector" and QUOTA in said else None
 
         cond = await eventually(waiting, timeout=60, what="status names the refusal")
-        assert cond["reason"] == "WaitingForInjector"
-        assert "403" in cond["message"] and PROBE_NS in cond["message"]
+        assert (
+            f"a dry-run create of {workload}'s pod was refused (403 Forbidden: "
+            in (cond["message"])
+        )
+        assert "refused new pods are no progress: the rollout fails in " in cond["message"]
+        assert f"(progressDeadline {DEADLINE})" in cond["message"]
 
         async def warned() -> list[Json] | None:
             found = [
                 e
-                for e in await events(kube, "default", "InjectorUnconfirmed")
+                for e in await events(kube, "default", "NewPodsRefused")
                 if e["involvedObject"]["name"] == NAME
             ]
             return found or None
 
         (event,) = await eventually(warned, timeout=30, what="a Warning Event with the reason")
-        assert event["type"] == "Warning" and "exceeded quota" in event["message"]
-        # The fallback wait still ends it, and says why it was needed.
-        await eventually(lambda: ready(kube), timeout=120, what="rolled out after the wait")
+        assert event["type"] == "Warning" and QUOTA in event["message"]
+        assert workload in event["message"]
+
+        async def halted() -> Json | None:
+            up = await condition(kube, "DataPlaneUpToDate")
+            return up if up.get("reason") == "RolloutHalted" else None
+
+        cond = await eventually(halted, timeout=120, what="halted at progressDeadline")
+        failed = f"{workload}: new pods refused for {DEADLINE} (no progress): 403 Forbidden: "
+        assert failed in cond["message"] and QUOTA in cond["message"]
+        lc = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
+        (record,) = lc["status"]["rolloutHalt"]["failed"]
+        assert record.startswith(failed) and QUOTA in record
+        on_workload = await events(kube, QUOTA_NS, "RolloutHalted")
+        assert [e["involvedObject"]["name"] for e in on_workload] == [QUOTA_APP]
+        assert "its new pods were refused" in on_workload[0]["message"]
+        assert QUOTA in on_workload[0]["message"]
+        # Never restarted into the refusal (well past the fallback wait); shop's, asked in
+        # their own namespace, were.
+        assert quota_restarts(cp, applied) == []
+        shop = [e["objectRef"]["name"] for e in restarts(cp) if received_at(e) >= applied]
+        assert sorted(shop) == sorted(APPS)
+
+    # The quota gone, resumed by the documented annotation: the workload rolls too.
+    await kube.request("DELETE", f"{quotas}/no-pods")
+
+    async def admitted() -> bool:
+        try:
+            await scenario.dry_run_pod(kube, QUOTA_NS, {})
+        except ApiError:
+            return False
+        return True
+
+    await eventually(admitted, timeout=30, what="the quota gone")
+    async with controller(cp, restart_interval=0.5, injector_wait=FALLBACK):
+        await kube.request(
+            "PATCH",
+            LINKERD_CONFIGS.path(name=NAME),
+            body={"metadata": {"annotations": {RESUME_ANNOTATION: "quota"}}},
+            content_type=MERGE_PATCH,
+        )
+        await eventually(lambda: ready(kube), timeout=120, what="rolled out once resumed")
+    assert quota_restarts(cp, applied) == [QUOTA_APP]
 
 
 # -- 3. deleted trust roots ------------------------------------------------------------------
@@ -268,7 +339,9 @@ REFUSAL = scenario.refusal(BROKEN)
 
 
 def proxy_refused(kube: KubeClient) -> contextlib.AbstractAsyncContextManager[None]:
-    return scenario.proxy_refused(kube, FRAGILE, BROKEN)
+    """Real creates of BROKEN's pods refused in fragile, its dry runs admitted: the question
+    asked in fragile says yes, the restart happens, and the pods it makes are refused."""
+    return scenario.proxy_refused(kube, FRAGILE, BROKEN, dry_runs=False)
 
 
 async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
@@ -276,8 +349,8 @@ async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
 ) -> None:
     kube, _ = world
     await scenario.meshed_namespace(kube, FRAGILE, ["a", "b"], replicas=1)
-    # The probe asks in shop, where the policy does not apply: the refusal is the pods'.
-    options = {"restart_interval": 0.5, "injector_wait": 600, "probe_namespace": NS}
+    # The question, asked in fragile, is admitted (a dry run): the refusal is the pods'.
+    options = {"restart_interval": 0.5, "injector_wait": 600}
     async with proxy_refused(kube), controller(cp, **options) as app:
         applied = time.time()
         spec = {"proxy": {"proxyVersion": BROKEN}, "rollout": {"maxRestartsPerPass": 1}}
@@ -292,6 +365,17 @@ async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
         assert REFUSAL in cond["message"]
         ready_now = await condition(kube, "Ready")
         assert (ready_now["status"], ready_now["reason"]) == ("False", "RolloutHalted")
+
+        # The halt stops what the restart started: fragile/a back on its previous
+        # ReplicaSet's template, so the refused revision makes no more pods.
+        async def undone() -> list[Json] | None:
+            return await events(kube, FRAGILE, "HaltedRevisionUndone") or None
+
+        (undo,) = await eventually(undone, timeout=30, what="the halted revision undone")
+        assert undo["involvedObject"]["name"] == "a" and undo["type"] == "Warning"
+        dep = await kube.request("GET", DEPLOYMENTS.path(FRAGILE, "a"))
+        template = dep["spec"]["template"]["metadata"].get("annotations") or {}
+        assert mesh.RESTARTED_FOR_ANNOTATION not in template
         await asyncio.sleep(3.0)  # several intervals: nothing more restarted
         patched = [
             f"{e['objectRef']['namespace']}/{e['objectRef']['name']}"
@@ -299,12 +383,12 @@ async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
             for e in successful_writes(cp, "patch", "deployments", ns, AGENT)
             if received_at(e) >= applied
         ]
-        assert patched == ["fragile/a"]
+        assert patched == ["fragile/a", "fragile/a"]  # its restart, and that undo
         on_config = [
             e
             for e in await events(kube, "default", "RolloutHalted")
-            if e["involvedObject"]["name"] == NAME
-        ]
+            if e["involvedObject"]["name"] == NAME and f"proxy {BROKEN} " in e["message"]
+        ]  # this attempt's (test 2's halt, of another proxy, is on the same LinkerdConfig)
         assert len(on_config) == 1 and on_config[0]["type"] == "Warning"
         on_workload = await events(kube, FRAGILE, "RolloutHalted")
         assert [e["involvedObject"]["name"] for e in on_workload] == ["a"]
@@ -319,7 +403,7 @@ async def test_refused_new_pods_halt_the_rollout_until_it_is_resumed(
     async def lifted() -> bool:
         annotations = {"linkerd.io/inject": "disabled", "linkerd.io/proxy-version": BROKEN}
         try:
-            await scenario.dry_run_pod(kube, FRAGILE, annotations)
+            await scenario.dry_run_pod(kube, FRAGILE, annotations, dry_run=False)
         except ApiError:
             return False
         return True

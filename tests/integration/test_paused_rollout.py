@@ -13,11 +13,11 @@ from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import build, running
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import sample
 from tests.support.waiting import eventually
@@ -32,7 +32,7 @@ async def restart_records(kube: KubeClient) -> dict[str, str | None]:
     for name in scenario.OPTED_IN:
         dep = await kube.request("GET", DEPLOYMENTS.path(scenario.EMOJIVOTO, name))
         annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
-        records[name] = annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
+        records[name] = annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
     return records
 
 

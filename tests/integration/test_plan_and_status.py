@@ -25,11 +25,11 @@ from devcluster.linkerd_install import render_install
 from linkerd_config.app import build, running
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, SERVICE_ACCOUNTS
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario, service_accounts
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import sample
@@ -133,7 +133,7 @@ async def test_legacy_plan_then_paused_status_then_rollout_as_planned(
     async with scenario.readme_starting_point(cp, kube):
         pinned = scenario.deployment(PINNED, opted_in=True)
         pinned["spec"]["template"]["metadata"]["annotations"] = {
-            rollout.PIN_ANNOTATION: "edge-19.12.1"
+            mesh.PIN_ANNOTATION: "edge-19.12.1"
         }
         await scenario.create(kube, DEPLOYMENTS.path(scenario.EMOJIVOTO), pinned)
         await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=10)

@@ -14,7 +14,7 @@ import yaml
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, PODS, Json
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from tests.support import commands, formats, scenario

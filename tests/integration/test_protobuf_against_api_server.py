@@ -34,8 +34,8 @@ from linkerd_config.kube.resource import (
     ApiResource,
 )
 from linkerd_config.kube.watch import WatchStream
-from linkerd_config.linkerd.linkerd_caches import LinkerdCaches
-from linkerd_config.linkerd.rollout import RECONCILE_AUTO, RECONCILE_LABEL
+from linkerd_config.linkerd.caches import LinkerdCaches
+from linkerd_config.linkerd.mesh import RECONCILE_AUTO, RECONCILE_LABEL
 from tests.support import scenario
 from tests.support.waiting import eventually
 

@@ -54,15 +54,15 @@ from linkerd_config.kube.resource import (
     ApiResource,
     split_key,
 )
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import HASH_ANNOTATION
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS as CONTROLLER_LINKERD_CONFIGS,  # the version the controller reads and patches
 )
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario, service_accounts
 from tests.support.audit import audit_entries, audited_resource
 from tests.support.samples import install_configmap, sample
@@ -74,8 +74,6 @@ Obj = dict[str, Any]
 
 REPO = Path(__file__).resolve().parents[2]
 SA_NAMESPACE, SA_NAME = "linkerd", "linkerd-config"
-PROBE_NAMESPACE = "linkerd-config-probe"
-"""manifests/rbac/probe.yaml's: the one namespace where the controller may create pods."""
 SA_USER = f"system:serviceaccount:{SA_NAMESPACE}:{SA_NAME}"
 SA_GROUPS = [
     "system:serviceaccounts",
@@ -116,7 +114,6 @@ WORKLOAD_RESOURCES: dict[str, ApiResource] = {
     "Pod": PODS,
 }
 RBAC_RESOURCES: dict[str, ApiResource] = {
-    "Namespace": NAMESPACES,  # the probe namespace, where the injector is asked
     "ServiceAccount": SERVICE_ACCOUNTS,
     "ClusterRole": ApiResource(
         "rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False
@@ -153,7 +150,7 @@ RBAC_RESOURCES: dict[str, ApiResource] = {
 def _template(name: str) -> Obj:
     return {
         "metadata": {
-            "labels": {"app": name, rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+            "labels": {"app": name, mesh.RECONCILE_LABEL: mesh.RECONCILE_AUTO},
         },
         "spec": {
             "containers": [{"name": name, "image": f"example.invalid/{name}:v1"}],
@@ -186,7 +183,7 @@ def workload(kind: str, name: str) -> Obj:
 
 
 async def create_namespace(kube: KubeClient, name: str, hidden: bool) -> None:
-    labels = {rollout.WEBHOOKS_LABEL: "disabled"} if hidden else {}
+    labels = {mesh.WEBHOOKS_LABEL: "disabled"} if hidden else {}
     await scenario.create(
         kube,
         NAMESPACES.path(),
@@ -205,7 +202,7 @@ async def set_hidden(kube: KubeClient, namespace: str, hidden: bool) -> None:
     await kube.request(
         "PATCH",
         NAMESPACES.path(name=namespace),
-        body={"metadata": {"labels": {rollout.WEBHOOKS_LABEL: "disabled" if hidden else None}}},
+        body={"metadata": {"labels": {mesh.WEBHOOKS_LABEL: "disabled" if hidden else None}}},
         content_type=MERGE_PATCH,
     )
 
@@ -487,7 +484,6 @@ async def controller(
         RolloutOptions(
             restart_interval=0.5,
             injector_wait=injector_wait,
-            probe_namespace=PROBE_NAMESPACE,
             restart_namespaces=settings.restart_namespaces,
         ),
     )
@@ -661,7 +657,7 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
     disabled_before = uids(await all_pods(admin, scenario.DISABLED_NS))
     hidden_before = {ns: uids(await all_pods(admin, ns)) for ns, _ in HIDDEN.values()}
     kinds_before = await all_pods(admin, KINDS_NS)
-    assert {rollout.proxy_version(p) for p in kinds_before} == {OLD}
+    assert {mesh.proxy_version(p) for p in kinds_before} == {OLD}
 
     await delete_lease(admin)
     started = time.monotonic()
@@ -681,7 +677,7 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
         assert ready["status"]["outdatedWorkloads"] == 0
 
         after = await scenario.wait_settled(admin, scenario.EMOJIVOTO, expected=8)
-        versions = {p["metadata"]["labels"]["app"]: rollout.proxy_version(p) for p in after}
+        versions = {p["metadata"]["labels"]["app"]: mesh.proxy_version(p) for p in after}
         for name in scenario.OPTED_IN:
             assert versions[name] == NEW, versions
         assert versions[scenario.NOT_OPTED_IN] == OLD
@@ -692,7 +688,7 @@ async def test_readme_scenario_as_the_service_account(world: World) -> None:
             "kinds-statefulset",
             "kinds-daemonset",
         }  # the bare pod was evicted; the owned ones came back on the new proxy
-        assert {rollout.proxy_version(p) for p in kinds_after} == {NEW}
+        assert {mesh.proxy_version(p) for p in kinds_after} == {NEW}
         assert not uids(kinds_after) & uids(kinds_before)
         assert uids(await all_pods(admin, scenario.DISABLED_NS)) == disabled_before
         for namespace, _ in HIDDEN.values():
@@ -1031,7 +1027,7 @@ async def restart_refused(
                     "GET", WORKLOAD_RESOURCES[kind].path(namespace, name)
                 )
                 annotations = obj["spec"]["template"]["metadata"].get("annotations") or {}
-                return rollout.RESTARTED_FOR_ANNOTATION not in annotations
+                return mesh.RESTARTED_FOR_ANNOTATION not in annotations
 
             await holds(not_restarted, f"{kind.lower()}/{namespace}/{name} is not restarted")
             return run
@@ -1052,20 +1048,27 @@ async def workload_not_restarted(world: World, perm: Permission) -> None:
 
 @case("create pods")
 async def injector_not_asked(world: World, perm: Permission) -> None:
-    async def waiting_for_injector() -> bool:
-        obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
-        conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
-        up_to_date = conditions.get("DataPlaneUpToDate", {})
-        return (
-            up_to_date.get("status") == "False"
-            and up_to_date.get("reason") == "WaitingForInjector"
-            and "cannot confirm the injector's version by dry-run" in up_to_date.get("message", "")
-        )
-
+    """The question to the injector (a dry-run create of the workload's pod, in the
+    workload's own namespace) refused by RBAC there: the injector cannot be asked, so the
+    restart waits for the fallback wait, saying why, and nothing is restarted meanwhile."""
     async with exposed(world, "Deployment") as (namespace, name):
+
+        async def waiting_for_injector() -> bool:
+            obj = await world.admin.request("GET", LINKERD_CONFIGS.path(name=CONFIG))
+            conditions = {c["type"]: c for c in obj.get("status", {}).get("conditions", [])}
+            up_to_date = conditions.get("DataPlaneUpToDate", {})
+            said = up_to_date.get("message", "")
+            return (
+                up_to_date.get("status") == "False"
+                and up_to_date.get("reason") == "WaitingForInjector"
+                and "cannot confirm the injector's version by dry-run" in said
+                and f"deployment/{namespace}/{name}'s pod was refused" in said
+                and perm.refusal in said
+            )
+
         before = uids(await all_pods(world.admin, namespace))
         async with controller(world, identity(perm), injector_wait=600) as run:
-            await run.refused(perm, PODS.path(PROBE_NAMESPACE))  # POST ...?dryRun=All
+            await run.refused(perm, PODS.path(namespace))  # POST ...?dryRun=All
             await eventually(waiting_for_injector, timeout=10, what="status WaitingForInjector")
 
             async def not_restarted() -> bool:
@@ -1116,7 +1119,7 @@ async def restart_not_told_on_its_workload(world: World, perm: Permission) -> No
 
         async def restarted() -> bool:  # the restart went through; only its Event did not
             obj = await world.admin.request("GET", path)
-            return rollout.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
+            return mesh.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
 
         await eventually(restarted, timeout=10, what=f"{path} restarted")
 
@@ -1344,7 +1347,7 @@ async def stale_deployment(kube: KubeClient, namespace: str, name: str) -> set[s
             return pods if len(pods) == 1 else None
 
         (pod,) = await eventually(running, timeout=60, what=f"{namespace}/{name} running")
-        assert rollout.proxy_version(pod) is None
+        assert mesh.proxy_version(pod) is None
     finally:
         await set_hidden(kube, namespace, False)
     await scenario.wait_admits_pods(kube, namespace, injected=True)
@@ -1355,13 +1358,18 @@ def template_annotations(obj: Obj) -> dict[str, str]:
     return obj["spec"]["template"]["metadata"].get("annotations") or {}
 
 
+POD_NAMESPACES = (scenario.EMOJIVOTO, KINDS_NS, "default")
+"""Workloads' namespaces, where the injector is asked, and one with none."""
+
+
 async def test_what_rbac_cannot_name_the_admission_policy_refuses(
     world: World, baseline: None
 ) -> None:
     """Issue 39, finding 5, with manifests/rbac/least_privilege.yaml: as the ServiceAccount,
-    a real pod in the probe namespace (RBAC allows the create a dry run needs, and so a
-    privileged pod with the host's filesystem) is refused, its dry run is not; a Lease of
-    another name cannot be created; an Event not its own cannot be patched."""
+    a real pod in any namespace (RBAC allows, cluster-wide, the create that the injector's
+    question, a dry run in each workload's own namespace, needs; and so a privileged pod with
+    the host's filesystem) is refused, its dry run is not; a Lease of another name cannot be
+    created; an Event not its own cannot be patched."""
     admin = world.admin
     pod: Obj = {
         "metadata": {"name": "rbac-probe"},
@@ -1387,11 +1395,15 @@ async def test_what_rbac_cannot_name_the_admission_policy_refuses(
 
                 await eventually(attempt, timeout=30, what=said)
 
-            await refused(
-                lambda: sa.request("POST", PODS.path(PROBE_NAMESPACE), body=pod),
-                "may only dry-run pods",
-            )
-            await sa.request("POST", PODS.path(PROBE_NAMESPACE), params=DRY_RUN, body=pod)
+            for namespace in POD_NAMESPACES:
+                create = Permission("ClusterRole", namespace, RESTART_ROLE, "", "pods", "create")
+                assert await authorized(admin, create), create  # RBAC allows it: not the 403
+
+                def real(namespace: str = namespace) -> Awaitable[Obj]:
+                    return sa.request("POST", PODS.path(namespace), body=pod)
+
+                await refused(real, "may only dry-run pods")
+                await sa.request("POST", PODS.path(namespace), params=DRY_RUN, body=pod)
             await refused(
                 lambda: sa.request(
                     "POST", LEASES.path("linkerd"), params=DRY_RUN,
@@ -1406,7 +1418,8 @@ async def test_what_rbac_cannot_name_the_admission_policy_refuses(
                 ),
                 "may change no Event but its own",
             )  # fmt: skip
-        assert (await admin.request("GET", PODS.path(PROBE_NAMESPACE)))["items"] == []
+        for namespace in POD_NAMESPACES:
+            assert await get_or_none(admin, PODS.path(namespace, "rbac-probe")) is None
         event = await admin.request("GET", EVENTS.path("default", "rbac-foreign-event"))
         assert event["message"] == "not ours"
     finally:
@@ -1464,10 +1477,10 @@ async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
                 obj = await admin.request("GET", listed_path)
                 pods = await app_pods(admin, scenario.EMOJIVOTO, LISTED_APP)
                 return (
-                    rollout.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
+                    mesh.RESTARTED_FOR_ANNOTATION in template_annotations(obj)
                     and len(pods) == 1
                     and not uids(pods) & listed_before
-                    and rollout.proxy_version(pods[0]) == NEW
+                    and mesh.proxy_version(pods[0]) == NEW
                 )
 
             await eventually(listed_restarted, timeout=60, what=f"{listed_path} restarted")
@@ -1476,9 +1489,9 @@ async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
                 obj = await admin.request("GET", unlisted_path)
                 pods = await app_pods(admin, UNLISTED_NS, UNLISTED_APP)
                 return (
-                    rollout.RESTARTED_FOR_ANNOTATION not in template_annotations(obj)
+                    mesh.RESTARTED_FOR_ANNOTATION not in template_annotations(obj)
                     and uids(pods) == unlisted_before
-                    and rollout.proxy_version(pods[0]) is None  # stale, and left so
+                    and mesh.proxy_version(pods[0]) is None  # stale, and left so
                 )
 
             await holds(unlisted_untouched, f"{unlisted_path} is not restarted", seconds=2 * HOLD)

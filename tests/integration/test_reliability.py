@@ -42,7 +42,7 @@ from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS, NAMESPACES
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from tests.support import scenario

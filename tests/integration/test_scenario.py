@@ -18,13 +18,13 @@ from devcluster.cluster import LocalControlPlane
 from linkerd_config.app import App, build, running
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS, EVENTS
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.defaults import defaulted
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.admission.defaults import defaulted
 from linkerd_config.linkerd.formats import format_for
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
 from tests.support import scenario
 from tests.support.samples import install_configmap, sample
 from tests.support.waiting import eventually
@@ -107,7 +107,7 @@ async def test_original_readme_scenario(kube: KubeClient, controller_app: App) -
     assert ready["status"]["trustAnchorSource"] == "Spec"
 
     after = await scenario.wait_settled(kube, scenario.EMOJIVOTO, expected=8)
-    versions = {p["metadata"]["labels"]["app"]: rollout.proxy_version(p) for p in after}
+    versions = {p["metadata"]["labels"]["app"]: mesh.proxy_version(p) for p in after}
     for name in scenario.OPTED_IN:
         assert versions[name] == "edge-19.12.3", versions
     images = {p["metadata"]["labels"]["app"]: scenario.readme_check(p) for p in after}
@@ -119,13 +119,13 @@ async def test_original_readme_scenario(kube: KubeClient, controller_app: App) -
     # Not opted in: same pods, still the old proxy. Disabled namespace: same pods.
     bot_after = [p for p in after if p["metadata"]["labels"]["app"] == scenario.NOT_OPTED_IN]
     assert uids(bot_after) == bot_before
-    assert {rollout.proxy_version(p) for p in bot_after} == {"edge-19.12.1"}
+    assert {mesh.proxy_version(p) for p in bot_after} == {"edge-19.12.1"}
     assert uids(await scenario.running_pods(kube, scenario.DISABLED_NS)) == disabled_before
 
     for name in scenario.OPTED_IN:
         dep = await kube.request("GET", DEPLOYMENTS.path(scenario.EMOJIVOTO, name))
         annotations = dep["spec"]["template"]["metadata"]["annotations"]
-        assert annotations[rollout.RESTARTED_FOR_ANNOTATION] == ready["status"]["configHash"]
+        assert annotations[mesh.RESTARTED_FOR_ANNOTATION] == ready["status"]["configHash"]
 
     events = (await kube.request("GET", EVENTS.path("default")))["items"]
     reasons = {e["reason"] for e in events if e["involvedObject"]["name"] == "edge-19.12.3"}

@@ -35,11 +35,11 @@ from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS, NAMESPACES, PODS, Json
 from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.mesh import TRUST_ROOT_ANNOTATION
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
-from linkerd_config.linkerd.trust_anchor_guard import HELD_REASON, bundle_hash
+from linkerd_config.linkerd.trust.guard import HELD_REASON, bundle_hash
 from tests.support import commands, scenario
 from tests.support.anchors import bundle, trust_anchor
 from tests.support.audit import received_at, successful_writes

@@ -19,7 +19,7 @@ import pytest
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CRDS, REPLICASETS, Json
-from linkerd_config.linkerd import rollout
+from linkerd_config.linkerd import mesh
 from tests.support import commands, formats, scenario
 from tests.support.audit import received_at, successful_writes
 from tests.support.formats import Format
@@ -102,7 +102,7 @@ async def test_pods_of_unknown_owners_are_skipped_not_evicted(
         await scenario.create(kube, REPLICASETS.path(NS), replicaset("canary-app-5d8f", argo))
         await scenario.create(kube, REPLICASETS.path(NS), replicaset("loner", None))
         before = await scenario.wait_settled(kube, NS, expected=3)
-        assert all(rollout.proxy_version(p) is not None for p in before)  # all meshed
+        assert all(mesh.proxy_version(p) is not None for p in before)  # all meshed
         uids = {p["metadata"]["uid"] for p in before if not p["metadata"]["name"].startswith("h")}
 
         code, plan = await commands.plan_object(cp.kubeconfig, linkerdconfig(fmt), tmp_path)
@@ -122,7 +122,7 @@ async def test_pods_of_unknown_owners_are_skipped_not_evicted(
                 cond = await scenario.condition(kube, NAME, "DataPlaneUpToDate")
                 pods = await scenario.running_pods(kube, NS)
                 healthy = [p for p in pods if p["metadata"]["name"].startswith("healthy-")]
-                on_new = healthy and all(rollout.proxy_version(p) == fmt.good for p in healthy)
+                on_new = healthy and all(mesh.proxy_version(p) == fmt.good for p in healthy)
                 return cond if on_new and "Skipped" in cond.get("message", "") else None
 
             cond = await eventually(rolled, timeout=180, interval=1, what="healthy rolled")

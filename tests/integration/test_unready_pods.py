@@ -11,8 +11,10 @@ new proxy Running but not Ready. With Linkerd's real injector and one restart pe
   for, and no second workload is restarted;
 * after it the rollout halts: status, Events and the halt metric name the workload, "not
   complete 20s after its restart", and the audit log shows no other restart;
-* the Stage deleted, the stuck pods become Ready by themselves; the halt holds until the
-  resume annotation, then the rest rolls and the rollout completes.
+* the halt stops what the restart started: the workload goes back to its previous
+  ReplicaSet's template (``HaltedRevisionUndone``), its stuck pod goes, its old pod stays
+  Ready; the halt holds until the resume annotation, then (the Stage deleted) the workload is
+  restarted again, the rest rolls, and the rollout completes.
 
 The same test on each config format (legacy ``global``/``proxy`` with edge-19.12.3's injector,
 Helm ``values`` with edge-26.8.3's), each on a control plane of its own.
@@ -33,11 +35,12 @@ from linkerd_config.app import App
 from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import DEPLOYMENTS, EVENTS, PODS, Json
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION
+from linkerd_config.linkerd.spec.crd import HALT_FIELD
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
 from tests.support import scenario
 from tests.support.audit import audit_entries, audited_resource, received_at, successful_writes
 from tests.support.samples import sample
@@ -153,7 +156,7 @@ async def restart_records(kube: KubeClient) -> dict[str, str | None]:
     for name in APPS:
         dep = await kube.request("GET", DEPLOYMENTS.path(NS, name))
         annotations = dep["spec"]["template"]["metadata"].get("annotations") or {}
-        records[name] = annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
+        records[name] = annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
     return records
 
 
@@ -191,14 +194,12 @@ async def test_pods_that_never_become_ready_halt_the_rollout_at_its_deadline_unt
     new = release.new_proxy
     assert on_proxy([p for a in APPS for p in await pods_of(kube, a)], new) == []
     async with controller(cp) as app:
-        async with pods_never_ready(
-            kube, STAGE, {PROXY_VERSION_ANNOTATION: new}, probe_namespace=NS
-        ):
+        async with pods_never_ready(kube, STAGE, {PROXY_VERSION_ANNOTATION: new}, namespace=NS):
             await apply(kube, release.spec())
             first = await within_the_deadline_the_pass_waits(cp, kube, new)
             await after_the_deadline_the_rollout_halts(cp, kube, app, first)
-        # The Stage is deleted: the stuck pods become Ready by themselves.
-        await stuck_pods_recover_but_the_halt_holds(cp, kube, first, new)
+        # The Stage is deleted (the next pods on the new proxy become Ready).
+        await undone_the_halt_holds(cp, kube, first, new)
         await resumed_the_rollout_completes(cp, kube, app, first, new)
 
 
@@ -258,11 +259,11 @@ async def after_the_deadline_the_rollout_halts(
         f"deployment/{NS}/{first}"
     ]
 
-    async def warned(namespace: str, involved: str) -> list[Json]:
+    async def warned(namespace: str, involved: str, reason: str = "RolloutHalted") -> list[Json]:
         async def found() -> list[Json]:
-            return await events(kube, namespace, "RolloutHalted", involved)
+            return await events(kube, namespace, reason, involved)
 
-        return await eventually(found, timeout=30, what=f"a RolloutHalted Event on {involved}")
+        return await eventually(found, timeout=30, what=f"a {reason} Event on {involved}")
 
     (on_config,) = await warned("default", NAME)
     assert on_config["type"] == "Warning" and failed in on_config["message"]
@@ -272,27 +273,33 @@ async def after_the_deadline_the_rollout_halts(
     assert f"not complete {DEADLINE} after its restart" in on_workload["message"]
     assert halted_gauge(app) == 1.0
 
-    # One restart in all: the one that never came back.
-    assert restarted(cp) == [first]
-    records = await restart_records(kube)
-    assert [a for a, record in records.items() if record is not None] == [first]
+    # The halt stops what the restart started: the workload back on its previous
+    # ReplicaSet's template, so the revision that never came back makes no more pods.
+    (undone,) = await warned(NS, first, "HaltedRevisionUndone")
+    assert undone["type"] == "Warning"
+    # One restart in all, the one that never came back, and its undo (nothing records it).
+    assert restarted(cp) == [first, first]
+    assert await restart_records(kube) == dict.fromkeys(APPS)
 
 
-async def stuck_pods_recover_but_the_halt_holds(
+async def undone_the_halt_holds(
     cp: LocalControlPlane, kube: KubeClient, first: str, new: str
 ) -> None:
-    async def recovered() -> bool:
+    """The undone workload settles on its previous ReplicaSet: one pod, Ready, not on the new
+    proxy (the stuck one gone); the halt holds, nothing more restarted."""
+
+    async def settled_back() -> bool:
         dep = await kube.request("GET", DEPLOYMENTS.path(NS, first))
         status = dep.get("status") or {}
         done = status.get("observedGeneration") == dep["metadata"]["generation"] and (
             status.get("replicas") == status.get("updatedReplicas") == 1
         )
         pods = await pods_of(kube, first)
-        return done and len(pods) == 1 and on_proxy(pods, new) == pods and is_ready(pods[0])
+        return done and len(pods) == 1 and on_proxy(pods, new) == [] and is_ready(pods[0])
 
-    await eventually(recovered, timeout=120, what=f"{first} on {new}, Ready, old pod gone")
+    await eventually(settled_back, timeout=120, what=f"{first} back, Ready, stuck pod gone")
     assert await with_reason(kube, "RolloutHalted") is not None
-    assert restarted(cp) == [first]
+    assert restarted(cp) == [first, first]
 
 
 def resume_requests(cp: LocalControlPlane) -> list[Json]:
@@ -329,13 +336,13 @@ async def resumed_the_rollout_completes(
     assert HALT_FIELD not in obj["status"]
     assert halted_gauge(app) == 0.0
 
-    # Each restarted once; the rest only after the resume (the audit log's order).
+    # Before the resume: the first's restart and its undo; after it, each restarted once
+    # (the first again, its record undone), in the audit log's order.
     order = restarted(cp)
-    assert sorted(order) == sorted(APPS) and order[0] == first
+    assert order[:2] == [first, first] and sorted(order[2:]) == sorted(APPS)
     resumed_at = received_at(resume_requests(cp)[before])
     writes = successful_writes(cp, "patch", "deployments", NS, CONTROLLER_AGENT)
-    later = [e for e in writes if e["objectRef"]["name"] != first]
-    assert [received_at(e) > resumed_at for e in later] == [True] * (len(APPS) - 1)
+    assert [received_at(e) > resumed_at for e in writes] == [False, False] + [True] * len(APPS)
     records = await restart_records(kube)
     assert None not in records.values() and len(set(records.values())) == 1
 

@@ -33,11 +33,11 @@ import pytest
 from devcluster import real_node
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.admission.defaults import defaulted
+from linkerd_config.linkerd.admission.webhooks import MUTATE_PATH, VALIDATE_PATH
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH
 from tests.support import in_cluster
 from tests.support.in_cluster import IMAGE, kubectl, make
 from tests.support.samples import SAMPLES, load, sample

@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 
 from linkerd_config.kube.admission import MAX_BODY_BYTES, AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
-from linkerd_config.linkerd.webhooks import MUTATE_PATH, VALIDATE_PATH, register
+from linkerd_config.linkerd.admission.webhooks import MUTATE_PATH, VALIDATE_PATH, register
 from tests.support.samples import INVALID, load, sample
 
 Json = dict[str, Any]

@@ -29,13 +29,13 @@ from linkerd_config.kube.resource import (
     MUTATING_WEBHOOK_CONFIGURATIONS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from linkerd_config.linkerd.api_conversion import VALUES_ANNOTATION
-from linkerd_config.linkerd.defaults import defaulted
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as V1ALPHA2_CONFIGS
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.admission.defaults import defaulted
+from linkerd_config.linkerd.admission.webhooks import register, webhook_configurations
+from linkerd_config.linkerd.spec.conversion import VALUES_ANNOTATION
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS as V1ALPHA2_CONFIGS
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.webhooks import register, webhook_configurations
 from tests.support import scenario
 from tests.support.samples import INVALID, load, sample, why_invalid
 from tests.support.waiting import eventually

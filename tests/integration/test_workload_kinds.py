@@ -17,8 +17,8 @@ import pytest
 from devcluster.cluster import LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import DEPLOYMENTS, STATEFULSETS, Json
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from tests.support import commands, formats, scenario
@@ -53,13 +53,13 @@ def on_delete_statefulset() -> Json:
 def uninjected_deployment() -> Json:
     body = scenario.deployment("uninjected", opted_in=True, replicas=1)
     template = body["spec"]["template"]["metadata"]
-    template["annotations"] = {rollout.INJECT_ANNOTATION: "disabled"}
+    template["annotations"] = {mesh.INJECT_ANNOTATION: "disabled"}
     return body
 
 
 def restart_record(obj: Json) -> str | None:
     annotations = obj["spec"]["template"]["metadata"].get("annotations") or {}
-    found = annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
+    found = annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
     return None if found is None else str(found)
 
 
@@ -74,9 +74,9 @@ async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
         await scenario.create(kube, DEPLOYMENTS.path(NS), uninjected_deployment())
         await scenario.wait_settled(kube, NS, expected=3)
         pods = {p["metadata"]["name"]: p for p in await scenario.running_pods(kube, NS)}
-        assert rollout.proxy_version(pods["ondelete-0"]) is not None  # meshed
+        assert mesh.proxy_version(pods["ondelete-0"]) is not None  # meshed
         (uninjected,) = [p for n, p in pods.items() if n.startswith("uninjected-")]
-        assert rollout.proxy_version(uninjected) is None  # the injector left it alone
+        assert mesh.proxy_version(uninjected) is None  # the injector left it alone
 
         code, plan = await commands.plan_object(cp.kubeconfig, linkerdconfig(fmt), tmp_path)
         assert code == 2
@@ -99,7 +99,7 @@ async def test_on_delete_and_uninjected_workloads_neither_restarted_nor_halting(
                     p
                     for p in pods
                     if p["metadata"]["name"].startswith("healthy-")
-                    and rollout.proxy_version(p) == fmt.good
+                    and mesh.proxy_version(p) == fmt.good
                 ]
                 return cond if on_new else None
 

@@ -1,6 +1,7 @@
-"""Fakes for the LinkerdConfig controller's reconcile unit tests: a writer that records what
-it is asked (or refuses), an event recorder that lists, and a controller wired to them over
-caches filled by hand (no API server); ``conditions`` reads the status the writer got."""
+"""The fakes of the controller's unit tests, each defined once: a writer that records what it
+is asked (or refuses), answers the injector's dry runs and lists a Deployment's ReplicaSets;
+an event recorder that lists; and a controller wired to them over caches filled by hand (no
+API server). ``rollout_worlds`` builds the rollout's worlds on the same two."""
 
 from __future__ import annotations
 
@@ -8,19 +9,36 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
+from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.resource import Json, resource_version
 from linkerd_config.kube.store import Store
-from linkerd_config.linkerd.linkerdconfig_controller import LinkerdConfigController
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.reconciler import LinkerdConfigController
+
+
+def replica_failures(deployment: Json) -> list[Json]:
+    """The ReplicaFailure a Deployment's status shows, as its newest ReplicaSet would carry it."""
+    conditions = (deployment.get("status") or {}).get("conditions") or []
+    return [c for c in conditions if c.get("type") == "ReplicaFailure"]
 
 
 class FakeWriter:
-    def __init__(self) -> None:
+    """``kube.writer.Writer`` as the controller and its rollout use it, recording each call.
+    ``injects``: the proxy version Linkerd's injector gives a dry-run pod (None: none)."""
+
+    def __init__(self, injects: str | None = None) -> None:
         self.applied: list[Json] = []
         self.created: list[Json] = []
         self.statuses: list[Json] = []
-        self.patched: list[tuple[str, Json]] = []
+        self.patched: list[str] = []
+        """Each merge patch's object, ``namespace/name`` (a cluster-scoped one's name)."""
+        self.patches: list[tuple[str, Json]] = []
+        """Each merge patch, by that name, in the order of ``patched``."""
+        self.conflicts: set[str] = set()
+        self.forbidden: set[str] = set()
+        """Names whose merge patch answers 409, or 403."""
         self.refuse: ApiError | None = None
         self.refuse_create: ApiError | None = None
         self.refuse_status: ApiError | None = None
@@ -35,6 +53,16 @@ class FakeWriter:
         self.server: Store | None = None
         """Where the objects are as the API server has them, if the test keeps them (the
         controller's cache of ConfigMaps): an apply then answers as server-side apply does."""
+        self.cache = Store()
+        """The Deployments as the informer holds them: ``list`` answers their ReplicaSets."""
+        self.earlier_revision_failed: set[str] = set()
+        """Deployments whose ReplicaFailure is an earlier ReplicaSet's, not the newest's."""
+        self.injects = injects
+        self.evicted: list[str] = []
+        self.deployments: dict[str, Json] = {}
+        self.asked: list[tuple[str, Json]] = []
+        self.injects_in: dict[str, str | None] = {}
+        """Namespaces where the injector injects another proxy, or none (None)."""
 
     async def apply(self, _resource: Any, obj: Json, *, on: Json | None = None) -> Json:
         if self.refuse is not None and obj["metadata"]["name"] == "linkerd-config":
@@ -80,13 +108,65 @@ class FakeWriter:
         if self.refuse_create is not None:
             raise self.refuse_create
         self.created.append(obj)
-        return obj
+        # As the API server answers: the object with its new resourceVersion.
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": f"c{len(self.created)}"}}
 
     async def merge_patch(
-        self, _resource: Any, _ns: Any, name: str, patch: Json, *, field_manager: str | None = None
+        self,
+        _resource: Any,
+        namespace: str | None,
+        name: str,
+        patch: Json,
+        *,
+        field_manager: str | None = None,
     ) -> Json:
-        self.patched.append((name, patch))
+        if name in self.conflicts:
+            raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
+        if name in self.forbidden:
+            raise ApiError(403, "PATCH", name, {"reason": "Forbidden"}, None)
+        key = f"{namespace}/{name}" if namespace else name
+        self.patched.append(key)
+        self.patches.append((key, patch))
         return patch
+
+    async def get(self, _resource: Any, namespace: str, name: str) -> Json | None:
+        return self.deployments.get(f"{namespace}/{name}")
+
+    async def dry_run_create(self, _resource: Any, namespace: str, pod: Json) -> Json:
+        self.asked.append((namespace, pod))
+        annotations = dict(pod["metadata"]["annotations"])
+        injects = self.injects_in.get(namespace, self.injects)
+        if injects is not None:
+            annotations[mesh.PROXY_VERSION_ANNOTATION] = injects
+        return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
+
+    async def evict(self, namespace: str, name: str) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+    async def list(self, _resource: Any, namespace: str) -> list[Json]:
+        """Each cached Deployment's ReplicaSets: its newest revision carries the ReplicaFailure
+        its status shows, unless ``earlier_revision_failed`` puts it on an older one."""
+        found = []
+        for obj in self.cache.list():
+            meta = obj["metadata"]
+            if meta["namespace"] != namespace:
+                continue
+            failures = replica_failures(obj)
+            earlier = meta["name"] in self.earlier_revision_failed
+            for revision, conditions in (("1", failures if earlier else []),
+                                         ("2", [] if earlier else failures)):  # fmt: skip
+                owner = {"kind": "Deployment", "uid": meta.get("uid"), "controller": True}
+                found.append(
+                    {
+                        "metadata": {
+                            "name": f"{meta['name']}-{revision}",
+                            "annotations": {revisions.REVISION_ANNOTATION: revision},
+                            "ownerReferences": [owner],
+                        },
+                        "status": {"conditions": conditions},
+                    }
+                )
+        return found
 
     async def patch_status(
         self, _resource: Any, _ns: Any, _name: str, status: Json, **precondition: Any
@@ -100,14 +180,20 @@ class FakeWriter:
 
 
 class FakeRecorder:
+    """``kube.events.EventRecorder``, listing what it is asked to record."""
+
     def __init__(self) -> None:
         self.events: list[tuple[str, str]] = []
         self.messages: list[str] = []
         """Each event's message, in the order of ``events``."""
+        self.full: list[tuple[str, str, str, str, str]] = []
+        """(kind, name, type, reason, message) of each."""
 
-    def record(self, _involved: Any, type_: str, reason: str, message: str) -> None:
+    def record(self, involved: Any, type_: str, reason: str, message: str) -> None:
         self.events.append((type_, reason))
         self.messages.append(message)
+        kind = involved.get("kind", "LinkerdConfig")
+        self.full.append((kind, involved["metadata"]["name"], type_, reason, message))
 
 
 def filled(*informers: Informer, yet: bool = True) -> None:

@@ -18,8 +18,8 @@ from pathlib import Path
 from linkerd_config.kube.admission import AdmissionServer, ReloadingCertificate
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd.linkerdconfig_resource import CONVERT_PATH, conversion_webhook
-from linkerd_config.linkerd.webhooks import convert_object
+from linkerd_config.linkerd.admission.webhooks import convert_object
+from linkerd_config.linkerd.spec.crd import CONVERT_PATH, conversion_webhook
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,14 @@ the injector really serves the new configuration (ConfigMap files reach it
 README's check, a manual edit reverted. Then the same story on a second control plane with
 today's Linkerd (edge-26.8.3, installed from its own ``linkerd install`` output): a small
 LinkerdConfig changes two Helm values, the rest of ``values`` kept, and the opted-in pods come
-back with the new native-sidecar proxy; then a broken proxy (an admission policy refuses its
-pods) is rolled out canary first with ``onFailure: Rollback``: the canary fails, nothing else is
-restarted, the ConfigMap and the canary go back, and ``status`` says so. Stops everything.
+back with the new native-sidecar proxy; then the injector goes down while a pod is replaced
+(it runs without the proxy), and once it is back the workload is re-meshed; then a broken
+proxy (an admission policy refuses its
+pods) is rolled out canary first with ``onFailure: Rollback``: the injector is asked about the
+canary with its own pod in its own namespace, the answer is a refusal, so nothing is restarted;
+refused new pods are no progress, and after ``progressDeadline`` the rollout fails and rolls
+back: the ConfigMap goes back (the namespace's new pods are admitted again), and ``status``
+says so. Stops everything.
 Every step says what it does, and kubectl shows the results.
 """
 
@@ -35,15 +40,18 @@ from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.app import build, running
 from linkerd_config.kube.certs import TinyCA, write_serving_pair
 from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.conditions import condition
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     MUTATING_WEBHOOK_CONFIGURATIONS,
+    PODS,
     VALIDATING_WEBHOOK_CONFIGURATIONS,
 )
-from linkerd_config.linkerd.config_diff import diff
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.webhooks import webhook_configurations
+from linkerd_config.linkerd.admission.webhooks import webhook_configurations
+from linkerd_config.linkerd.formats.config_diff import diff
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from linkerd_config.logs import configure_logging
 from tests.support import scenario
 from tests.support.audit import received_at, successful_writes
@@ -357,8 +365,61 @@ async def demo_modern(cp: LocalControlPlane, workdir: Path) -> None:
                 step("Opted-in pods restarted onto the new proxy; vote-bot was not")
                 await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
                 print(timeline(cp, injector))
+                await re_mesh_act(kubectl, linkerd_config, kube, injector)
                 await broken_proxy_act(kubectl, linkerd_config, kube, workdir)
                 step("Stopping the controller and the control plane")
+
+
+async def re_mesh_act(
+    kubectl: Shown, linkerd_config: Shown, kube: KubeClient, injector: ProxyInjector
+) -> None:
+    """Linkerd's injector down while a pod is created (an upgrade of it, a crash; its webhook
+    is ``failurePolicy: Ignore``, as Linkerd renders it): the pod runs without the proxy, as in
+    linkerd2 #5070. Nothing restarts while the injector is down (asked, in the pod's own
+    namespace, it injects nothing); once it injects there again, the workload is re-meshed."""
+    step(
+        "Linkerd's injector goes down (its webhook fails open, as Linkerd renders it), and a "
+        "pod of emoji is replaced meanwhile (a node drained): it comes back without the proxy"
+    )
+    await asyncio.to_thread(injector.down)
+    pods = await scenario.running_pods(kube, scenario.EMOJIVOTO)
+    emoji = sorted(n for p in pods if (n := p["metadata"]["name"]).startswith("emoji-"))
+    await kubectl("-n", scenario.EMOJIVOTO, "delete", "pod", emoji[0], "--wait=false")
+
+    async def unmeshed() -> bool:
+        running = await scenario.running_pods(kube, scenario.EMOJIVOTO)
+        return len(running) == 8 and any(scenario.proxy_container(p) is None for p in running)
+
+    await eventually(unmeshed, timeout=60, what="a pod of emoji running without the proxy")
+    await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
+    print(
+        f"{DIM}# the controller asks the injector about emoji's own pod in emojivoto: no "
+        f"proxy comes back, so nothing is restarted while it is down{RESET}"
+    )
+    await asyncio.sleep(3 * INTERVAL)
+    await kubectl("get", "linkerdconfig", "linkerd", "-o", UP_TO_DATE_MESSAGE)
+
+    step("The injector is back: emoji is re-meshed (restarted once more, under the same gate)")
+    await asyncio.to_thread(injector.up)
+
+    async def meshed() -> bool:
+        running = await scenario.running_pods(kube, scenario.EMOJIVOTO)
+        all_pods = (await kube.request("GET", PODS.path(scenario.EMOJIVOTO)))["items"]
+        return len(running) == 8 == len(all_pods) and all(
+            scenario.proxy_container(p) is not None for p in running
+        )
+
+    await eventually(meshed, timeout=120, what="every emojivoto pod meshed again")
+    await kubectl(
+        "wait", "linkerdconfig/linkerd", "--for=condition=Ready", "--timeout=120s", within=130
+    )
+    await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
+    await kubectl(
+        "get", "events", "-n", scenario.EMOJIVOTO, "--field-selector=reason=WorkloadRestarted",
+        "--sort-by=.lastTimestamp", "-o",
+        "custom-columns=OBJECT:.involvedObject.name,REASON:.reason,MESSAGE:.message",
+    )  # fmt: skip
+    await linkerd_config("status", *PACE)
 
 
 BROKEN_PROXY = "edge-26.8.9"
@@ -376,24 +437,49 @@ BROKEN_CONFIG = {
 ROLLED_BACK = (
     '--for=jsonpath={.status.conditions[?(@.type=="DataPlaneUpToDate")].reason}=RolledBack'
 )
+UP_TO_DATE_MESSAGE = (
+    'jsonpath={range .status.conditions[?(@.type=="DataPlaneUpToDate")]}'
+    '{.reason}: {.message}{"\\n"}{end}'
+)
 
 
 async def broken_proxy_act(
     kubectl: Shown, linkerd_config: Shown, kube: KubeClient, workdir: Path
 ) -> None:
     """A proxy whose pods cannot be admitted (an admission policy stands in for one that
-    cannot start): the canary fails, nothing else is restarted, and the rollout goes back."""
+    cannot start): the canary's own pod, asked about in its own namespace, is refused, so
+    nothing is restarted; refused for ``progressDeadline``, the rollout fails and goes back."""
     step(
         f"A broken proxy ({BROKEN_PROXY}: a ValidatingAdmissionPolicy refuses its pods in "
-        "emojivoto), rolled out canary first, with onFailure: Rollback"
+        "emojivoto), rolled out canary first, with onFailure: Rollback and progressDeadline: 1m"
     )
     async with scenario.proxy_refused(kube, scenario.EMOJIVOTO, BROKEN_PROXY):
         path = workdir / "broken.yaml"
         path.write_text(yaml.safe_dump(BROKEN_CONFIG, sort_keys=False))
         print(path.read_text(), end="")
+        started = time.monotonic()
         await kubectl("apply", "-f", str(path))
+        print(
+            f"{DIM}# before restarting the canary, the injector is asked about its own pod in "
+            f"its own namespace: admission refuses it, so nothing is restarted; refused new "
+            f"pods are no progress, not a wait without end{RESET}"
+        )
+        await eventually(
+            lambda: refusal_said(kube), timeout=60, what="the refusal said in DataPlaneUpToDate"
+        )
+        await kubectl("get", "linkerdconfig", "linkerd", "-o", UP_TO_DATE_MESSAGE)
         await kubectl("wait", "linkerdconfig/linkerd", ROLLED_BACK, "--timeout=180s", within=200)
-        step("Stopped after the canary and rolled back: status says so, and exits 2")
+        print(f"Rolled back after {time.monotonic() - started:.1f}s")
+        step(
+            "Refused past progressDeadline: the rollout failed and rolled back, the ConfigMap "
+            "is back on the last completed proxy (emojivoto's new pods are admitted again); "
+            "status says so, and exits 2"
+        )
+        cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+        version = yaml.safe_load(cm["data"]["values"])["proxy"]["image"]["version"]
+        print(f"linkerd-config's values: proxy.image.version = {version}")
+        if version == BROKEN_PROXY:
+            raise RuntimeError(f"the ConfigMap still says {BROKEN_PROXY} after the rollback")
         await linkerd_config("status", *PACE, exits=(2,))
         await kubectl(
             "get", "events", "-A", "--sort-by=.lastTimestamp",
@@ -402,6 +488,14 @@ async def broken_proxy_act(
         )  # fmt: skip
         print(f"{DIM}# every opted-in pod still on the proxy of the last completed rollout{RESET}")
         await kubectl("-n", scenario.EMOJIVOTO, "get", "po", "-o", NATIVE_SIDECAR_COLUMNS)
+
+
+async def refusal_said(kube: KubeClient) -> bool:
+    """Whether the LinkerdConfig's DataPlaneUpToDate says its new pods are refused."""
+    found = await kube.request("GET", LINKERD_CONFIGS.path(name="linkerd"))
+    said = condition(found.get("status") or {}, "DataPlaneUpToDate") or {}
+    message = str(said.get("message"))
+    return said.get("reason") == "WaitingForInjector" and "no progress" in message
 
 
 def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:

@@ -1,7 +1,7 @@
 """The LinkerdConfig controller's whole reconcile over the simulated cluster of the rollout's
 property tests (``rollout_sim``), on Linkerd edge-26.8.3's own install (the values format,
 whose pods carry the trust-root hash the trust-anchor guard reads): the controller's decision
-(a rollback's ``_going_back``, the guard, what it writes) and its rollout executor, together.
+(a rollback's ``_rendered_target``, the guard, what it writes) and its rollout executor, together.
 
 A trust-anchor rotation half done: the trust roots hold the install's anchor X and a second
 one B (``BOTH``), and so do the opted-in workloads; a meshed bystander still runs X alone. The
@@ -23,14 +23,15 @@ import hashlib
 from typing import Any
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback, rollout
-from linkerd_config.linkerd import trust_anchor_guard as guard
-from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.linkerdconfig_resource import HASH_ANNOTATION
-from linkerd_config.linkerd.reconcile import Desired, current_data, desired_config, target_of
-from linkerd_config.linkerd.rollout import TRUST_ROOT_ANNOTATION
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.workload_health import HALT_FIELD, RESUME_ANNOTATION
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.configmap.desired import Desired, current_data, desired_config
+from linkerd_config.linkerd.mesh import TRUST_ROOT_ANNOTATION
+from linkerd_config.linkerd.rollout import rollback
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION
+from linkerd_config.linkerd.spec.crd import HALT_FIELD, HASH_ANNOTATION, target_of
+from linkerd_config.linkerd.status.view import ClusterView
+from linkerd_config.linkerd.trust import guard
 from tests.support.clock import FakeClock
 from tests.support.controller_fakes import FakeRecorder, FakeWriter, controller
 from tests.support.merge_patch import apply_merge_patch
@@ -144,7 +145,7 @@ class GuardedWorld:
                 f"{cm['metadata']['namespace']}/{cm['metadata']['name']}": cm
                 for cm in self.ctl.configmaps.store.list()
             },
-            pods=list(rollout.cached_pods(self.sim.pods.items())),
+            pods=list(mesh.cached_pods(self.sim.pods.items())),
             namespaces={n["metadata"]["name"]: n for n in self.sim.namespaces.list()},
             replicasets=self.sim.replicasets.snapshot(),
             workloads={"Deployment": self.sim.deployments.snapshot()},
@@ -166,6 +167,25 @@ class GuardedWorld:
         meta = self.config["metadata"]
         meta["generation"] += 1
         self.config["spec"] = spec(version, anchors, self.on_failure)
+        self._stored()
+
+    def edit_rollout(self, **changes: Any) -> None:
+        """An edit of ``spec.rollout`` alone (``paused``, the pace, the deadline): a new
+        generation, the same configuration."""
+        self.config["metadata"]["generation"] += 1
+        self.config["spec"]["rollout"] = {**self.config["spec"]["rollout"], **changes}
+        self._stored()
+
+    def made_again(self) -> None:
+        """The LinkerdConfig deleted and made again from the same manifest (a GitOps prune
+        and sync, ``kubectl replace --force``): a new object, generation 1, no status; the
+        ConfigMaps stay as they are (deleting a LinkerdConfig never deletes them)."""
+        meta = self.config["metadata"]
+        meta["generation"], meta["uid"] = 1, f"uid-{self.version}"
+        meta.pop("annotations", None)
+        self.config["status"] = {}
+        self.ctl.configs.store.delete(NAME)
+        self.loop.run_until_complete(self.ctl.reconcile(NAME))  # gone: nothing written
         self._stored()
 
     def resume(self, token: str) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.resource import CRDS
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from tests.support.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[2]

@@ -6,9 +6,9 @@ defaults and the three emojivoto Deployments the plan tests roll."""
 from __future__ import annotations
 
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.status.view import ClusterView
 from tests.support.samples import install_configmap
 
 OLD, NEW = "edge-19.12.1", "edge-19.12.3"
@@ -18,8 +18,8 @@ def pod(ns: str, name: str, version: str = OLD, rs: str | None = None, **annotat
     meta: Json = {
         "name": name,
         "namespace": ns,
-        "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
-        "annotations": {rollout.PROXY_VERSION_ANNOTATION: version, **annotations},
+        "labels": {mesh.RECONCILE_LABEL: mesh.RECONCILE_AUTO},
+        "annotations": {mesh.PROXY_VERSION_ANNOTATION: version, **annotations},
     }
     if rs:
         meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": rs, "controller": True}]

@@ -10,10 +10,11 @@ from typing import Any
 
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json
-from linkerd_config.linkerd import rollback
-from linkerd_config.linkerd.linkerdconfig_resource import Target
-from linkerd_config.linkerd.reconcile import Desired
-from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.configmap.desired import Desired
+from linkerd_config.linkerd.mesh import DesiredProxy
+from linkerd_config.linkerd.rollout import rollback
+from linkerd_config.linkerd.spec.crd import LAST_COMPLETED_FIELD, Target
+from tests.support.controller_fakes import replica_failures
 from tests.support.merge_patch import apply_merge_patch
 from tests.support.rollout_worlds import (
     DESIRED,
@@ -21,7 +22,7 @@ from tests.support.rollout_worlds import (
     NOT_AVAILABLE,
     OLD,
     World,
-    replica_failures,
+    roll,
 )
 
 OLD_HASH = "h0"
@@ -50,7 +51,8 @@ def rollback_config(last_completed: bool = True) -> Json:
             OLD_HASH,
             "2026-11-24T00:00:00Z",
         )
-        status[rollback.LAST_COMPLETED_FIELD] = completed
+        assert completed is not None
+        status[LAST_COMPLETED_FIELD] = completed.to_json()
     return {
         "metadata": {"name": "cfg", "generation": 2},
         "spec": {
@@ -112,16 +114,19 @@ class RollbackWorld(World):
         self.executor.found(OLD_HASH)
         self.writer.injects = OLD
         self.clock.now += 5.0
-        return await self.executor.roll(config, DESIRED, OLD_DESIRED)
+        return await roll(self.executor, config, DESIRED, OLD_DESIRED)
 
     def restored(self) -> builtins.list[str]:
-        """Our restore patches land: each template back, its old pods healthy."""
+        """Our restore patches land: each template back (an undo's time on the Deployment's
+        own metadata), its old pods healthy."""
         names = []
         for key, patch in self.writer.patches:
             obj = self.deployments.get(key)
             assert obj is not None
             template = apply_merge_patch(obj["spec"]["template"], patch["spec"]["template"])
-            self.deployments.put({**obj, "spec": {**obj["spec"], "template": template},
+            stamp = {k: v for k, v in patch["metadata"].items() if k != "resourceVersion"}
+            self.deployments.put({**obj, "metadata": apply_merge_patch(obj["metadata"], stamp),
+                                  "spec": {**obj["spec"], "template": template},
                                   "status": HEALTHY_STATUS})  # fmt: skip
             names.append(key)
         self.writer.patches.clear()
@@ -129,7 +134,7 @@ class RollbackWorld(World):
 
 
 async def failed_first_pass(world: RollbackWorld, config: Json) -> Any:
-    await world.executor.roll(config, DESIRED, DESIRED)
+    await roll(world.executor, config, DESIRED, DESIRED)
     world.restarted(REFUSED)
     world.clock.now += 1.0
-    return await world.executor.roll(config, DESIRED, DESIRED)
+    return await roll(world.executor, config, DESIRED, DESIRED)

@@ -22,11 +22,11 @@ from linkerd_config.kube import revisions
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.resource import Json, object_key
 from linkerd_config.kube.store import Store
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.cluster_view import ClusterView
-from linkerd_config.linkerd.rollout_executor import RolloutExecutor
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
-from linkerd_config.linkerd.workload_health import HALT_FIELD
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.executor import RolloutExecutor
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import HALT_FIELD
+from linkerd_config.linkerd.status.view import ClusterView
 from tests.support.clock import FakeClock
 
 NAMESPACE = "ns"
@@ -92,7 +92,13 @@ class SimCluster:
         self.injector_up = True
         self.injector_version = old
         self.refusing: set[str] = set()
-        """Workloads whose new pods admission refuses."""
+        """Workloads whose new pods admission refuses (the controller's dry run included)."""
+        self.refusing_real: set[str] = set()
+        """Workloads whose real creates admission refuses while it admits a dry run (a quota
+        at its limit, a webhook timing out under load): the refusal shows only once our
+        restart's pods are created."""
+        self.refused_asks: list[tuple[str, float]] = []
+        """(workload, when) of each dry run admission refused."""
         self.failing_writes = 0
         """The next this many restart patches fail with 500."""
         self.restarts: list[Restart] = []
@@ -131,14 +137,14 @@ class SimCluster:
                 continue
             w.rolled = w.template
             previous = w.revisions[-1]
-            record = w.annotations.get(rollout.RESTARTED_FOR_ANNOTATION)
+            record = w.annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
             revision = Revision(previous.number + 1, record)
             w.revisions.append(revision)
             w.observed = w.generation
             w.resource_version += 1
             if previous.failed:
                 w.lingering = previous.failed
-            if w.name in self.refusing:
+            if w.name in self.refusing or w.name in self.refusing_real:
                 revision.failed = f'pods "{w.name}-{revision.number}" is forbidden: refused'
                 continue
             proxy = self.injector_version if self.injector_up else None
@@ -214,7 +220,7 @@ class SimCluster:
         if which in ("all", "replicasets"):
             self.replicasets.replace(
                 [
-                    rollout.replicaset_projection(rs)
+                    mesh.replicaset_projection(rs)
                     for w in self.workloads.values()
                     for rs in self.replicaset_objects(w)
                 ]
@@ -224,14 +230,14 @@ class SimCluster:
             for w in self.workloads.values():
                 rs = f"{w.name}-{_served(w)}"
                 for name, proxy in w.pods:
-                    annotations = {} if proxy is None else {rollout.PROXY_VERSION_ANNOTATION: proxy}
+                    annotations = {} if proxy is None else {mesh.PROXY_VERSION_ANNOTATION: proxy}
                     if name in self.trust_roots:
-                        annotations[rollout.TRUST_ROOT_ANNOTATION] = self.trust_roots[name]
+                        annotations[mesh.TRUST_ROOT_ANNOTATION] = self.trust_roots[name]
                     served = {
                         "metadata": {
                             "name": name,
                             "namespace": NAMESPACE,
-                            "labels": {rollout.RECONCILE_LABEL: rollout.RECONCILE_AUTO},
+                            "labels": {mesh.RECONCILE_LABEL: mesh.RECONCILE_AUTO},
                             "annotations": annotations,
                             "ownerReferences": [
                                 {"kind": "ReplicaSet", "name": rs, "controller": True}
@@ -239,7 +245,7 @@ class SimCluster:
                         }
                     }
                     # Keyed as served, as the informer keys them: the record may be unnamed.
-                    found.append((object_key(served), rollout.running_pod_metadata(served)))
+                    found.append((object_key(served), mesh.running_pod_metadata(served)))
             self.pods.replace_keyed(dict(found))
 
     # -- the executor's writer ---------------------------------------------------------------
@@ -252,11 +258,17 @@ class SimCluster:
         return [rs for w in self.workloads.values() for rs in self.replicaset_objects(w)]
 
     async def dry_run_create(self, _resource: Any, namespace: str, pod: Json) -> Json:
+        name = str(pod["metadata"]["name"]).removesuffix("-linkerd-config-dry-run")
+        if name in self.refusing:
+            self.refused_asks.append((name, self.clock()))
+            message = f'pods "{pod["metadata"]["name"]}" is forbidden: refused'
+            body = {"reason": "Forbidden", "message": message}
+            raise ApiError(403, "POST", namespace, body, None)
         annotations = dict(pod["metadata"].get("annotations") or {})
         if self.injector_up:
-            annotations[rollout.PROXY_VERSION_ANNOTATION] = self.injector_version
+            annotations[mesh.PROXY_VERSION_ANNOTATION] = self.injector_version
             if self.injector_trust_root is not None:
-                annotations[rollout.TRUST_ROOT_ANNOTATION] = self.injector_trust_root
+                annotations[mesh.TRUST_ROOT_ANNOTATION] = self.injector_trust_root
         return {**pod, "metadata": {**pod["metadata"], "annotations": annotations}}
 
     async def merge_patch(self, _resource: Any, _namespace: str, name: str, patch: Json) -> Json:
@@ -273,7 +285,7 @@ class SimCluster:
         w.resource_version += 1
         injects = self.injector_version if self.injector_up else None
         self.restarts.append(
-            Restart(name, wanted[rollout.RESTARTED_FOR_ANNOTATION], injects, self.clock())
+            Restart(name, wanted[mesh.RESTARTED_FOR_ANNOTATION], injects, self.clock())
         )
         return self.deployment(w)
 
@@ -325,7 +337,7 @@ def view_of(sim: SimCluster, configs: list[Json], configmap: Json) -> ClusterVie
     return ClusterView(
         configs=configs,
         configmaps={f"linkerd/{configmap['metadata']['name']}": configmap},
-        pods=list(rollout.cached_pods(sim.pods.items())),
+        pods=list(mesh.cached_pods(sim.pods.items())),
         namespaces={n["metadata"]["name"]: n for n in sim.namespaces.list()},
         replicasets=sim.replicasets.snapshot(),
         workloads={"Deployment": sim.deployments.snapshot()},

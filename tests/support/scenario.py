@@ -20,13 +20,13 @@ from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.app import App, build, running
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
-from linkerd_config.linkerd import rollout
-from linkerd_config.linkerd.linkerdconfig_resource import LINKERD_CONFIGS as STORED
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS as STORED
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
-from linkerd_config.linkerd.linkerdconfig_resource import crd
-from linkerd_config.linkerd.rollout_policy import RolloutOptions
+from linkerd_config.linkerd.spec.crd import crd
 from linkerd_config.settings import Settings, parse
 from tests.support.conversion_server import conversion_server
 from tests.support.samples import install_configmap
@@ -110,7 +110,7 @@ def deployment(name: str, opted_in: bool, replicas: int = 2) -> dict[str, Any]:
     labels = {"app": name}
     pod_labels = dict(labels)
     if opted_in:
-        pod_labels[rollout.RECONCILE_LABEL] = rollout.RECONCILE_AUTO
+        pod_labels[mesh.RECONCILE_LABEL] = mesh.RECONCILE_AUTO
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -159,17 +159,28 @@ async def readme_starting_point(
         yield injector
 
 
-async def dry_run_pod(kube: KubeClient, namespace: str, annotations: dict[str, str]) -> Json:
-    """What admission (the injector included) makes of a minimal pod, without creating it."""
+async def dry_run_pod(
+    kube: KubeClient, namespace: str, annotations: dict[str, str], *, dry_run: bool = True
+) -> Json:
+    """What admission (the injector included) makes of a minimal pod, without creating it
+    (``dry_run=False``: created, and deleted again at once when admitted)."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "admission-probe", "annotations": annotations},
         "spec": {"containers": [{"name": "app", "image": "app"}]},
     }
+    params = {"dryRun": "All"} if dry_run else {}
+    if not dry_run:
+        pod["metadata"] = {"generateName": "admission-probe-", "annotations": annotations}
     created: Json = await kube.request(
-        "POST", PODS.path(namespace), params={"dryRun": "All"}, body=pod, fenced=False
+        "POST", PODS.path(namespace), params=params, body=pod, fenced=False
     )
+    if not dry_run:
+        name = created["metadata"]["name"]
+        await kube.request(
+            "DELETE", PODS.path(namespace, name), params={"gracePeriodSeconds": "0"}, fenced=False
+        )
     return created
 
 
@@ -177,7 +188,7 @@ def proxy_container(pod: Json) -> Json | None:
     """Linkerd's proxy, wherever the injector put it (a native sidecar is an init container)."""
     spec = pod.get("spec") or {}
     for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
-        if container.get("name") == rollout.PROXY_CONTAINER:
+        if container.get("name") == mesh.PROXY_CONTAINER:
             found: Json = container
             return found
     return None
@@ -229,7 +240,7 @@ async def install_workloads(kube: KubeClient) -> None:
         {
             "metadata": {
                 "name": DISABLED_NS,
-                "labels": {rollout.WEBHOOKS_LABEL: "disabled"},
+                "labels": {mesh.WEBHOOKS_LABEL: "disabled"},
                 "annotations": {"linkerd.io/inject": "enabled"},
             }
         },
@@ -242,8 +253,8 @@ async def install_workloads(kube: KubeClient) -> None:
     await create(kube, DEPLOYMENTS.path(DISABLED_NS), deployment("coredns-like", opted_in=True))
 
 
-async def running_pods(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
-    pods = (await kube.request("GET", PODS.path(namespace)))["items"]
+def up_pods(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Those of ``pods`` that run and are not being deleted."""
     return [
         p
         for p in pods
@@ -251,19 +262,34 @@ async def running_pods(kube: KubeClient, namespace: str) -> list[dict[str, Any]]
     ]
 
 
+async def running_pods(kube: KubeClient, namespace: str) -> list[dict[str, Any]]:
+    return up_pods((await kube.request("GET", PODS.path(namespace)))["items"])
+
+
 def proxy_versions(pods: list[dict[str, Any]]) -> dict[str, str | None]:
-    return {p["metadata"]["name"]: rollout.proxy_version(p) for p in pods}
+    return {p["metadata"]["name"]: mesh.proxy_version(p) for p in pods}
 
 
 async def wait_settled(
     kube: KubeClient, namespace: str, expected: int, timeout: float = 120
 ) -> list[dict[str, Any]]:
-    """Until exactly ``expected`` pods run (old ones of a rollout are gone)."""
+    """Until exactly ``expected`` pods run (old ones of a rollout are gone); past the timeout,
+    the failure says which pods there were and in what phase."""
 
-    async def settled() -> list[dict[str, Any]] | None:
+    async def settled() -> list[dict[str, Any]]:
         all_pods = (await kube.request("GET", PODS.path(namespace)))["items"]
-        running = await running_pods(kube, namespace)
-        return running if len(running) == expected == len(all_pods) else None
+        up = up_pods(all_pods)
+        if len(up) == expected == len(all_pods):
+            return up
+        seen = {
+            p["metadata"]["name"]: (
+                p["status"].get("phase"),
+                "deleting" if p["metadata"].get("deletionTimestamp") else "",
+                p["spec"].get("nodeName"),
+            )
+            for p in all_pods
+        }
+        raise AssertionError(f"{len(up)} of {len(all_pods)} pods running: {seen}")
 
     return await eventually(
         settled, timeout=timeout, what=f"{expected} pods settled in {namespace}"
@@ -307,33 +333,48 @@ def refusal(version: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def proxy_refused(kube: KubeClient, namespace: str, version: str) -> AsyncIterator[None]:
+async def proxy_refused(
+    kube: KubeClient, namespace: str, version: str, *, dry_runs: bool = True
+) -> AsyncIterator[None]:
     """A ValidatingAdmissionPolicy that refuses, in ``namespace``, every pod that Linkerd's
-    injector gave proxy ``version`` (it runs after the injector's mutation)."""
+    injector gave proxy ``version`` (it runs after the injector's mutation). ``dry_runs``
+    False: only real creates are refused (the controller's dry-run question is admitted, as
+    a quota at its limit, a webhook timing out under load or a policy reading state admits
+    one pod and refuses the next), so the pods a restart makes are refused."""
     async with annotated_pods_refused(
         kube,
         namespace,
-        rollout.PROXY_VERSION_ANNOTATION,
+        mesh.PROXY_VERSION_ANNOTATION,
         version,
         refusal(version),
         f"refuse-{version.replace('.', '-')}-in-{namespace}",
+        dry_runs=dry_runs,
     ):
         yield
 
 
 @contextlib.asynccontextmanager
 async def annotated_pods_refused(
-    kube: KubeClient, namespace: str, annotation: str, value: str, message: str, name: str
+    kube: KubeClient,
+    namespace: str,
+    annotation: str,
+    value: str,
+    message: str,
+    name: str,
+    *,
+    dry_runs: bool = True,
 ) -> AsyncIterator[None]:
     """A ValidatingAdmissionPolicy ``name`` that refuses, in ``namespace``, every pod whose
     ``annotation`` is ``value`` (after the mutating webhooks), with ``message``; in force
-    (a dry-run of such a pod refused) when the block starts, removed when it ends."""
+    (such a pod refused) when the block starts, removed when it ends. ``dry_runs`` False:
+    dry runs are admitted, real creates refused."""
+    admits_dry_runs = "" if dry_runs else "request.dryRun == true || "
     policy = {
         "metadata": {"name": name},
         "spec": {
             "failurePolicy": "Fail",
             "matchConstraints": {
-                "namespaceSelector": {"matchLabels": {rollout.NAMESPACE_NAME_LABEL: namespace}},
+                "namespaceSelector": {"matchLabels": {mesh.NAMESPACE_NAME_LABEL: namespace}},
                 "resourceRules": [
                     {
                         "apiGroups": [""],
@@ -345,7 +386,8 @@ async def annotated_pods_refused(
             },
             "validations": [
                 {
-                    "expression": f"!has(object.metadata.annotations) || !('{annotation}' in "
+                    "expression": f"{admits_dry_runs}!has(object.metadata.annotations) || "
+                    f"!('{annotation}' in "
                     f"object.metadata.annotations) || object.metadata.annotations['{annotation}']"
                     f" != '{value}'",
                     "message": message,
@@ -364,7 +406,7 @@ async def annotated_pods_refused(
         async def enforced() -> bool:
             annotations = {"linkerd.io/inject": "disabled", annotation: value}
             try:
-                await dry_run_pod(kube, namespace, annotations)
+                await dry_run_pod(kube, namespace, annotations, dry_run=dry_runs)
             except ApiError as exc:
                 return message in exc.message
             return False

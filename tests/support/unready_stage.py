@@ -164,18 +164,18 @@ async def delete_stage(kube: KubeClient, name: str) -> None:
 
 @contextlib.asynccontextmanager
 async def pods_never_ready(
-    kube: KubeClient, name: str, annotations: Mapping[str, str], probe_namespace: str
+    kube: KubeClient, name: str, annotations: Mapping[str, str], namespace: str
 ) -> AsyncIterator[Json]:
     """The Stage ``never_ready_stage(name, annotations)`` while the block runs (deleted after,
     or earlier with ``delete_stage``). It is in force on entry: a pod created in
-    ``probe_namespace`` with ``annotations`` was seen Running and not Ready."""
+    ``namespace`` with ``annotations`` was seen Running and not Ready."""
     stage: Json = await kube.request(
         "POST", STAGES.path(), body=never_ready_stage(name, annotations), fenced=False
     )
     try:
 
         async def in_force() -> bool:
-            return kept_unready(await _first_state(kube, probe_namespace, annotations))
+            return kept_unready(await _first_state(kube, namespace, annotations))
 
         await eventually(in_force, timeout=60, what=f"kwok playing Stage {name}")
         yield stage

@@ -9,7 +9,7 @@ import copy
 import uuid
 
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.linkerd.linkerdconfig_resource import (
+from linkerd_config.linkerd.spec.crd import (
     LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
 )
 from tests.support.samples import SAMPLES, load

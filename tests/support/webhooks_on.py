@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,7 +16,7 @@ from devcluster.cluster import LocalControlPlane, free_port
 from linkerd_config.app import App
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.client import ApiError, KubeClient
-from linkerd_config.linkerd.webhooks import webhook_configurations
+from linkerd_config.linkerd.admission.webhooks import webhook_configurations
 from tests.support import formats, scenario
 from tests.support.waiting import eventually
 from tests.support.webhook_probe import webhook_in_effect
@@ -69,14 +70,22 @@ FORMAT_CASES = [
 
 @contextlib.asynccontextmanager
 async def controller(
-    cp: LocalControlPlane, kube: KubeClient, certs: Path, webhooks: bool, identity: str
+    cp: LocalControlPlane,
+    kube: KubeClient,
+    certs: Path,
+    webhooks: bool,
+    identity: str,
+    **options: Any,
 ) -> AsyncIterator[App]:
     """The controller in this process, its admission webhooks in effect (served with a pair
-    written to ``certs``) or not."""
+    written to ``certs``) or not; ``options``: its rollout's (``scenario.controller``)."""
     if not webhooks:
-        async with scenario.controller(cp, identity) as app:
+        async with scenario.controller(cp, identity, **options) as app:
             yield app
         return
     flags, ca_pem, port = serving(certs)
-    async with scenario.controller(cp, identity, *flags) as app, in_effect(kube, ca_pem, port):
+    async with (
+        scenario.controller(cp, identity, *flags, **options) as app,
+        in_effect(kube, ca_pem, port),
+    ):
         yield app

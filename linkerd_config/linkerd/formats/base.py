@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from linkerd_config.linkerd.formats.field_table import HUB_SECTIONS
 from linkerd_config.linkerd.formats.versions import LinkerdVersion
-from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.mesh import DesiredProxy
 
 __all__ = [
     "CONFIGURATION_SECTIONS",

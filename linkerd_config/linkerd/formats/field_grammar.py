@@ -199,6 +199,9 @@ class Grammar:
         if self.json_type == "object":
             if not isinstance(value, Mapping):
                 return f"must be an object: {self.expected}"
+            inside = _characters_inside(value)
+            if inside is not None:
+                return inside
             return self.explain(value) if self.explain is not None else None
         if self.json_type == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -262,6 +265,30 @@ def character_problem(value: str, multiline: bool = False) -> str | None:
     surrogate = _SURROGATE.search(value)
     if surrogate is not None:
         return f"must not contain a lone surrogate (at character {surrogate.start() + 1})"
+    return None
+
+
+def _characters_inside(value: Mapping[str, Any]) -> str | None:
+    """A control or format character in any key or string of an object (a free-form one
+    too: the proxy's parameter maps become environment variables, a securityContext a pod's),
+    said with where it is; None when there is none. A string may hold tab, line feed and
+    carriage return (an annotation's value may be multi-line), a key none. Walked without
+    recursion (the API server's nesting bound is far deeper than Python's stack)."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, child in item.items():
+                problem = character_problem(str(key))
+                if problem is not None:
+                    return f"key {_show(f'{where}{key}')} {problem}"
+                stack.append((f"{where}{key}.", child))
+        elif isinstance(item, list):
+            stack.extend((f"{where.rstrip('.')}[{i}].", child) for i, child in enumerate(item))
+        elif isinstance(item, str):
+            problem = character_problem(item, multiline=True)
+            if problem is not None:
+                return f"{_show(where.rstrip('.'))} {problem}"
     return None
 
 

@@ -1,13 +1,13 @@
 """The LinkerdConfig configuration fields: one row each, the one place a field is described.
 
 From ``FIELDS`` follow: the CRD schema of ``spec.global`` and ``spec.proxy``
-(``linkerdconfig_resource``), each field's grammar and messages in validation, the defaults
+(``spec.crd``), each field's grammar and messages in validation, the defaults
 (every format's, and what ``linkerd install`` wrote in the legacy era), the legacy mapping
 (the ``config.proto`` field, and the releases whose message has it), the values mapping (the
 Helm values path, its conversion, the releases whose chart has it), and the documentation's
 field table (``write_docs_table``, which ``make generate`` runs on docs/user-guide.md; a test fails
 when it is stale). Adding a field is one row plus its tests;
-tests/unit/test_field_table.py proves it on a scratch copy.
+tests/unit/formats/test_field_table.py proves it on a scratch copy.
 
 The legacy range is closed (its last release is edge-20.10.1): ``config.proto`` is Linkerd's
 history, and a new field's legacy column is None, which the legacy format refuses naming the
@@ -1035,7 +1035,7 @@ FIELDS: Final[tuple[ConfigField, ...]] = (
 )
 
 HUB_SECTIONS: Final = ("global", "proxy", "values")
-"""The configuration sections of the hub, the form the domain reads (``api_conversion``):
+"""The configuration sections of the hub, the form the domain reads (``spec.conversion``):
 v1alpha1's two, and ``values`` for the fields only v1alpha2 has."""
 
 SECTIONS: Final[Mapping[Path, str]] = {

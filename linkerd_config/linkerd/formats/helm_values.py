@@ -50,13 +50,12 @@ from linkerd_config.linkerd.formats.base import (
     configuration,
 )
 from linkerd_config.linkerd.formats.field_table import (
-    UNIFIED_IMAGE,
     VALUES_RELEASES,
     ValuesField,
     spec_leaves,
 )
 from linkerd_config.linkerd.formats.versions import LinkerdVersion, first_of, firsts
-from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.mesh import DesiredProxy
 
 __all__ = [
     "FIRST_SUPPORTED",
@@ -78,10 +77,8 @@ TRUST_ROOTS_KEY: Final = "ca-bundle.crt"
 FIRST_SUPPORTED: Final = VALUES_RELEASES.since
 FLAT_SINCE: Final = firsts("stable-2.10.0", "edge-21.2.2")
 TRUST_ROOTS_SINCE: Final = firsts("stable-2.11.0", "edge-21.7.5")
-NO_SIDE_EFFECTS_FLAG_SINCE: Final = firsts("stable-2.11.0", "edge-21.9.4")
 SYSTEM_NAMESPACES_EXCLUDED_SINCE: Final = firsts("stable-2.12.0", "edge-22.2.1")
 TRUST_ROOT_ANNOTATION_SINCE: Final = firsts("stable-2.12.1", "edge-22.9.1")
-UNIFIED_IMAGE_SINCE: Final = UNIFIED_IMAGE.since
 
 _SYSTEM_NAMESPACES: Final = frozenset({"kube-system", "cert-manager"})
 _NESTED: Final = "global"

@@ -29,7 +29,7 @@ as ``\\u0008``/``\\u000c``, as Go did before 1.22 (Linkerd's releases were built
 refused with ``TypeError`` rather than printed approximately.
 
 Checked against golang/protobuf v1.3.2 itself: identical bytes on tens of thousands of random
-messages (see tests/unit/test_jsonpb.py).
+messages (see tests/unit/formats/test_jsonpb.py).
 """
 
 from __future__ import annotations

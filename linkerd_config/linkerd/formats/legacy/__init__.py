@@ -10,9 +10,7 @@ from linkerd_config.linkerd.formats.legacy.format import (
     MANAGED_KEYS,
     PORT_RANGES_SINCE,
     LegacyFormat,
-    Releases,
     field_releases,
-    parse_go_duration,
 )
 
 __all__ = [
@@ -21,7 +19,5 @@ __all__ = [
     "MANAGED_KEYS",
     "PORT_RANGES_SINCE",
     "LegacyFormat",
-    "Releases",
     "field_releases",
-    "parse_go_duration",
 ]

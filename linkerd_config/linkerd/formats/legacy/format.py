@@ -76,22 +76,11 @@ from linkerd_config.linkerd.formats.versions import (
     firsts,
     parse_version,
 )
-from linkerd_config.linkerd.rollout import DesiredProxy
+from linkerd_config.linkerd.mesh import DesiredProxy
 
 if TYPE_CHECKING:
     from google.protobuf.duration_pb2 import Duration
     from google.protobuf.message import Message
-
-__all__ = [
-    "FIRST_SUPPORTED",
-    "FIRST_UNSUPPORTED",
-    "MANAGED_KEYS",
-    "PORT_RANGES_SINCE",
-    "LegacyFormat",
-    "Releases",
-    "field_releases",
-    "parse_go_duration",
-]
 
 MANAGED_KEYS: Final = frozenset({"global", "proxy"})
 TRUST_ANCHOR_FIELD: Final = "spec.global.identityContext.trustAnchorsPEM"

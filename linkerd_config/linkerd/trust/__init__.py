@@ -1,0 +1,1 @@
+"""Trust anchors: the guard that never lets a bundle split trust with running meshed pods."""
