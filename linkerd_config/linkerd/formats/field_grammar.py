@@ -126,9 +126,15 @@ class Grammar:
 
     @property
     def exact(self) -> bool:
-        """Whether the schema expresses every rule (validation refuses nothing more)."""
+        """Whether the schema expresses every rule (validation refuses nothing more). An
+        object never is: the control characters of its keys and nested strings are refused
+        by validation, and no structural schema can say so of free-form content."""
         parts = (self.explain, self.unique, self.more or None)
-        return parts == (None, None, None) and (self.items is None or self.items.exact)
+        return (
+            parts == (None, None, None)
+            and self.json_type != "object"
+            and (self.items is None or self.items.exact)
+        )
 
     # -- the schema --------------------------------------------------------------------------
 

@@ -135,3 +135,6 @@ def test_exactness_names_what_else_refuses() -> None:
     assert not g.IGNORED_PORTS.exact  # ranges, repeats
     assert not g.PEM_BUNDLE.exact and g.PEM_BUNDLE.more
     assert not g.LINKERD_VERSION.exact and g.LINKERD_VERSION.more
+    free = g.free_object("anything", {"a": "b"})
+    assert not free.exact  # control characters in its keys and strings
+    assert free.problems({"a\x05": 1}) != [] and free.problems({"a": "b"}) == []
