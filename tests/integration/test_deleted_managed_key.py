@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from devcluster.cluster import LocalControlPlane
-from linkerd_config.kube.client import MERGE_PATCH, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, EVENTS
 from linkerd_config.linkerd.admission.validation import TRUST_ANCHOR
 from linkerd_config.linkerd.configmap.desired import preserved_name
@@ -267,8 +267,17 @@ async def test_a_configmap_made_again_by_a_reinstall_keeps_its_new_values(
             "metadata": {"name": "linkerd-config", "namespace": "linkerd", "labels": helm},
             "data": {**before["data"], "values": yaml.safe_dump(values)},
         }
-        await kube.request("DELETE", CM_PATH, fenced=False)
-        await kube.request("POST", CONFIGMAPS.path("linkerd"), body=again, fenced=False)
+        for _ in range(20):
+            await kube.request("DELETE", CM_PATH, fenced=False)
+            try:
+                await kube.request("POST", CONFIGMAPS.path("linkerd"), body=again, fenced=False)
+                break
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                # The controller's restore came between the two: the reinstall goes again.
+        else:
+            pytest.fail("the reinstall's create never came before the controller's restore")
         seen: list[str] = []
 
         async def settled() -> bool:
