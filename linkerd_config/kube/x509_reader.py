@@ -583,7 +583,12 @@ def _general_name(der: _Der, what: str, addresses: tuple[int, int] = (4, 16)) ->
         other.done(what)
         if not value.more():
             raise CertificateError(f"{what}: an otherName without its value")
-        _well_formed(value, what, elements=1)
+        # One element, read as cryptography reads it: a tag and a definite length, its
+        # content opaque (a constructed one is not descended into).
+        tag = value.peek()
+        assert tag is not None  # more() said so
+        value.inner(tag, what)
+        value.done(what)
     elif tag == 0xA4:  # directoryName: its values decoded, as cryptography does on reading it
         outer = der.inner(tag, what)
         _name(outer.inner(_SEQUENCE, what))

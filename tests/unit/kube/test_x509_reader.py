@@ -479,6 +479,15 @@ HAND_BUILT = {
     "a directoryName attribute twice": hand_built(
         extensions=extension("2.5.29.17", seq(tlv(0xA4, name(cn(b"a"), cn(b"a")))))
     ),
+    # Found by hypothesis in CI's machine (a flipped constructed bit): the value is opaque.
+    "an otherName value constructed, its content no DER": hand_built(
+        extensions=extension("2.5.29.17", seq(tlv(0xA0, oid("1.2.4") + tlv(0xA0, tlv(0x2C, b"a")))))
+    ),
+    "an otherName value of two elements": hand_built(
+        extensions=extension(
+            "2.5.29.17", seq(tlv(0xA0, oid("1.2.4") + tlv(0xA0, tlv(0x0C, b"a") * 2)))
+        )
+    ),
 }
 """Found by attacking the reader (helper-14): each was read unlike cryptography before its fix."""
 
