@@ -212,6 +212,31 @@ class Controller:
         ):
             await self._process_bound(key)
 
+    def _failed(self, key: str, exc: Exception) -> str:
+        """A reconcile's exception, counted, logged and retried with backoff; its outcome."""
+        m = self.metrics
+        if isinstance(exc, ApiError) and exc.conflict:
+            # Optimistic concurrency: a write decided on an object that changed since (its
+            # precondition refused). No error: the next reconcile reads the newer one.
+            m.total.labels(self.name, "requeue").inc()
+            log.info("reconcile raced a change; retrying", path=exc.path)
+            self.queue.add_rate_limited(key)
+            return "requeue"
+        m.total.labels(self.name, "error").inc()
+        m.errors.labels(self.name).inc()
+        if not isinstance(exc, OSError | ApiError):
+            # Not an answer from the API server nor the network: a bug, what Go panics on.
+            m.panics.labels(self.name).inc()
+        log.warning(
+            "reconcile failed; retrying",
+            error=f"{type(exc).__name__}: {exc}",
+            retries=self.queue.num_requeues(key),
+            # An answer from the API server or a network error is expected: one line.
+            exc_info=not isinstance(exc, OSError | ApiError),
+        )
+        self.queue.add_rate_limited(key)
+        return "error"
+
     async def _process_bound(self, key: str) -> None:
         m = self.metrics
         self._active += 1
@@ -233,19 +258,7 @@ class Controller:
             log.warning("reconcile timed out; retrying", timeout=self.options.reconcile_timeout)
             self.queue.add_rate_limited(key)
         except Exception as exc:
-            m.total.labels(self.name, "error").inc()
-            m.errors.labels(self.name).inc()
-            if not isinstance(exc, OSError | ApiError):
-                # Not an answer from the API server nor the network: a bug, what Go panics on.
-                m.panics.labels(self.name).inc()
-            log.warning(
-                "reconcile failed; retrying",
-                error=f"{type(exc).__name__}: {exc}",
-                retries=self.queue.num_requeues(key),
-                # An answer from the API server or a network error is expected: one line.
-                exc_info=not isinstance(exc, OSError | ApiError),
-            )
-            self.queue.add_rate_limited(key)
+            outcome = self._failed(key, exc)
         else:
             if result.requeue_after is not None:
                 outcome = "requeue_after"

@@ -10,8 +10,9 @@ import uuid
 import pytest
 
 from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
-from linkerd_config.kube.resource import CONFIGMAPS, DEPLOYMENTS
+from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, ApiResource
 from linkerd_config.kube.writer import Writer
+from tests.support.waiting import eventually
 
 
 def body(name: str, value: str) -> dict[str, object]:
@@ -135,3 +136,82 @@ async def test_a_status_write_for_an_object_made_again_under_its_name_is_refused
         assert landed["status"]["observedGeneration"] == 7
     finally:
         await kube.request("DELETE", DEPLOYMENTS.path("default", name), fenced=False)
+
+
+WIDGETS = ApiResource("precondition.test", "v1", "widgets", "Widget", namespaced=False)
+WIDGET_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "widgets.precondition.test"},
+    "spec": {
+        "group": "precondition.test",
+        "names": {"kind": "Widget", "plural": "widgets", "singular": "widget"},
+        "scope": "Cluster",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+                "subresources": {"status": {}},
+            }
+        ],
+    },
+}
+
+
+async def test_a_custom_resources_status_write_checks_its_version_not_its_uid(
+    kube: KubeClient,
+) -> None:
+    """Why the report's status write carries the resourceVersion it was decided on: a custom
+    resource's status subresource keeps the stored metadata whatever a patch says (the API
+    server's CRD status strategy), so a uid there is no precondition. A status decided for
+    a LinkerdConfig deleted since landed on the one made again under its name (CI: a halt
+    without the completed configuration it returns to, the failed proxy written). The
+    resourceVersion is checked: refused (409) on the old object's, landed on the new one's."""
+    try:
+        await kube.request("POST", CRDS.path(), body=WIDGET_CRD, fenced=False)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+
+    async def served() -> bool:
+        try:
+            await kube.request("GET", WIDGETS.path(), fenced=False)
+        except ApiError:
+            return False
+        return True
+
+    await eventually(served, timeout=60, what="the widget CRD served")
+    writer = Writer(kube, "precondition-test")
+    name = f"remade-{uuid.uuid4().hex[:8]}"
+    widget = {"apiVersion": "precondition.test/v1", "kind": "Widget", "metadata": {"name": name}}
+    first = await kube.request("POST", WIDGETS.path(), body=widget, fenced=False)
+    await kube.request("DELETE", WIDGETS.path(name=name), fenced=False)
+    again = await kube.request("POST", WIDGETS.path(), body=widget, fenced=False)
+    try:
+        ignored = await writer.patch_status(
+            WIDGETS, None, name, {"by": "uid"}, uid=first["metadata"]["uid"]
+        )
+        assert ignored["metadata"]["uid"] == again["metadata"]["uid"]
+        assert ignored["status"]["by"] == "uid"  # the uid was no precondition
+        with pytest.raises(ApiError) as refused:
+            await writer.patch_status(
+                WIDGETS, None, name, {"by": "first"},
+                resource_version=first["metadata"]["resourceVersion"],
+            )  # fmt: skip
+        assert refused.value.status == 409
+        now = await kube.request("GET", WIDGETS.path(name=name))
+        assert now["status"]["by"] == "uid"
+        landed = await writer.patch_status(
+            WIDGETS, None, name, {"by": "again"},
+            resource_version=now["metadata"]["resourceVersion"], uid=now["metadata"]["uid"],
+        )  # fmt: skip
+        assert landed["status"]["by"] == "again"
+    finally:
+        await kube.request("DELETE", WIDGETS.path(name=name), fenced=False)

@@ -398,12 +398,17 @@ class StatusOutcomes:
         current = config.get("status") or {}
         if all(current.get(k) == v for k, v in status.items()):
             return
-        # On this object: a reconcile of one deleted meanwhile must not write its status onto
-        # one made again under its name (a halt without the completed configuration it
-        # returns to: the rollback dropped, the failed configuration written; CI, issue 58's
-        # re-made LinkerdConfig test).
+        # On this object as the reconcile read it: a reconcile of one deleted meanwhile must
+        # not write its status onto one made again under its name (a halt without the
+        # completed configuration it returns to: the rollback dropped, the failed
+        # configuration written; CI, issue 58's re-made LinkerdConfig test). The uid alone
+        # does not do it: a custom resource's status subresource keeps the stored metadata
+        # whatever a patch says (the CRD status strategy), so only the resourceVersion is
+        # checked there. A write decided on a cache that has moved on is refused (409), and
+        # the reconcile runs again on the newer object.
         metadata = config["metadata"]
         await self.writer.patch_status(
-            LINKERD_CONFIGS, None, metadata["name"], status, uid=metadata.get("uid")
-        )
+            LINKERD_CONFIGS, None, metadata["name"], status, uid=metadata.get("uid"),
+            resource_version=metadata.get("resourceVersion"),
+        )  # fmt: skip
         self.written[config["metadata"]["name"]] = self.monotonic()

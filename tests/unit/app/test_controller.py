@@ -135,6 +135,25 @@ async def test_a_bug_counts_as_a_panic_an_api_answer_does_not() -> None:
     assert sample(registry, "error") == 2
 
 
+async def test_a_write_refused_for_a_changed_object_is_retried_as_no_error() -> None:
+    """A precondition refused (409: the object changed since the cache showed it) is
+    optimistic concurrency at work: retried, counted as a requeue, no error."""
+
+    async def raced() -> Result:
+        raise ApiError(409, "PATCH", "/x/status", {"reason": "Conflict"}, None)
+
+    registry = CollectorRegistry()
+    reconciler = ScriptedReconciler({"raced": [raced, ok]})
+    await run_until_finished(make(registry)(reconciler), reconciler)
+    assert reconciler.calls == {"raced": 2}
+    assert (sample(registry, "requeue"), sample(registry, "success")) == (1, 1)
+    assert sample(registry, "error") == 0
+    errors = registry.get_sample_value(
+        "controller_runtime_reconcile_errors_total", {"controller": "test"}
+    )
+    assert not errors
+
+
 async def test_a_hung_reconcile_times_out_and_is_retried_without_killing_the_worker() -> None:
     async def hang() -> Result:
         await asyncio.sleep(3600)
