@@ -30,6 +30,7 @@ from linkerd_config.linkerd.configmap import decision
 from linkerd_config.linkerd.configmap.desired import (
     Desired,
     adopted_snapshot,
+    completed_digest,
     desired_config,
     drifted,
     held_config_hash,
@@ -49,8 +50,8 @@ from linkerd_config.linkerd.rollout import observe, rollback
 from linkerd_config.linkerd.rollout.actions import RolloutOutcome
 from linkerd_config.linkerd.rollout.executor import RolloutExecutor
 from linkerd_config.linkerd.rollout.policy import RolloutOptions
-from linkerd_config.linkerd.rollout.record import Completed, Halt, fields
-from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
+from linkerd_config.linkerd.rollout.record import Completed, Halt, Record, digest, fields, vouched
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, target_of
 from linkerd_config.linkerd.status.report import StatusOutcomes
 from linkerd_config.linkerd.trust.guard import Guard, MeshUnseen, holding_config
 
@@ -121,6 +122,11 @@ class LinkerdConfigController:
             registry=client.registry,
         )
         self.judgements = Judgements()
+        self._held: dict[str, tuple[object, bool]] = {}
+        self._untrusted: dict[str, tuple[object, str]] = {}
+        # Invariant: by LinkerdConfig, whether the managed ConfigMap held its last completed
+        # configuration (``_holds``), for the record and ConfigMap hash it was judged on; and
+        # the record last said untrusted (uid, digest), said once.
         self.metrics = ConfigMapMetrics.of(client.registry)
         self.writes = ConfigMapWrites(self.writer, recorder, self.configmaps.store, self.metrics)
         self.outcomes = StatusOutcomes(self.writer, recorder, self._meshed, monotonic)
@@ -164,15 +170,17 @@ class LinkerdConfigController:
             log.info("linkerdconfig gone; configmap left as it is", linkerdconfig=key)
             self.rollout.forget(key)
             self.judgements.forget(key)
+            self._held.pop(key, None)
+            self._untrusted.pop(key, None)
             return Result()
         conditions: list[Json] = list((config.get("status") or {}).get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
         decided = await self._decide(config)
         if isinstance(decided, decision.Refused):
             return await self.outcomes.refused(config, conditions, generation, decided)
-        carried = rollback.carried_back(
-            decided.configmaps.get(decided.target.name), config, decided.desired.config_hash
-        )
+        managed = decided.configmaps.get(decided.target.name)
+        config, vouches = await self._vouched(config, managed, decided.current)
+        carried = rollback.carried_back(managed, config, decided.desired.config_hash)
         if carried is not None:
             return await self._given_back(config, carried)
         chosen = await self._choose(config, decided)
@@ -181,8 +189,9 @@ class LinkerdConfigController:
         written = chosen.written
         if not await self._adopt(config, decided.configmaps, decided.current, written):
             return Result(requeue=True)
+        vouches = self.rollout.vouched(config) or vouches  # an adoption recorded just now
         halt = self.rollout.halt_state(config, chosen.asked.config_hash).halted
-        written = replace(written, carried=rollback.carried(config, halt))
+        written = replace(written, carried=rollback.carried(config, halt), vouches=vouches)
         held_before = held_config_hash(decided.configmaps.get(decided.target.name))
         try:
             lost = await self._write(config, decided.configmaps, written)
@@ -208,6 +217,54 @@ class LinkerdConfigController:
             config, conditions, generation, written, outcome, self.options.restart_interval,
             chosen.held,
         )  # fmt: skip
+
+    async def _vouched(
+        self, config: Json, managed: Json | None, current: dict[str, dict[str, str]]
+    ) -> tuple[Json, str]:
+        """``config`` with only a ``lastCompleted`` the controller wrote (``record.vouched``),
+        and what the ConfigMap written now vouches for (``Desired.vouches``). Ours: the
+        managed ConfigMap carries its digest or holds its configuration
+        (``rollback.holds``), or this process recorded it. Another (a status patch, a backup
+        of another's) is read as none, with a Warning: no rollback returns to it, and the
+        next completion records one over it (issue 61, finding 1)."""
+        found = Record.of(config).completed
+        carried = completed_digest(managed) or ""
+        mine = "" if found is None else digest(found)
+        trusted = found is not None and (
+            mine in (carried, self.rollout.vouched(config))
+            or await self._holds(config, found, held_config_hash(managed), current)
+        )
+        kept, dropped = vouched(config, trusted)
+        name = str(config["metadata"]["name"])
+        said = (config["metadata"].get("uid"), mine)
+        if dropped is not None and self._untrusted.get(name) != said:  # said once a record
+            self._untrusted[name] = said
+            message = (
+                f"status.lastCompleted (configuration {dropped or 'unreadable'}) is not one "
+                f"this controller recorded: ConfigMap {target_of(config)} neither holds it nor "
+                "vouches for it. It is ignored: no rollback returns to it"
+            )
+            log.warning("rollout record untrusted", linkerdconfig=name, configuration=dropped)
+            self.recorder.record(config, "Warning", "RolloutRecordUntrusted", message)
+        return kept, mine if trusted else carried
+
+    async def _holds(
+        self,
+        config: Json,
+        found: Completed,
+        held: str | None,
+        current: dict[str, dict[str, str]],
+    ) -> bool:
+        """``rollback.holds``, once per record and ConfigMap: it renders the record again (a
+        thread's work for a large one), and a completed rollout reconciles often."""
+        metadata = config["metadata"]
+        key = (metadata.get("uid"), digest(found), held)
+        known = self._held.get(str(metadata["name"]))
+        if known is not None and known[0] == key:
+            return known[1]
+        holds = await asyncio.to_thread(rollback.holds, config, found, held, current)
+        self._held[str(metadata["name"])] = (key, holds)
+        return holds
 
     async def _decide(self, config: Json) -> decision.Decided | decision.Refused:
         """``configmap.decision.decide`` over copies of the caches: reading the installed
@@ -321,7 +378,8 @@ class LinkerdConfigController:
             log.info("rollout record not given back yet", linkerdconfig=name,
                      status=exc.status, problem=exc.message)  # fmt: skip
             return Result(requeue=True)
-        halt, _ = carried
+        halt, completed = carried
+        self.rollout.vouch(config, completed)  # the ConfigMap carried it: ours
         back_to = None if halt.rollback is None else halt.rollback.to_hash
         message = (
             f"made again mid-rollback: the rollout record its ConfigMap carries is given back "
@@ -376,6 +434,7 @@ class LinkerdConfigController:
             log.info("installed configuration not recorded yet", linkerdconfig=name,
                      status=exc.status, problem=exc.message)  # fmt: skip
             return False
+        self.rollout.vouch(config, record)
         message = (
             f"recorded the installed configuration {installed.config_hash} (proxy "
             f"{installed.proxy.version}), which every opted-in pod runs, as the last completed: "

@@ -32,13 +32,14 @@ local run) and on (registered with the API server, in effect).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
 
 from devcluster.cluster import LocalControlPlane
 from devcluster.proxy_injector import WEBHOOK_CONFIGURATION
-from linkerd_config.kube.client import ApiError, KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
     DEPLOYMENTS,
@@ -49,6 +50,7 @@ from linkerd_config.kube.resource import (
     Json,
 )
 from linkerd_config.linkerd import mesh
+from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION
 from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from tests.support import formats, scenario, webhooks_on
 from tests.support.audit import received_at, successful_writes
@@ -344,3 +346,96 @@ async def test_a_restores_deadline_counts_from_that_restore(
             assert [e["message"] for e in items if e["reason"] == "RollbackNotHealthy"] == []
             pods = await scenario.wait_settled(kube, "shop", expected=1)
             assert set(scenario.proxy_versions(pods).values()) == {fmt.good}
+
+
+FORGED_HASH = "0123456789abcdef"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("fmt", "webhooks"),
+    [
+        pytest.param(formats.LEGACY, False, id="legacy-webhooks-off"),
+        pytest.param(formats.VALUES, True, id="values-webhooks-on"),
+    ],
+)  # (no webhook sees status: one case of each format, and of each webhook mode)
+async def test_a_rollback_record_forged_in_status_writes_nothing_into_linkerd(
+    own_control_plane: LocalControlPlane, own_kube: KubeClient, fmt: Format, webhooks: bool
+) -> None:
+    """Issue 61, finding 1: a patch of ``/status`` alone, a ``lastCompleted`` naming another
+    proxy image and a ``rolloutHalt`` rolling back to it. Before, the controller wrote
+    ``evil.example/proxy`` into ``linkerd-config`` and restarted every workload onto it. Now
+    the record is not the controller's (the ConfigMap neither holds what it renders to nor
+    carries its digest): a Warning says so, the rollout halts with nothing to go back to,
+    ``linkerd-config`` keeps the spec's proxy, no workload restarts; a resume records the
+    configuration the data plane runs as the last completed one again."""
+    cp, kube = own_control_plane, own_kube
+    policy = {"onFailure": "Rollback", "progressDeadline": "2m"}
+    async with formats.installed(cp, kube, fmt):
+        await scenario.meshed_namespace(kube, "shop", ["web"], replicas=1)
+        async with webhooks_on.controller(cp, kube, cp.workdir / "certs", webhooks, NAME):
+            spec = fmt.spec(fmt.good, policy)
+            await scenario.apply_linkerdconfig(kube, NAME, spec)
+            await eventually(
+                lambda: reason_is(kube, "UpToDate"), timeout=180, what=f"{fmt.good} rolled out"
+            )
+            lc = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
+            held = lc["status"]["configHash"]
+            assert lc["status"]["lastCompleted"]["configHash"] == held
+            pods = {p["metadata"]["uid"] for p in await scenario.wait_settled(kube, "shop", 1)}
+            since = time.time()
+            evil_proxy = {**spec.get("proxy", {}), "proxyImage": {"name": "evil.example/proxy"}}
+            evil = {k: v for k, v in spec.items() if k != "rollout"} | {"proxy": evil_proxy}
+            at = lc["status"]["lastCompleted"]["at"]
+            forged = {
+                "lastCompleted": {"configHash": FORGED_HASH, "generation": 1, "at": at,
+                                  "spec": json.dumps(evil, sort_keys=True)},
+                "rolloutHalt": {
+                    "configHash": held, "rolledHash": held, "generation": 1, "resumeToken": "",
+                    "failed": ["deployment/shop/web: forged"], "at": at,
+                    "rollback": {"toHash": FORGED_HASH, "toGeneration": 1,
+                                 "phase": "RollingBack", "workloads": ["deployment/shop/web"]},
+                },
+            }  # fmt: skip
+            await kube.request(
+                "PATCH", LINKERD_CONFIGS.path(name=NAME) + "/status",
+                body={"status": forged}, content_type=MERGE_PATCH, fenced=False,
+            )  # fmt: skip
+
+            async def untrusted() -> bool:
+                events = (await kube.request("GET", EVENTS.path("default")))["items"]
+                return any(e["reason"] == "RolloutRecordUntrusted" for e in events)
+
+            await eventually(untrusted, timeout=60, what="the forged record said untrusted")
+            await eventually(
+                lambda: reason_is(
+                    kube, "RolloutHalted", f"cannot roll back to configuration {FORGED_HASH}"
+                ),
+                timeout=60,
+                what="halted, with nothing to go back to",
+            )
+            for _ in range(10):  # and kept so, pass after pass
+                cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+                assert "evil.example" not in json.dumps(cm["data"])
+                assert fmt.written(cm) == fmt.good
+                await asyncio.sleep(0.5)
+            assert patched_since(cp, "shop", since) == []  # no restart, no undo
+            now = {p["metadata"]["uid"] for p in await scenario.wait_settled(kube, "shop", 1)}
+            assert now == pods
+
+            # A resume: the halt forgiven, the rollout complete; the record is ours again.
+            await kube.request(
+                "PATCH", LINKERD_CONFIGS.path(name=NAME),
+                body={"metadata": {"annotations": {RESUME_ANNOTATION: "1"}}},
+                content_type=MERGE_PATCH, fenced=False,
+            )  # fmt: skip
+
+            async def recorded_again() -> bool:
+                found = await kube.request("GET", LINKERD_CONFIGS.path(name=NAME))
+                last = found["status"].get("lastCompleted") or {}
+                return last.get("configHash") == held and "evil" not in json.dumps(last)
+
+            await eventually(recorded_again, timeout=120, what="the genuine record written")
+            await eventually(lambda: reason_is(kube, "UpToDate"), timeout=60, what="up to date")
+            cm = await kube.request("GET", CONFIGMAPS.path("linkerd", "linkerd-config"))
+            assert "evil.example" not in json.dumps(cm)

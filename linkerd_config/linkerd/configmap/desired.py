@@ -42,6 +42,7 @@ from linkerd_config.linkerd.formats import (
 )
 from linkerd_config.linkerd.mesh import DesiredProxy
 from linkerd_config.linkerd.spec.crd import (
+    COMPLETED_ANNOTATION,
     HASH_ANNOTATION,
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
@@ -73,6 +74,11 @@ class Desired:
     """The rollout's record carried on the target (``RECORD_ANNOTATION``, written by
     ``rollback.carried``) while a rollback is in force: what going back needs outlives the
     LinkerdConfig. Empty: none (not rendered: the controller sets it from status)."""
+    vouches: str = ""
+    """The digest of the ``lastCompleted`` record the target vouches for
+    (``COMPLETED_ANNOTATION``), sent with each write of it, never a write of its own: the
+    configuration it names is the one the target held before, or one this process recorded.
+    Empty: none (not rendered: the controller sets it)."""
 
     @property
     def anchors_stated(self) -> bool:
@@ -213,6 +219,14 @@ def held_config_hash(configmap: Json | None) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def completed_digest(configmap: Json | None) -> str | None:
+    """The digest of the completed configuration a ConfigMap vouches for
+    (``COMPLETED_ANNOTATION``; None: none)."""
+    annotations = ((configmap or {}).get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(COMPLETED_ANNOTATION)
+    return value if isinstance(value, str) else None
+
+
 def drifted(configmaps: Mapping[str, Json], desired: Desired) -> list[str]:
     """The ConfigMaps (by name) whose managed keys or our hash differ from ``desired``."""
     found = []
@@ -297,6 +311,8 @@ def apply_body(desired: Desired, owner_name: str) -> Json:
     annotations = {OWNER_ANNOTATION: owner_name, HASH_ANNOTATION: desired.config_hash}
     if desired.carried:
         annotations[RECORD_ANNOTATION] = desired.carried
+    if desired.vouches:
+        annotations[COMPLETED_ANNOTATION] = desired.vouches
     return _configmap(desired.target, {}, annotations, desired.data)
 
 
@@ -315,7 +331,7 @@ def companion_body(desired: Desired, name: str, owner_name: str) -> Json:
 PRESERVED_SUFFIX = "-preserved"
 PRESERVED_LABELS = "config.linkerd.io/preserved-labels"
 PRESERVED_ANNOTATIONS = "config.linkerd.io/preserved-annotations"
-_OUR_ANNOTATIONS = frozenset({OWNER_ANNOTATION, HASH_ANNOTATION})
+_OUR_ANNOTATIONS = frozenset({OWNER_ANNOTATION, HASH_ANNOTATION, COMPLETED_ANNOTATION})
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,14 @@ from linkerd_config.linkerd.rollout import actions, canary, health, machine, obs
 from linkerd_config.linkerd.rollout.actions import RolloutOutcome
 from linkerd_config.linkerd.rollout.phase import Phase
 from linkerd_config.linkerd.rollout.policy import RolloutOptions, RolloutPolicy
-from linkerd_config.linkerd.rollout.record import CanaryRecord, Completed, Halt, Record, fields
+from linkerd_config.linkerd.rollout.record import (
+    CanaryRecord,
+    Completed,
+    Halt,
+    Record,
+    digest,
+    fields,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -207,6 +214,9 @@ class RolloutExecutor:
         self._halts: Expectations[Halt] = Expectations(clock=monotonic)
         self._canaries: Expectations[CanaryRecord] = Expectations(clock=monotonic)
         self._passed: Expectations[CanaryRecord] = Expectations(clock=monotonic)
+        # By (name, uid): the digest of the completed configuration this process recorded
+        # (``vouch``), until the ConfigMap carries it (the next write puts it there).
+        self._vouched: Expectations[str] = Expectations(clock=monotonic)
         # Invariant: one record per configuration hash this process has written, found or
         # rolled out (few: one per LinkerdConfig change).
         self._evicted: dict[tuple[str, str], tuple[int, float]] = {}
@@ -239,8 +249,19 @@ class RolloutExecutor:
         self._forget_expected()
 
     def _forget_expected(self, owner: Callable[[Hashable], bool] | None = None) -> None:
-        for expected in (self._halts, self._canaries, self._passed):
+        for expected in (self._halts, self._canaries, self._passed, self._vouched):
             expected.forget(owner)
+
+    def vouch(self, config: Json, completed: Completed) -> None:
+        """This process records ``completed`` in ``config``'s status (a pass completed, an
+        installation adopted): it is this LinkerdConfig's own, read back as such
+        (``vouched``) until the managed ConfigMap carries its digest."""
+        self._vouched.expect(self._key(config, "")[:2], digest(completed))
+
+    def vouched(self, config: Json) -> str | None:
+        """The digest of the completed configuration this process recorded for ``config``
+        and the ConfigMap may not carry yet (``vouch``)."""
+        return self._vouched.get(self._key(config, "")[:2])
 
     @staticmethod
     def _key(config: Json, config_hash: str) -> tuple[str, str, str]:
@@ -347,6 +368,8 @@ class RolloutExecutor:
         attempt = asked or desired.config_hash
         halt = self.halt_state(config, attempt)
         outcome = await self._roll(config, desired, halt, effective, anchors, attempt, back_to)
+        if isinstance(done := outcome.parts.get("completed"), Completed):
+            self.vouch(config, done)
         self._gauges(str(config["metadata"]["name"]), outcome.reason)
         return replace(outcome, parts={**halt.parts, **outcome.parts})
 

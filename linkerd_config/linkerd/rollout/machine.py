@@ -266,7 +266,8 @@ def _rollback_step(observed: Observed, halt: Halt, policy: RolloutPolicy, back: 
             RolloutOutcome(
                 *counts, Phase.HALTED, f"{head}; cannot roll back to configuration "
                 f"{section.to_hash}: status no longer records it as the last completed "
-                "(lastCompleted), or its spec no longer validates or renders onto the Linkerd "
+                "(lastCompleted), or not as one the controller recorded, or its spec no longer "
+                "validates or renders onto the Linkerd "
                 f"installed now (the controller's log says which), so the rollout is halted "
                 f"instead. {RESUME_HINT}",
                 parts=kept,

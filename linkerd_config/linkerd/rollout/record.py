@@ -7,6 +7,12 @@ evicted (``evictedPods``, for ``status.configHash``). Each is read leniently: an
 patch status may have written it, so a field of the wrong type reads as empty, and a part that
 is no object as absent.
 
+The last completed configuration decides what a rollback writes into Linkerd, so it is
+read only where the managed ConfigMap vouches for it (``vouched``): the ConfigMap holds it
+(``rollback.holds``), or carries its digest (``COMPLETED_ANNOTATION``, written with the
+write that moves the ConfigMap on from it), or this process recorded it. A status writer
+cannot forge it (issue 61, finding 1).
+
 A halt is kept for its attempt: the configuration the spec asks for and the resume
 annotation (not the generation: an edit of ``spec.rollout`` alone bumps it, and is the same
 attempt; the record's generation says which it halted in, for people). The configuration
@@ -19,9 +25,12 @@ record only moves forward: halted, then rolling back, then rolled back (``rank``
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, TypeGuard
+
+import orjson
 
 from linkerd_config.kube.resource import Json, unix_time
 from linkerd_config.linkerd.formats.base import Snapshot
@@ -395,3 +404,23 @@ def fields(**parts: Part) -> Json:
         _PARTS[name]: value if value is None or isinstance(value, int) else value.to_json()
         for name, value in parts.items()
     }
+
+
+def digest(completed: Completed) -> str:
+    """What vouches for ``completed`` (``COMPLETED_ANNOTATION``): the SHA-256 of its JSON as
+    status keeps it, keys sorted."""
+    text = orjson.dumps(completed.to_json(), option=orjson.OPT_SORT_KEYS)
+    return f"sha256:{hashlib.sha256(text).hexdigest()}"
+
+
+def vouched(config: Json, trusted: bool) -> tuple[Json, str | None]:
+    """``config`` as the rollout may read it: its ``lastCompleted`` kept when ``trusted``
+    (vouched for by the managed ConfigMap, or recorded by this process), removed otherwise
+    (an unreadable one too: never ours); and the configuration hash the record removed
+    names ("" when unreadable; None: kept, or none)."""
+    status = config.get("status")
+    if trusted or not isinstance(status, Mapping) or status.get(LAST_COMPLETED_FIELD) is None:
+        return config, None
+    found = Completed.parse(status[LAST_COMPLETED_FIELD])
+    kept = {k: v for k, v in status.items() if k != LAST_COMPLETED_FIELD}
+    return {**config, "status": kept}, "" if found is None else found.config_hash

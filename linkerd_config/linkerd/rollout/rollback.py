@@ -43,6 +43,7 @@ from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json, unix_time
 from linkerd_config.linkerd.admission.validation import render_errors, validate
 from linkerd_config.linkerd.configmap.desired import Desired, desired_config, restored_config
+from linkerd_config.linkerd.formats import FormatError, VersionError
 from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS, Snapshot
 from linkerd_config.linkerd.mesh import (
     RESTARTED_AT_ANNOTATION,
@@ -217,6 +218,25 @@ def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     if target is None or target.installed is not None:
         return None
     return _with_recorded_spec(config, target)[0]
+
+
+def holds(
+    config: Json, completed: Completed, held: str | None, current: Mapping[str, Mapping[str, str]]
+) -> bool:
+    """Whether ``completed`` is the configuration the managed ConfigMap holds: ``held``, the
+    hash we annotate it with, is its hash, and so is its record rendered again onto what is
+    installed now (its spec judged as any spec is, or its adopted keys written back). Then
+    the ConfigMap vouches for it: nobody who cannot write the ConfigMap can make a record
+    that renders to what it holds. False when it does not render."""
+    if held is None or completed.config_hash != held:
+        return False
+    try:
+        if completed.installed is not None:
+            return restored_config(config, completed.installed, current).config_hash == held
+        back = _with_recorded_spec(config, completed)[0]
+        return back is not None and desired_config(back, current).config_hash == held
+    except (FormatError, VersionError):
+        return False
 
 
 def rollback_of(halt: Halt | None) -> Rollback | None:

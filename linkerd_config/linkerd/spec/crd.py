@@ -87,6 +87,10 @@ HASH_ANNOTATION = "config.linkerd.io/config-hash"
 RECORD_ANNOTATION = "config.linkerd.io/rollout-record"
 """On the managed ConfigMap while a rollback is in force: the LinkerdConfig's rollout record
 (``rollback.carried``), so a LinkerdConfig deleted and made again goes on going back."""
+COMPLETED_ANNOTATION = "config.linkerd.io/last-completed"
+"""On the managed ConfigMap: the digest of the ``lastCompleted`` record the controller wrote
+(``record.digest``). Status is the controller's memory, but others may patch it; a record
+this does not vouch for is not read (``record.vouched``): no rollback returns to it."""
 
 ROLLBACK_MAX_LISTED: Final = 10_000
 """The most workloads ``status.rolloutHalt.rollback.workloads`` lists (``rollback``)."""

@@ -26,9 +26,11 @@ from linkerd_config.linkerd.admission.validation import defaultable, validate, w
 from linkerd_config.linkerd.configmap import decision
 from linkerd_config.linkerd.configmap.desired import (
     Desired,
+    completed_digest,
     current_data,
     desired_config,
     drifted,
+    held_config_hash,
     missing,
 )
 from linkerd_config.linkerd.formats import (
@@ -43,7 +45,7 @@ from linkerd_config.linkerd.mesh import Workload
 from linkerd_config.linkerd.rollout import actions, canary, health, machine, observe, rollback
 from linkerd_config.linkerd.rollout.phase import Phase
 from linkerd_config.linkerd.rollout.policy import RolloutOptions, RolloutPolicy
-from linkerd_config.linkerd.rollout.record import Halt, Record
+from linkerd_config.linkerd.rollout.record import Halt, Record, digest, vouched
 from linkerd_config.linkerd.spec import canary_section
 from linkerd_config.linkerd.spec.conversion import (
     V1ALPHA1,
@@ -57,6 +59,7 @@ from linkerd_config.linkerd.spec.crd import (
     HASH_ANNOTATION,
     OWNER_ANNOTATION,
     READY,
+    Target,
 )
 from linkerd_config.linkerd.status.view import ClusterView
 from linkerd_config.linkerd.trust.guard import (
@@ -265,7 +268,8 @@ def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     # or with only its spec.rollout changed (the same attempt), keeps the ConfigMaps on the
     # configuration returned to, as the controller does (``rollback.rendered_target``).
     written = desired
-    if old is not None:
+    if old is not None:  # its record as the controller reads it (``record.vouched``)
+        old = _vouched(old, configmaps, desired.target)
         halt = health.halt_state(old, desired.config_hash).halted
         held = _rolled_back_to(old, halt, configmaps, desired)
         if isinstance(held, Problem):
@@ -712,6 +716,19 @@ def _said_to_writer(found: ConfigStatus, config: Json) -> ConfigStatus:
     return replace(found, problem=replace(found.problem, message=message))
 
 
+def _vouched(config: Json, configmaps: dict[str, Json], target: Target) -> Json:
+    """``config`` with its ``lastCompleted`` only if the managed ConfigMap vouches for it, as
+    the controller reads it (``record.vouched``; the CLI has no memory of its own)."""
+    managed, found = configmaps.get(target.name), Record.of(config).completed
+    trusted = found is not None and (
+        digest(found) == completed_digest(managed)
+        or rollback.holds(
+            config, found, held_config_hash(managed), current_data(configmaps, target)
+        )
+    )
+    return vouched(config, trusted)[0]
+
+
 def _rolled_back_to(
     config: Json, halt: Halt | None, configmaps: dict[str, Json], desired: Desired
 ) -> Desired | Problem | None:
@@ -750,6 +767,7 @@ def _status_of(
         return ConfigStatus(name, decided, conditions=conditions)
     desired, configmaps = decided.desired, decided.configmaps
     desired = defaults.restricted(desired)
+    config = _vouched(config, configmaps, desired.target)
     halt = health.halt_state(config, desired.config_hash).halted
     held = _rolled_back_to(config, halt, configmaps, desired)
     if isinstance(held, Problem):

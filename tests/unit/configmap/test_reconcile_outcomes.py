@@ -19,7 +19,12 @@ from linkerd_config.kube.controller import Result
 from linkerd_config.kube.resource import Json, resource_version
 from linkerd_config.linkerd import mesh
 from linkerd_config.linkerd.rollout import rollback
-from linkerd_config.linkerd.spec.crd import HASH_ANNOTATION
+from linkerd_config.linkerd.rollout.record import Completed, digest
+from linkerd_config.linkerd.spec.crd import (
+    COMPLETED_ANNOTATION,
+    HASH_ANNOTATION,
+    LAST_COMPLETED_FIELD,
+)
 from linkerd_config.linkerd.status.report import MESH_UNSEEN_RETRY_SECONDS
 from tests.support.controller_fakes import (
     FakeRecorder,
@@ -321,10 +326,18 @@ async def test_a_deleted_values_key_comes_back_from_the_copy_not_asked_of_the_sp
     lost = merged(config_cm, ours)
     del lost["data"]["values"]
     ctl.configmaps.store.put(lost)
-    ctl.configs.store.put({**small(), "status": writer.statuses[-1]})
+    status = writer.statuses[-1]
+    ctl.configs.store.put({**small(), "status": status})
     await ctl.reconcile("modern")
     assert writer.applied[-1]["data"] == ours["data"]  # values, exactly as written before
-    assert writer.applied[-1]["metadata"]["annotations"] == ours["metadata"]["annotations"]
+    annotations = dict(writer.applied[-1]["metadata"]["annotations"])
+    # The write vouches for the record the first pass made (its rollout completed: no pods).
+    completed = Completed.parse(status[LAST_COMPLETED_FIELD])
+    assert completed is not None
+    assert annotations.pop(COMPLETED_ANNOTATION) == digest(completed)
+    assert annotations == {
+        k: v for k, v in ours["metadata"]["annotations"].items() if k != COMPLETED_ANNOTATION
+    }
     assert recorder.events[-1] == ("Normal", "ConfigMapReverted")
     assert recorder.messages[-1].endswith("(keys values)")
     assert conditions(writer.statuses[-1])["Ready"] == ("True", "Ready")
@@ -841,6 +854,12 @@ async def test_the_installation_adopted_is_recorded_before_the_first_write() -> 
     }
     assert (record["generation"], record["spec"]) == (0, None)
     assert writer.preconditions[0] == "41"  # on the status it was decided from
+    assert writer.preconditions[-1] == "41"  # the report's too (a uid is no precondition)
+    # The first write vouches for the record (issue 61, finding 1): what it replaces is gone.
+    adopted = Completed.parse(record)
+    assert adopted is not None
+    ours = writer.applied[-1]["metadata"]["annotations"]
+    assert ours[COMPLETED_ANNOTATION] == digest(adopted)
     assert ("Normal", "Adopted") in recorder.events
     assert record["configHash"] != writer.statuses[-1]["configHash"]
 

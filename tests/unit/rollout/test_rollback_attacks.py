@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
+from typing import Any
 
 import orjson
 import pytest
@@ -30,6 +31,7 @@ from linkerd_config.linkerd.rollout.policy import RolloutOptions
 from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION, Completed, Halt
 from linkerd_config.linkerd.spec.crd import (
     HALT_FIELD,
+    HASH_ANNOTATION,
     LAST_COMPLETED_FIELD,
     Target,
     status_schema,
@@ -37,6 +39,8 @@ from linkerd_config.linkerd.spec.crd import (
 )
 from linkerd_config.linkerd.status.plan import plan, status
 from linkerd_config.linkerd.status.view import ClusterView
+from tests.support.controller_fakes import controller
+from tests.support.linkerdconfigs import small
 from tests.support.merge_patch import apply_merge_patch
 from tests.support.rollback_worlds import (
     OLD_DESIRED,
@@ -615,3 +619,97 @@ async def test_a_linkerdconfig_made_again_under_its_name_inherits_no_decision_of
     assert world.executor.halt_state(config, HASH).halted is not None
     again = _versioned({**config, "status": {}}, "40", uid="second")
     assert world.executor.halt_state(again, HASH).halted is None
+
+
+# -- a lastCompleted written into status by someone else (issue 61, finding 1) ----------------
+
+
+def _written_settled(ctl: Any, writer: Any, name: str) -> tuple[Json, Json]:
+    """The caches showing what the first reconcile wrote: the managed ConfigMap and the
+    LinkerdConfig with the status written."""
+    ours = [a for a in writer.applied if a["metadata"]["name"] == "linkerd-config"][-1]
+    key = "linkerd/linkerd-config"
+    current = ctl.configmaps.store.get(key)
+    meta = {**current["metadata"]}
+    for part in ("labels", "annotations"):
+        meta[part] = {**(meta.get(part) or {}), **ours["metadata"][part]}
+    cm = {**current, "metadata": meta, "data": {**current["data"], **ours["data"]}}
+    ctl.configmaps.store.put(cm)
+    status: Json = {}
+    for written in writer.statuses:
+        status = apply_merge_patch(status, written)
+    stored = {**ctl.configs.store.get(name), "status": status}
+    ctl.configs.store.put(stored)
+    return cm, stored
+
+
+@pytest.mark.parametrize("fmt", ["legacy", "values"])
+@pytest.mark.parametrize("forged_hash", ["another", "the held one"])
+async def test_a_last_completed_written_into_status_by_another_is_not_gone_back_to(
+    fmt: str, forged_hash: str
+) -> None:
+    """A patch of status alone: a ``lastCompleted`` whose spec names another proxy image,
+    and a ``rolloutHalt`` rolling back to it. Before, the reconcile wrote that image into
+    ``linkerd-config``. Now the record is not ours (the ConfigMap neither holds what it
+    renders to nor carries its digest): ignored, with a Warning, and the ConfigMap keeps the
+    spec's configuration. Its hash forged to the one the ConfigMap holds changes nothing:
+    the record does not render to it."""
+    if fmt == "legacy":
+        config, installed = sample("edge_19.12.3.yaml"), [install_configmap()]
+        config["metadata"].update(creationTimestamp="2026-01-01T00:00:00Z", generation=1)
+    else:
+        config, installed = small(), list(modern_install())
+    evil = {"proxy": {**config["spec"]["proxy"], "proxyImage": {"name": "evil.example/proxy"}}}
+    config = {**config, "spec": {**config["spec"], "rollout": {"onFailure": "Rollback"}}}
+    name = config["metadata"]["name"]
+    ctl, writer, recorder = controller(config, configmap=installed[0])
+    for cm in installed[1:]:
+        ctl.configmaps.store.put(cm)
+    await ctl.reconcile(name)
+    cm, stored = _written_settled(ctl, writer, name)
+    held = cm["metadata"]["annotations"][HASH_ANNOTATION]
+    # The genuine record: the ConfigMap holds what it renders to.
+    genuine = Completed.parse(stored["status"][LAST_COMPLETED_FIELD])
+    assert genuine is not None and genuine.config_hash == held
+    in_linkerd = {k.split("/")[1]: v for k, v in ctl.configmaps.store.snapshot().items()}
+    current = current_data(in_linkerd, target_of(config))
+    assert rollback.holds(stored, genuine, held, current)
+    forged = Completed(
+        held if forged_hash == "the held one" else "0123456789abcdef",
+        1, "2026-01-01T00:00:00Z", spec=orjson.dumps(evil).decode(),
+    )  # fmt: skip
+    assert not rollback.holds(stored, forged, held, current)
+    halt = health.halt_record(stored, held, [("deployment/ns/app", "forged")], "t1")
+    attacked = {
+        **stored,
+        "status": {
+            **stored["status"],
+            LAST_COMPLETED_FIELD: forged.to_json(),
+            HALT_FIELD: rollback.start(halt, forged, []).to_json(),
+        },
+    }
+    ctl.configs.store.put(attacked)
+    writer.applied.clear()
+    await ctl.reconcile(name)
+    assert ("Warning", "RolloutRecordUntrusted") in recorder.events
+    for body in writer.applied:
+        assert "evil.example" not in orjson.dumps(body).decode()
+    # Nothing to go back to: the spec's configuration stays, halted.
+    assert all(
+        b["metadata"]["annotations"].get(HASH_ANNOTATION, held) == held for b in writer.applied
+    )
+    ready = next(c for c in writer.statuses[-1]["conditions"] if c["type"] == "Ready")
+    assert ready["reason"] == "RolloutHalted"
+    assert f"cannot roll back to configuration {forged.config_hash}" in ready["message"]
+    # plan and status read it as the controller does: no rollback to it.
+    cluster = ClusterView(
+        configs=[attacked],
+        configmaps=dict(ctl.configmaps.store.snapshot()),
+        pods=[],
+        namespaces={},
+        replicasets={},
+        workloads={},
+        config_namespace="linkerd",
+    )
+    (said,) = status(cluster, RolloutOptions())
+    assert not said.rolled_back
