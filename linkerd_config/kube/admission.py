@@ -36,7 +36,7 @@ from linkerd_config.kube.conversion_review import (
 )
 from linkerd_config.kube.metrics import ComponentMetrics
 from linkerd_config.kube.resource import Json
-from linkerd_config.kube.serving import ServingCertificate, serve
+from linkerd_config.kube.serving import ServingCertificate, expect_within_limit, serve
 
 log = structlog.get_logger(__name__)
 
@@ -280,7 +280,7 @@ class AdmissionServer:
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         for path in (*self._routes, *self._conversions):
-            app.router.add_post(path, self._handle)
+            app.router.add_post(path, self._handle, expect_handler=expect_within_limit)
         return app
 
     async def run(self) -> None:

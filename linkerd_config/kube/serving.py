@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar, cast
 
 import structlog
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from linkerd_config.kube.ratelimit import TokenBucket
 from linkerd_config.kube.tls import load_chain_from_memory
@@ -45,6 +46,24 @@ log = structlog.get_logger(__name__)
 V = TypeVar("V")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 """An aiohttp request handler (or one a middleware wraps)."""
+
+
+async def expect_within_limit(request: web.Request) -> web.StreamResponse | None:
+    """aiohttp's ``Expect: 100-continue`` handler, but a body declared over the
+    application's ``client_max_size`` is answered 413 at once, never invited with ``100
+    Continue`` (aiohttp's own invites any: a client may then send a gigabyte for the body
+    reader to refuse)."""
+    expect = request.headers.get(hdrs.EXPECT, "")
+    if request.version != HttpVersion11:
+        return None
+    if expect.lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+    largest = request.client_max_size
+    if request.content_length is not None and request.content_length > largest:
+        return web.Response(status=413, text=f"request body larger than {largest} bytes\n")
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # as aiohttp's: the response proper has not started
+    return None
 
 
 @dataclass(frozen=True)

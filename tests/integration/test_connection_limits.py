@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from linkerd_config.kube.admission import AdmissionServer
 from linkerd_config.kube.certs import write_serving_pair
 from linkerd_config.kube.serving import ConnectionLimits, server_context
 from tests.support import raw_http
@@ -253,3 +254,22 @@ async def test_a_body_trickled_past_the_body_timeout_is_408_and_holds_no_turn() 
         async with asyncio.timeout(ENDS_WITHIN):
             status = await reader.readline()
         assert status.startswith(b"HTTP/1.1 408"), status
+
+
+async def test_a_body_declared_over_the_limit_is_refused_before_it_is_invited() -> None:
+    """Issue 61, finding 9: ``Expect: 100-continue`` with a Content-Length of 999,999,999
+    bytes was answered ``100 Continue`` (aiohttp's own handler invites any body). The
+    admission webhook's routes answer it 413 at once; a body within the limit is invited."""
+    admission = AdmissionServer("127.0.0.1", 0, None)  # type: ignore[arg-type]  # app() reads none
+    admission.add("/validate", lambda _review: None)  # type: ignore[arg-type,return-value]
+    head = (
+        "POST /validate HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n"
+    )
+    async with served(admission.app(), "expect-test", SMALL, None) as port:
+        for length, answer in ((999_999_999, b"HTTP/1.1 413"), (10, b"HTTP/1.1 100 Continue")):
+            reader, writer = await connect(port)
+            writer.write(head.format(length).encode())
+            async with asyncio.timeout(ENDS_WITHIN):
+                status = await reader.readline()
+            assert status.startswith(answer), (length, status)
+            writer.close()
