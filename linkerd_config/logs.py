@@ -7,6 +7,7 @@ import sys
 from typing import Final
 
 import structlog
+from aiohttp.http_exceptions import HttpProcessingError
 
 LOG_FORMATS: Final = ("auto", "json", "console")
 
@@ -62,6 +63,30 @@ def configure_logging(level: str = "info", fmt: str = "auto") -> None:
     root.setLevel(numeric)
     # aiohttp's access log is noise at info: every probe and scrape would be a line.
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, _MalformedRequests) for f in server.filters):
+        server.addFilter(_MalformedRequests())
+
+
+MAX_MALFORMED_CHARS: Final = 200
+"""The most of a malformed request's parse error a log line keeps (it quotes the bytes)."""
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs a request it cannot parse as an error with its traceback (about 500
+    bytes, at whatever rate a client sends them; issue 61, finding 9). It is the client's
+    fault, answered 400: one short warning line, its parse error cut short."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError):
+            text = " ".join(str(error).split())
+            if len(text) > MAX_MALFORMED_CHARS:
+                text = f"{text[: MAX_MALFORMED_CHARS - 1]}…"
+            record.msg, record.args = "malformed request answered 400: %s", (text,)
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def _keep(

@@ -77,3 +77,47 @@ def test_each_reconcile_has_an_id_on_every_line_and_ends_with_one_summary() -> N
         assert finished[0]["seconds"] >= 0
         outcomes.append((group[0]["key"], finished[0]["result"]))
     assert sorted(outcomes) == [("bad", "error"), ("bad", "success"), ("ok", "success")]
+
+
+MALFORMED = textwrap.dedent(
+    """
+    import asyncio
+    from aiohttp import web
+    from linkerd_config.kube.serving import ConnectionLimits
+    from linkerd_config.logs import configure_logging
+    from tests.support.raw_http import connect, served
+
+    configure_logging("info", "json")
+
+    async def main():
+        app = web.Application()
+        async def ok(request):
+            return web.Response(text="ok")
+        app.router.add_get("/", ok)
+        async with served(app, "logs-test", ConnectionLimits(), None) as port:
+            for raw in (b"GET / HTTP/1.1\\r\\nHost x\\r\\n\\r\\n", b"GET / HTTP/9.9\\r\\n\\r\\n"):
+                reader, writer = await connect(port)
+                writer.write(raw)
+                print("ANSWER", (await asyncio.wait_for(reader.readline(), 5)).decode().strip())
+                writer.close()
+            await asyncio.sleep(0.2)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_malformed_request_is_one_short_warning_without_a_traceback() -> None:
+    """Issue 61, finding 9: aiohttp logged each request it could not parse as an error with
+    about 500 bytes of traceback. It is the client's: answered 400, one short warning."""
+    done = subprocess.run(
+        [sys.executable, "-c", MALFORMED], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.count("ANSWER HTTP/1.0 400") == 2, done.stdout
+    lines = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    said = [line for line in lines if line["logger"] == "aiohttp.server"]
+    assert len(said) == 2, done.stderr
+    for line in said:
+        assert line["level"] == "warning" and "exception" not in line, line
+        assert line["msg"].startswith("malformed request answered 400: ")
+        assert "\n" not in line["msg"] and len(line["msg"]) < 300
