@@ -75,7 +75,10 @@ _REFUSED_CODES = frozenset({406, 415})
 
 _WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _RETRY_AFTER_CODES = frozenset({429, 500, 502, 503, 504})
-_MAX_RETRY_AFTER_ATTEMPTS = 5
+_MAX_RETRY_AFTER_ATTEMPTS = 10
+"""client-go's ``maxRetries`` for an answer that says when to come back: right after an
+install, a LIST of a new CRD's objects is refused for seconds (429, "storage is
+(re)initializing", Retry-After 1)."""
 _MAX_RETRY_AFTER_SECONDS = 5.0
 
 
@@ -745,6 +748,12 @@ def _api_error(resp: aiohttp.ClientResponse, method: str, path: str, raw: bytes)
     if header:
         with contextlib.suppress(ValueError):
             retry_after = float(header)
+    if retry_after is None and body is not None:
+        # The Status says it too (apimachinery's SuggestsClientDelay reads either).
+        details = body.get("details")
+        seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        if isinstance(seconds, int) and not isinstance(seconds, bool) and seconds > 0:
+            retry_after = float(seconds)
     return ApiError(resp.status, method, path, body, retry_after)
 
 
