@@ -19,7 +19,11 @@ Reviews the caches cannot answer are sent at most ``review_qps`` per second (a b
 would otherwise turn each request into an API call (28,117 requests made 28,128 in 20 s,
 issue 39, finding 4), in the priority-and-fairness flow the controller's Lease renewals use.
 Over the limit, :class:`ReviewLimited`: the request is answered 429 with Retry-After, and a
-scraper whose answer is cached is not slowed at all.
+scraper whose answer is cached is not slowed at all. Each source address has a share of its
+own (``SOURCE_REVIEW_QPS``, a burst of ``SOURCE_REVIEW_BURST``), taken before the shared
+rate: one source flooding junk tokens spends its share, never the rate a new valid token from
+another source needs (issue 61, finding 9: a new scraper token got 429 three times out of
+three behind a junk-token flood).
 """
 
 from __future__ import annotations
@@ -145,6 +149,9 @@ class ReviewLimited(ReviewError):
 
 REVIEW_QPS = 5.0
 REVIEW_BURST = 20
+SOURCE_REVIEW_QPS = 1.0
+SOURCE_REVIEW_BURST = 4
+"""One source's share: a scraper's new token takes two reviews (the token, then access)."""
 
 
 class DelegatedAuth:
@@ -171,18 +178,35 @@ class DelegatedAuth:
         self._clock = clock
         self._reviews = TokenBucket(review_qps, review_burst, clock())
         """Reviews sent (token and access alike): the API server's cost, bounded."""
+        self._sources: OrderedDict[str, TokenBucket] = OrderedDict()
+        """Each source's share, the least recently seen first (at most ``max_entries``)."""
+        self._max_sources = max_entries
 
-    def _may_review(self) -> None:
-        if not self._reviews.allow(self._clock()):
+    def _may_review(self, source: str | None) -> None:
+        now = self._clock()
+        if source is not None:
+            share = self._sources.get(source)
+            if share is None:
+                share = self._sources[source] = TokenBucket(
+                    SOURCE_REVIEW_QPS, SOURCE_REVIEW_BURST, now
+                )
+                if len(self._sources) > self._max_sources:
+                    self._sources.popitem(last=False)
+            else:
+                self._sources.move_to_end(source)
+            if not share.allow(now):
+                raise ReviewLimited(1.0 / share.qps)
+        if not self._reviews.allow(now):
             raise ReviewLimited(1.0 / self._reviews.qps)
 
-    async def authenticate(self, token: str) -> UserInfo | None:
-        """The token's user, or None when the API server says it is not valid."""
+    async def authenticate(self, token: str, source: str | None = None) -> UserInfo | None:
+        """The token's user, or None when the API server says it is not valid; ``source``:
+        the address that sent it, whose share of reviews a review takes."""
         key = hmac.new(self._hash_key, token.encode(), hashlib.sha256).digest()
         cached = self._tokens.get(key)
         if cached is not None:
             return cached.user
-        self._may_review()
+        self._may_review(source)
         try:
             status = await self.reviews.review_token(token, timeout=self.timeout)
         except Exception as exc:  # unreachable, timed out, 403 on tokenreviews: no answer
@@ -194,13 +218,16 @@ class DelegatedAuth:
         self._tokens.put(key, _Authentication(user), ttl)
         return user
 
-    async def authorize(self, user: UserInfo, verb: str, path: str) -> Decision:
-        """Whether ``user`` may ``verb`` the non-resource URL ``path``."""
+    async def authorize(
+        self, user: UserInfo, verb: str, path: str, source: str | None = None
+    ) -> Decision:
+        """Whether ``user`` may ``verb`` the non-resource URL ``path`` (``source``: as for
+        ``authenticate``)."""
         key = (user, verb, path)
         cached = self._access.get(key)
         if cached is not None:
             return cached
-        self._may_review()
+        self._may_review(source)
         spec: Json = {
             "user": user.name,
             "groups": list(user.groups),

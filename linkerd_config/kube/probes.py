@@ -102,7 +102,7 @@ def guarded(auth: DelegatedAuth, handler: Handler) -> Handler:
             log.debug("no bearer token", path=request.path, remote=request.remote)
             return _unauthorized()
         try:
-            user = await auth.authenticate(token)
+            user = await auth.authenticate(token, request.remote)
         except ReviewLimited as exc:
             log.debug("token review limited", path=request.path, remote=request.remote)
             return _limited(exc)
@@ -114,7 +114,7 @@ def guarded(auth: DelegatedAuth, handler: Handler) -> Handler:
             return _unauthorized()
         verb = request.method.lower()
         try:
-            decision = await auth.authorize(user, verb, request.path)
+            decision = await auth.authorize(user, verb, request.path, request.remote)
         except ReviewLimited as exc:
             log.debug("access review limited", user=user.name, path=request.path)
             return _limited(exc)

@@ -26,6 +26,8 @@ from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.delegated_auth import (
     REVIEW_BURST,
     REVIEW_QPS,
+    SOURCE_REVIEW_BURST,
+    SOURCE_REVIEW_QPS,
     CacheTTLs,
     DelegatedAuth,
     ReviewLimited,
@@ -472,6 +474,32 @@ async def test_a_flood_of_junk_tokens_costs_the_api_server_a_bounded_number_of_r
     sent = reviews.calls - before
     assert sent <= REVIEW_BURST + REVIEW_QPS * 20, sent
     assert limited == 2000 - sent
+
+
+async def test_a_new_valid_token_is_not_refused_behind_another_sources_junk(
+    reviews: FakeReviews, clock: FakeClock
+) -> None:
+    """Issue 61, finding 9: behind a flood of junk tokens, a new valid scraper token got 429
+    three times out of three. The flooding source spends its own share of reviews; a new
+    token from another source is reviewed, each second of the flood; the API server's cost
+    stays bounded."""
+    auth = DelegatedAuth(reviews, clock=clock)
+    flooder, scraper = "10.0.0.9", "10.0.0.2"
+    limited = 0
+    for second in range(10):
+        for n in range(100):
+            try:
+                await auth.authenticate(f"junk-{second}-{n}", flooder)
+            except ReviewLimited:
+                limited += 1
+        fresh = f"scraper-{second}"  # a rotated token, never seen
+        reviews.users[fresh] = reviews.users[GOOD]
+        user = await auth.authenticate(fresh, scraper)
+        assert user is not None and user.name == READER
+        assert (await auth.authorize(user, "get", "/metrics", scraper)).allowed
+        clock.now += 1.0
+    assert limited >= 1000 - (SOURCE_REVIEW_BURST + SOURCE_REVIEW_QPS * 10)
+    assert reviews.calls <= REVIEW_BURST + REVIEW_QPS * 10
 
 
 async def test_over_the_review_rate_a_request_is_429_with_retry_after(
