@@ -213,10 +213,15 @@ class LinkerdConfigController:
         # starts it again too, which only holds restarts longer (the safe side).
         self.rollout.found(written.config_hash, written=held_before != written.config_hash)
         outcome = await self._roll(chosen)
-        return await self.outcomes.applied(
+        reported = await self.outcomes.applied(
             config, conditions, generation, written, outcome, self.options.restart_interval,
             chosen.held,
         )  # fmt: skip
+        if isinstance(done := outcome.parts.get("completed"), Completed):
+            # Recorded (its status write landed; one refused raised): ours until the
+            # ConfigMap carries its digest. A record decided and refused is never vouched for.
+            self.rollout.vouch(config, done)
+        return reported
 
     async def _vouched(
         self, config: Json, managed: Json | None, current: dict[str, dict[str, str]]

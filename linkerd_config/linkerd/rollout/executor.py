@@ -368,8 +368,6 @@ class RolloutExecutor:
         attempt = asked or desired.config_hash
         halt = self.halt_state(config, attempt)
         outcome = await self._roll(config, desired, halt, effective, anchors, attempt, back_to)
-        if isinstance(done := outcome.parts.get("completed"), Completed):
-            self.vouch(config, done)
         self._gauges(str(config["metadata"]["name"]), outcome.reason)
         return replace(outcome, parts={**halt.parts, **outcome.parts})
 
