@@ -22,7 +22,7 @@ from linkerd_config.app import build, running
 from linkerd_config.kube.client import ApiError, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS
-from linkerd_config.linkerd.spec.conversion import VALUES_ANNOTATION, convert
+from linkerd_config.linkerd.spec.conversion import OMITTED_ANNOTATION, VALUES_ANNOTATION, convert
 from linkerd_config.linkerd.spec.crd import (
     CONVERSION_REFUSAL,
     LINKERD_CONFIGS,
@@ -93,6 +93,47 @@ async def test_values_only_v1alpha2_has_survive_a_v1alpha1_write(kube: KubeClien
         assert VALUES_ANNOTATION not in (again["metadata"].get("annotations") or {})
     finally:
         await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
+
+
+async def test_one_object_too_large_for_v1alpha1_breaks_no_read_and_loses_nothing(
+    kube: KubeClient,
+) -> None:
+    """Issue 61, finding 5: one v1alpha2 object whose values did not fit v1alpha1's
+    annotation made every v1alpha1 GET and LIST fail (500, "annotation Too long"), for every
+    object. Now the LIST answers, the small object as before and the large one saying where
+    its values are; writing the large one back as v1alpha1 is refused naming why, and its
+    values stay as stored."""
+    await scenario.install_crd(kube)
+    small = named(every_injector_value(), "small")
+    big = named(every_injector_value(), "big")
+    inbound = {"server": {f"param{i}": "x" * 1000 for i in range(300)}}  # 300 KB
+    big["spec"]["values"]["proxy"]["inbound"] = inbound
+    for obj in (small, big):
+        await kube.request("POST", LINKERD_CONFIGS.path(), body=obj, fenced=False)
+    names = {small["metadata"]["name"], big["metadata"]["name"]}
+    try:
+        listed = await kube.request("GET", LINKERD_CONFIGS_V1ALPHA1.path())
+        found = {
+            o["metadata"]["name"]: o for o in listed["items"] if o["metadata"]["name"] in names
+        }
+        assert set(found) == names
+        assert VALUES_ANNOTATION in found[small["metadata"]["name"]]["metadata"]["annotations"]
+        read_back = found[big["metadata"]["name"]]
+        assert (
+            "read and write this LinkerdConfig as"
+            in (read_back["metadata"]["annotations"][OMITTED_ANNOTATION])
+        )
+        with pytest.raises(ApiError) as refused:
+            await kube.request(
+                "PUT", LINKERD_CONFIGS_V1ALPHA1.path(name=big["metadata"]["name"]),
+                body=read_back, fenced=False,
+            )  # fmt: skip
+        assert "would be lost" in refused.value.message, refused.value.message
+        stored = await kube.request("GET", LINKERD_CONFIGS.path(name=big["metadata"]["name"]))
+        assert stored["spec"]["values"]["proxy"]["inbound"] == inbound
+    finally:
+        for name in names:
+            await kube.request("DELETE", LINKERD_CONFIGS.path(name=name), fenced=False)
 
 
 async def test_a_v1alpha2_objects_own_annotation_is_not_read_as_values_through_v1alpha1(

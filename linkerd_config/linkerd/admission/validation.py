@@ -30,11 +30,13 @@ from linkerd_config.linkerd.formats.field_grammar import character_problem, quan
 from linkerd_config.linkerd.formats.field_table import HUB_SECTIONS, spec_leaves
 from linkerd_config.linkerd.spec.canary_section import problems as canary_problems
 from linkerd_config.linkerd.spec.conversion import (
+    OMITTED_ANNOTATION_FIELD,
     V1ALPHA1,
     V1ALPHA2,
     VALUES_ANNOTATION,
     VALUES_ANNOTATION_FIELD,
     TooDeepError,
+    omitted_values,
     served_field,
     served_text,
     to_hub,
@@ -178,6 +180,9 @@ def judge(
     annotated = version == V1ALPHA1 and "values" not in spec
     if version == V1ALPHA2 and not stored and _stray_annotation(metadata, old):
         return Judgement((FieldError(VALUES_ANNOTATION_FIELD, _STRAY_ANNOTATION),))
+    omitted = omitted_values(obj) if annotated else None
+    if omitted is not None:
+        return Judgement((FieldError(OMITTED_ANNOTATION_FIELD, omitted),))
     malformed = _malformed_annotation(metadata) if annotated else None
     if malformed is not None:
         return Judgement((FieldError(VALUES_ANNOTATION_FIELD, malformed),))

@@ -33,13 +33,18 @@ from linkerd_config.linkerd.formats.field_table import FIELDS, HUB_SECTIONS, Con
 
 __all__ = [
     "GROUP",
+    "MAX_ANNOTATIONS_BYTES",
+    "OMITTED_ANNOTATION",
+    "OMITTED_ANNOTATION_FIELD",
     "SERVED_VERSIONS",
     "STORAGE_VERSION",
     "V1ALPHA1",
     "V1ALPHA2",
     "VALUES_ANNOTATION",
     "VALUES_ANNOTATION_FIELD",
+    "ValuesOmittedError",
     "convert",
+    "omitted_values",
     "said_to_writer",
     "served_field",
     "served_text",
@@ -57,6 +62,16 @@ VALUES_ANNOTATION: Final = f"{GROUP}/v1alpha2-values"
 """On a v1alpha1 object: the v1alpha2 values it has no field for, as JSON."""
 VALUES_ANNOTATION_FIELD: Final = f"metadata.annotations[{VALUES_ANNOTATION}]"
 """The annotation as messages about a v1alpha1 object name it."""
+OMITTED_ANNOTATION: Final = f"{GROUP}/v1alpha2-values-omitted"
+"""On a v1alpha1 object, instead of ``VALUES_ANNOTATION`` when that would not fit the API
+server's bound on annotations: how large the values are, and that the object is to be read
+and written as v1alpha2. Written back as v1alpha1, it is refused (``ValuesOmittedError``):
+the values are not lost."""
+OMITTED_ANNOTATION_FIELD: Final = f"metadata.annotations[{OMITTED_ANNOTATION}]"
+MAX_ANNOTATIONS_BYTES: Final = 256 * 1024
+"""The API server's bound on one object's annotations, keys and values together
+(apimachinery's ``TotalAnnotationSizeLimitB``): a converted object over it fails the whole
+read it is part of (a LIST of every LinkerdConfig, issue 61, finding 5)."""
 
 _BY_HUB: Final = {row.path: row for row in FIELDS}
 _BY_V1ALPHA2: Final = {row.v1alpha2_path: row for row in FIELDS}
@@ -87,6 +102,11 @@ MAX_DEPTH: Final = 64
 validation admits (32), so only an object stored with the webhooks off reaches it, through a
 field whose schema keeps unknown fields (``proxy.inbound``). Beyond it conversion refuses
 with a message instead of recursing without bound."""
+
+
+class ValuesOmittedError(ValueError):
+    """A v1alpha1 object whose ``spec.values`` did not fit its annotations
+    (``OMITTED_ANNOTATION``): as v1alpha2 it would lose them, so it is not converted."""
 
 
 class TooDeepError(ValueError):
@@ -141,6 +161,8 @@ def convert(obj: Mapping[str, Any], version: str) -> Json:
     if version_of(obj) == version and isinstance(obj.get("apiVersion"), str) and not hub_form:
         return copy.deepcopy(dict(obj))
     stray = version_of(obj) == V1ALPHA2
+    if version == V1ALPHA2 and not stray and (omitted := omitted_values(obj)) is not None:
+        raise ValuesOmittedError(f"{OMITTED_ANNOTATION_FIELD}: {omitted}")
     hub = to_hub(obj)
     spec = hub.get("spec")
     if version == V1ALPHA2:
@@ -293,6 +315,21 @@ def _take_annotation(obj: Json) -> Json | None:
     return values
 
 
+def omitted_values(obj: Mapping[str, Any]) -> str | None:
+    """Why a v1alpha1 object cannot be written as it is: it carries ``OMITTED_ANNOTATION``
+    (its values did not fit) and no values; None otherwise."""
+    metadata = obj.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or OMITTED_ANNOTATION not in annotations:
+        return None
+    if VALUES_ANNOTATION in annotations:
+        return None
+    return (
+        "this LinkerdConfig's spec.values did not fit v1alpha1's annotations, so they are not "
+        f"here; written as v1alpha1 they would be lost. Write it as {GROUP}/{V1ALPHA2}"
+    )
+
+
 def _drop_annotation(obj: Json) -> None:
     metadata = obj.get("metadata")
     if not isinstance(metadata, dict):
@@ -300,6 +337,7 @@ def _drop_annotation(obj: Json) -> None:
     annotations = metadata.get("annotations")
     if isinstance(annotations, dict):
         annotations.pop(VALUES_ANNOTATION, None)
+        annotations.pop(OMITTED_ANNOTATION, None)
         if not annotations:
             del metadata["annotations"]
 
@@ -314,7 +352,26 @@ def _put_annotation(obj: Json, values: Any) -> None:
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = metadata["annotations"] = {}
-    annotations[VALUES_ANNOTATION] = orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode()
+    annotations.pop(OMITTED_ANNOTATION, None)
+    text = orjson.dumps(values, option=orjson.OPT_SORT_KEYS).decode()
+    others = sum(
+        len(str(k).encode()) + len(str(v).encode())
+        for k, v in annotations.items()
+        if k != VALUES_ANNOTATION
+    )
+    if others + len(VALUES_ANNOTATION) + len(text.encode()) <= MAX_ANNOTATIONS_BYTES:
+        annotations[VALUES_ANNOTATION] = text
+        return
+    # Over the bound, the whole read this object is part of would fail: the values stay
+    # where they are stored, and the object says so.
+    annotations.pop(VALUES_ANNOTATION, None)
+    said = (
+        f"{len(text.encode())} bytes of spec.values do not fit v1alpha1's annotations "
+        f"({MAX_ANNOTATIONS_BYTES} bytes in all): read and write this LinkerdConfig as "
+        f"{GROUP}/{V1ALPHA2}"
+    )
+    if others + len(OMITTED_ANNOTATION) + len(said) <= MAX_ANNOTATIONS_BYTES:
+        annotations[OMITTED_ANNOTATION] = said
 
 
 def _place(root: Json, path: Path, value: Any) -> None:

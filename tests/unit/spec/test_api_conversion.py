@@ -22,14 +22,19 @@ from linkerd_config.kube.conversion_review import (
     answer_conversion,
     parse_conversion_review,
 )
+from linkerd_config.linkerd.admission.validation import validate
 from linkerd_config.linkerd.admission.webhooks import convert_object
 from linkerd_config.linkerd.formats.field_table import FIELDS, ConfigField
 from linkerd_config.linkerd.spec.conversion import (
     GROUP,
+    MAX_ANNOTATIONS_BYTES,
+    OMITTED_ANNOTATION,
+    OMITTED_ANNOTATION_FIELD,
     V1ALPHA1,
     V1ALPHA2,
     VALUES_ANNOTATION,
     TooDeepError,
+    ValuesOmittedError,
     convert,
     served_field,
     served_text,
@@ -119,6 +124,31 @@ def test_values_v1alpha1_has_no_home_for_travel_in_the_annotation() -> None:
     back = convert(down, V1ALPHA2)
     assert back == up
     assert VALUES_ANNOTATION not in (back["metadata"].get("annotations") or {})
+
+
+def test_values_too_large_for_v1alpha1_are_said_not_carried_and_not_lost() -> None:
+    """Issue 61, finding 5: one v1alpha2 object of 1.37 MB broke every v1alpha1 GET and LIST
+    (500: its annotation over the API server's 256 KiB). Over the bound, the v1alpha1 form
+    says how large the values are instead; written back as v1alpha1 it is refused, by the
+    conversion and by validation, naming the annotation: the values are not lost."""
+    big = {"proxy": {"inbound": {"server": {f"k{i}": "x" * 1000 for i in range(300)}}}}
+    up = v2({"values": big})
+    up["metadata"]["annotations"] = {"team": "mesh"}
+    down = convert(up, V1ALPHA1)
+    annotations = down["metadata"]["annotations"]
+    assert VALUES_ANNOTATION not in annotations and annotations["team"] == "mesh"
+    assert "read and write this LinkerdConfig as" in annotations[OMITTED_ANNOTATION]
+    assert sum(len(k) + len(v.encode()) for k, v in annotations.items()) <= MAX_ANNOTATIONS_BYTES
+    with pytest.raises(ValuesOmittedError, match=OMITTED_ANNOTATION):
+        convert(down, V1ALPHA2)
+    (error,) = validate(down)
+    assert error.field == OMITTED_ANNOTATION_FIELD and "would be lost" in error.message
+    # Within the bound, carried as before; and a smaller one put back drops the notice.
+    small = convert(v2({"values": {"proxy": {"nativeSidecar": True}}}), V1ALPHA1)
+    assert OMITTED_ANNOTATION not in small["metadata"]["annotations"]
+    edited = {**down, "metadata": {**down["metadata"], "annotations": {
+        **annotations, VALUES_ANNOTATION: '{"proxy": {"nativeSidecar": true}}'}}}  # fmt: skip
+    assert convert(edited, V1ALPHA2)["spec"]["values"] == {"proxy": {"nativeSidecar": True}}
 
 
 def test_other_annotations_survive_and_an_unneeded_annotation_is_not_added() -> None:
