@@ -151,12 +151,13 @@ class Controller:
         self.queue: WorkQueue[str] = WorkQueue(name, rate_limiter=rate_limiter, registry=registry)
         self._active = 0
 
-    def enqueue(self, key: str) -> None:
-        self.queue.add(key)
+    def enqueue(self, key: str, priority: int = 0) -> None:
+        """Reconcile ``key``, before every waiting key of a lower ``priority``."""
+        self.queue.add(key, priority)
 
-    def enqueue_all(self, keys: Iterable[str]) -> None:
+    def enqueue_all(self, keys: Iterable[str], priority: int = 0) -> None:
         for key in keys:
-            self.queue.add(key)
+            self.queue.add(key, priority)
 
     async def run(self, initial_keys: Callable[[], Iterable[str]] | None = None) -> None:
         """Work until cancelled. ``initial_keys`` are enqueued first: on gaining leadership,

@@ -2,7 +2,11 @@
 
 The queue promises:
 
-* Fair: items are handed out in the order in which they were added.
+* Fair: items are handed out in the order in which they were added, within a priority.
+* Prioritised: an item added with a higher ``priority`` is handed out before every waiting
+  item of a lower one (controller-runtime's priority queue); adding a waiting item again
+  with a higher priority raises it, never lowers it. One object's own change is then not
+  queued behind a thousand others' wakes.
 * Stingy: an item added several times before it is handed out is queued, and processed, once.
 * Never concurrent: an item being processed (handed out by ``get`` and not yet ``done``) is
   never handed to a second consumer. Adding it meanwhile marks it dirty; ``done`` then puts it
@@ -21,6 +25,8 @@ The queue is not thread-safe: use it from its event loop only.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -140,7 +146,8 @@ class _QueueRecorder(Generic[T]):
 
 
 class WorkQueue(Generic[T]):
-    """A fair, deduplicating, rate-limited work queue of hashable keys; see the module doc."""
+    """A fair, prioritised, deduplicating, rate-limited work queue of hashable keys; see the
+    module doc."""
 
     def __init__(
         self,
@@ -156,10 +163,16 @@ class WorkQueue(Generic[T]):
         )
         self._metrics = _QueueRecorder[T](WorkqueueMetrics.of(registry), name, clock)
         self._shutting_down = False
-        # Waiting items, oldest first: no duplicates, all in _dirty, none in _processing.
-        self._queue: deque[T] = deque()
-        # Items added since last handed out: exactly _queue plus in-flight items done requeues.
-        self._dirty: set[T] = set()
+        # Waiting items as a heap of (-priority, order, item), the first handed out first;
+        # an entry is current only while _waiting maps its item to its (priority, order):
+        # raising an item's priority pushes a new entry and leaves the old one to be skipped.
+        self._heap: list[tuple[int, int, T]] = []
+        self._order = itertools.count()
+        # Waiting items: no duplicates, all in _dirty, none in _processing.
+        self._waiting: dict[T, tuple[int, int]] = {}
+        # Items added since last handed out, with the highest priority they were added at:
+        # exactly _waiting's plus in-flight items done requeues.
+        self._dirty: dict[T, int] = {}
         # Items handed out by get whose done has not been called yet.
         self._processing: set[T] = set()
         # One pending timer per item with a delayed add, due at the earliest requested time.
@@ -171,26 +184,40 @@ class WorkQueue(Generic[T]):
 
     def __len__(self) -> int:
         """Items waiting to be handed out; not in-flight or delayed ones, so never gate on it."""
-        return len(self._queue)
+        return len(self._waiting)
 
     @property
     def shutting_down(self) -> bool:
         return self._shutting_down
 
-    def add(self, item: T) -> None:
-        """Mark ``item`` as needing processing; ignored once the queue is shutting down."""
-        if self._shutting_down or item in self._dirty:
+    def add(self, item: T, priority: int = 0) -> None:
+        """Mark ``item`` as needing processing, handed out before every waiting item of a
+        lower ``priority``; ignored once the queue is shutting down."""
+        if self._shutting_down:
             return
-        self._dirty.add(item)
+        added = self._dirty.get(item)
+        if added is not None:
+            if priority > added:
+                self._dirty[item] = priority
+                if item in self._waiting:
+                    self._push(item, priority)  # raised: ahead of the lower ones
+            return
+        self._dirty[item] = priority
         self._metrics.added(item)
         if item in self._processing:
             return  # done() requeues it: never hand one item to two consumers
-        self._queue.append(item)
-        self._metrics.depth(len(self._queue))
+        self._push(item, priority)
         self._wake_one_getter()
 
+    def _push(self, item: T, priority: int) -> None:
+        order = next(self._order)
+        self._waiting[item] = (priority, order)
+        heapq.heappush(self._heap, (-priority, order, item))
+        self._metrics.depth(len(self._waiting))
+
     def add_after(self, item: T, delay: float) -> None:
-        """Add ``item`` after ``delay`` seconds; of several pending delays the earliest wins.
+        """Add ``item`` after ``delay`` seconds (at priority 0); of several pending delays
+        the earliest wins.
 
         Must be called from within the running event loop. A pending delayed add survives an
         immediate ``add`` of the same item, as a scheduled resync must still happen.
@@ -228,7 +255,7 @@ class WorkQueue(Generic[T]):
 
         After shut-down, items still waiting are handed out; then ``QueueShutDown`` is raised.
         """
-        while not self._queue and not self._shutting_down:
+        while not self._waiting and not self._shutting_down:
             getter = asyncio.get_running_loop().create_future()
             self._getters.append(getter)
             try:
@@ -244,13 +271,18 @@ class WorkQueue(Generic[T]):
         return self.get_nowait()
 
     def get_nowait(self) -> T:
-        """Take the oldest waiting item; the caller must call ``done(item)`` when finished."""
-        if not self._queue:
+        """Take the oldest waiting item of the highest priority; the caller must call
+        ``done(item)`` when finished."""
+        if not self._waiting:
             raise QueueShutDown if self._shutting_down else QueueEmpty
-        item = self._queue.popleft()
+        while True:
+            negated, order, item = heapq.heappop(self._heap)
+            if self._waiting.get(item) == (-negated, order):
+                break  # else an entry its raise left behind
+        del self._waiting[item]
         self._processing.add(item)
-        self._dirty.discard(item)
-        self._metrics.depth(len(self._queue))
+        self._dirty.pop(item, None)
+        self._metrics.depth(len(self._waiting))
         self._metrics.got(item)
         return item
 
@@ -266,8 +298,7 @@ class WorkQueue(Generic[T]):
         self._processing.remove(item)
         self._metrics.done(item)
         if item in self._dirty:
-            self._queue.append(item)
-            self._metrics.depth(len(self._queue))
+            self._push(item, self._dirty[item])
             self._wake_one_getter()
         if not self._processing:
             self._release_drainers()

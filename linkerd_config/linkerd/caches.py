@@ -19,13 +19,18 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.linkerd import mesh
 from linkerd_config.linkerd.spec.conversion import to_hub
-from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, target_of
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, Target, owners, target_of
 from linkerd_config.linkerd.status.view import ClusterView
 from linkerd_config.linkerd.trust.guard import (
     LIVE_FIELD_SELECTOR,
     meshed_pod_projection,
     meshed_selector,
 )
+
+OWN_CHANGE = 1
+"""The priority of a LinkerdConfig's wake by a change of its own: its object, or the
+ConfigMap it manages. Every other wake (a pod, a workload, a neighbour's ConfigMap, a rival,
+a resync) is 0: one object's drift is reverted ahead of a thousand others' work."""
 
 
 class LinkerdCaches:
@@ -121,32 +126,57 @@ class LinkerdCaches:
 
     def wake(
         self,
-        enqueue: Callable[[str], None],
-        enqueue_all: Callable[[Iterable[str]], None],
+        enqueue: Callable[[str, int], None],
         anchor_held: Callable[[], Iterable[str]],
         unless_echo: Callable[[ApiResource, Json, Callable[[], None]], None],
     ) -> None:
-        """Map every cache's changes to the LinkerdConfigs they concern: ``enqueue`` one
-        by name, ``enqueue_all`` several; ``anchor_held``: those whose last reconcile held a
-        trust-anchor removal; ``unless_echo``: wakes unless an object is as our own last write
-        left it (``Writer.unless_echo``): the reconcile that wrote it went on from what it
-        wrote. Only ConfigMaps are judged so (a reverted drift's second reconcile); every
-        other change still wakes."""
+        """Map every cache's changes to the LinkerdConfigs they concern: ``enqueue`` one by
+        name, at a priority (``OWN_CHANGE`` or 0); ``anchor_held``: those whose last
+        reconcile held a trust-anchor removal; ``unless_echo``: wakes unless an object is as
+        our own last write left it (``Writer.unless_echo``): the reconcile that wrote it went
+        on from what it wrote. Only ConfigMaps are judged so (a reverted drift's second
+        reconcile); every other change still wakes.
 
-        def by_name(obj: Json) -> None:
-            enqueue(obj["metadata"]["name"])
+        Only a ConfigMap's managing LinkerdConfig (``crd.owners``) is woken by anything but
+        its own object: a rival's reconcile is its Conflict, which only the LinkerdConfigs
+        decide (it is woken when its target's owner changes). A thousand rivals cost one
+        reconcile each when they come, not one each per pod or ConfigMap change."""
+        managing: dict[Target, str] | None = None  # each target's owner, made when wanted
 
-        self.configs.add_handler(by_name, lambda _o, n: by_name(n), by_name)
+        def managers() -> dict[Target, str]:
+            nonlocal managing
+            if managing is None:
+                found = owners(self.configs.store.list())
+                managing = {target: c["metadata"]["name"] for target, c in found.items()}
+            return managing
+
+        def config_changed(old: Json | None, new: Json) -> None:
+            nonlocal managing
+            managing = None  # the store has the change already
+            own = old is None or old["metadata"].get("resourceVersion") != new["metadata"].get(
+                "resourceVersion"
+            )  # not a resync's
+            enqueue(new["metadata"]["name"], OWN_CHANGE if own else 0)
+            # It came, went or moved: who manages its target(s) may have changed.
+            for target in {target_of(new), *(() if old is None else (target_of(old),))}:
+                if (owner := managers().get(target)) is not None:
+                    enqueue(owner, 0)
+
+        self.configs.add_handler(
+            lambda new: config_changed(None, new),
+            config_changed,
+            lambda gone: config_changed(None, gone),
+        )
 
         def owners_of_configmap(obj: Json) -> None:
             # Every ConfigMap of the target's namespace counts, not only the target: the
             # trust roots (written, or depended on), the preserved copies. Linkerd keeps a
-            # handful there, so a spare reconcile costs little, and a missed one a lot.
-            namespace = obj["metadata"]["namespace"]
-            for name in self.config_names():
-                cfg = self.configs.store.get(name)
-                if cfg is not None and target_of(cfg).namespace == namespace:
-                    enqueue(name)
+            # handful there, so a spare reconcile costs little, and a missed one a lot; the
+            # target's own owner goes first.
+            namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+            for target, owner in managers().items():
+                if target.namespace == namespace:
+                    enqueue(owner, OWN_CHANGE if target.name == name else 0)
 
         def changed_configmap(obj: Json) -> None:
             unless_echo(CONFIGMAPS, obj, lambda: owners_of_configmap(obj))
@@ -155,15 +185,17 @@ class LinkerdCaches:
             changed_configmap, lambda _o, n: changed_configmap(n), owners_of_configmap
         )
 
-        def everyone(_obj: Json) -> None:
-            enqueue_all(self.config_names())
+        def every_owner(_obj: Json) -> None:
+            for owner in sorted(set(managers().values())):
+                enqueue(owner, 0)
 
         # Restarted workloads' status is the rollout's health gate: their changes wake it too.
         for informer in (self.pods, self.namespaces, *self.workloads.values()):
-            informer.add_handler(everyone, lambda _o, n: everyone(n), everyone)
+            informer.add_handler(every_owner, lambda _o, n: every_owner(n), every_owner)
 
         def held(_obj: Json) -> None:
             # Only a held removal waits on meshed pods (one restarted lets it proceed).
-            enqueue_all(sorted(anchor_held()))
+            for name in sorted(anchor_held()):
+                enqueue(name, 0)
 
         self.meshed_pods.add_handler(held, lambda _o, n: held(n), held)

@@ -132,7 +132,6 @@ class LinkerdConfigController:
         self.outcomes = StatusOutcomes(self.writer, recorder, self._meshed, monotonic)
         self.caches.wake(
             self.controller.enqueue,
-            self.controller.enqueue_all,
             lambda: self.outcomes.anchor_held,
             self.writer.unless_echo,
         )

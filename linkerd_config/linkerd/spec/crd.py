@@ -657,12 +657,20 @@ def target_of(config: Json) -> Target:
 
 def owner_among(configs: Iterable[Json], target: Target) -> Json | None:
     """The LinkerdConfig that manages ``target``: the oldest, ties broken by name."""
-    rivals = [c for c in configs if target_of(c) == target and not _deleting(c)]
-    if not rivals:
-        return None
-    return min(
-        rivals, key=lambda c: (c["metadata"].get("creationTimestamp", ""), c["metadata"]["name"])
-    )
+    return owners(configs).get(target)
+
+
+def owners(configs: Iterable[Json]) -> dict[Target, Json]:
+    """Each target's managing LinkerdConfig (``owner_among``'s), in one pass."""
+    found: dict[Target, tuple[tuple[str, str], Json]] = {}
+    for config in configs:
+        if _deleting(config):
+            continue
+        target, meta = target_of(config), config["metadata"]
+        rank = (str(meta.get("creationTimestamp", "")), str(meta["name"]))
+        if target not in found or rank < found[target][0]:
+            found[target] = (rank, config)
+    return {target: config for target, (_, config) in found.items()}
 
 
 def _deleting(config: Json) -> bool:

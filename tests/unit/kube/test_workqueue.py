@@ -84,6 +84,28 @@ def test_item_in_processing_is_not_handed_out_again_until_done() -> None:
     assert len(queue) == 0
 
 
+def test_a_higher_priority_goes_first_and_raises_a_waiting_item() -> None:
+    queue = WorkQueue[str]("q")
+    for item in ("a", "b", "c"):
+        queue.add(item)
+    queue.add("d", 1)
+    queue.add("c", 1)  # raised: behind d, ahead of a and b
+    queue.add("a", 0)  # already waiting at 0: stays where it is
+    queue.add("d", 0)  # never lowered
+    assert drain_nowait(queue) == ["d", "c", "a", "b"]
+
+
+def test_an_item_in_processing_comes_back_at_the_highest_priority_it_was_added_at() -> None:
+    queue = WorkQueue[str]("q")
+    queue.add("a")
+    assert queue.get_nowait() == "a"
+    queue.add("b")
+    queue.add("a", 2)
+    queue.add("a", 0)
+    queue.done("a")
+    assert drain_nowait(queue) == ["a", "b"]
+
+
 def test_item_requeued_by_done_goes_to_the_back() -> None:
     queue = WorkQueue[str]("q")
     queue.add("a")
@@ -392,15 +414,18 @@ async def test_metrics() -> None:
 # --- Property test --------------------------------------------------------------------------
 
 KEYS = st.sampled_from(["k0", "k1", "k2", "k3", "k4"])
+PRIORITIES = st.sampled_from([0, 0, 1, 2])
 WORKERS = 3
 
 
 class WorkQueueMachine(RuleBasedStateMachine):
-    """Random adds, gets by several workers, dones and forgets, checked against the promises.
+    """Random adds at random priorities, gets by several workers, dones and forgets, checked
+    against the promises.
 
-    ``owed`` is every key added since it was last handed out. The promises imply that each
-    owed key that no worker holds is waiting exactly once, and that draining the queue hands
-    every owed key out.
+    ``owed`` is every key added since it was last handed out, with the highest priority it
+    was added at. The promises imply that each owed key that no worker holds is waiting
+    exactly once, that the one handed out is the first added (or raised) of the highest
+    priority waiting, and that draining the queue hands every owed key out.
     """
 
     def __init__(self) -> None:
@@ -414,19 +439,26 @@ class WorkQueueMachine(RuleBasedStateMachine):
             "prop", rate_limiter=limiter, registry=self.registry, clock=self.clock
         )
         self.held: dict[int, str] = {}
-        self.owed: set[str] = set()
-        self.order: list[str] = []  # waiting keys in the order the queue must hand them out
+        self.owed: dict[str, int] = {}  # owed key -> the highest priority it was added at
+        # Waiting keys -> (priority, when they took it): handed out highest first, then first.
+        self.waiting: dict[str, tuple[int, int]] = {}
+        self.tick = 0
         self.retries: dict[str, int] = {}
 
-    def _added(self, key: str) -> None:
-        if key not in self.owed and key not in self.held.values():
-            self.order.append(key)
-        self.owed.add(key)
+    def _wait(self, key: str, priority: int) -> None:
+        self.tick += 1
+        self.waiting[key] = (priority, self.tick)
 
-    @rule(key=KEYS)
-    def add(self, key: str) -> None:
-        self.queue.add(key)
-        self._added(key)
+    def _added(self, key: str, priority: int = 0) -> None:
+        raised = priority > self.owed.get(key, -1)
+        self.owed[key] = max(priority, self.owed.get(key, priority))
+        if key not in self.held.values() and (key not in self.waiting or raised):
+            self._wait(key, self.owed[key])
+
+    @rule(key=KEYS, priority=PRIORITIES)
+    def add(self, key: str, priority: int) -> None:
+        self.queue.add(key, priority)
+        self._added(key, priority)
 
     @rule(key=KEYS)
     def add_rate_limited(self, key: str) -> None:
@@ -435,11 +467,11 @@ class WorkQueueMachine(RuleBasedStateMachine):
         self._added(key)
 
     @precondition(lambda self: bool(self.held))
-    @rule(data=st.data())
-    def add_while_processing(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), priority=PRIORITIES)
+    def add_while_processing(self, data: st.DataObject, priority: int) -> None:
         key = data.draw(st.sampled_from(sorted(self.held.values())))
-        self.queue.add(key)
-        self._added(key)
+        self.queue.add(key, priority)
+        self._added(key, priority)
 
     @rule(worker=st.integers(0, WORKERS - 1))
     def get(self, worker: int) -> None:
@@ -449,12 +481,13 @@ class WorkQueueMachine(RuleBasedStateMachine):
         try:
             key = self.queue.get_nowait()
         except QueueEmpty:
-            assert not self.order, "an owed key is not waiting"
+            assert not self.waiting, "an owed key is not waiting"
             return
         assert key not in self.held.values(), "one key held by two workers"
         assert key in self.owed, "handed out a key nobody added"
-        assert key == self.order.pop(0), "not handed out in add order"
-        self.owed.discard(key)
+        first = min(self.waiting, key=lambda k: (-self.waiting[k][0], self.waiting[k][1]))
+        assert key == first, "not the first added of the highest priority"
+        del self.waiting[key], self.owed[key]
         self.held[worker] = key
 
     @rule(worker=st.integers(0, WORKERS - 1))
@@ -465,7 +498,7 @@ class WorkQueueMachine(RuleBasedStateMachine):
         self.clock.now += 1.0
         self.queue.done(key)
         if key in self.owed:
-            self.order.append(key)
+            self._wait(key, self.owed[key])
 
     @rule(key=KEYS)
     def forget(self, key: str) -> None:
@@ -474,8 +507,8 @@ class WorkQueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def each_unheld_owed_key_waits_exactly_once(self) -> None:
-        assert len(self.queue) == len(self.owed - set(self.held.values()))
-        assert len(self.queue) == len(self.order)
+        assert len(self.queue) == len(self.owed.keys() - set(self.held.values()))
+        assert len(self.queue) == len(self.waiting)
         assert sample(self.registry, "workqueue_depth", "prop") == len(self.queue)
 
     @invariant()
