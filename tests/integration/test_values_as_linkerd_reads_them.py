@@ -374,7 +374,9 @@ def test_the_finding_s_values(yaml_to_json: Path, block: str, read: dict[str, An
     assert go_typed(again["typed"])[key] == typed(read[key])  # what Linkerd reads after
 
 
-@pytest.mark.parametrize("keys", ["1: a\n'1': b\n", "true: a\nyes: b\n", "1.0: a\n1: b\n"])
+@pytest.mark.parametrize(
+    "keys", ["1: a\n'1': b\n", "true: a\nyes: b\n", "1.0: a\n1: b\n", "0.0: a\n-0.0: b\n"]
+)
 def test_keys_go_takes_for_one_are_refused(yaml_to_json: Path, keys: str) -> None:
     text = str(modern_install()[0]["data"][VALUES_KEY]) + keys
     (go,) = go_reads(yaml_to_json, [text])

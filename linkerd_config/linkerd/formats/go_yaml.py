@@ -397,8 +397,13 @@ def _key(mapping: _Mapping, event: yaml.ScalarEvent) -> str:
             f"key {written or repr('')} is {what}: {READER} refuses the whole of a text holding "
             "one (unsupported map key)",
         )
-    if key in mapping.first:
-        first_mark, first_resolved, first_written = mapping.first[key]
+    clash = key
+    if isinstance(resolved, float) and resolved == 0:
+        # 0.0 and -0.0 are one key of Go's map (== holds): the first one's, "0" or "-0".
+        floats = (k for k in ("0", "-0") if isinstance(mapping.first.get(k, (0, ""))[1], float))
+        clash = next(floats, key)
+    if clash in mapping.first:
+        first_mark, first_resolved, first_written = mapping.first[clash]
         same = written == first_written or (
             isinstance(resolved, str) and isinstance(first_resolved, str)
         )  # a and 'a': one string stated twice; yes and true: two texts Go takes for one
@@ -407,7 +412,7 @@ def _key(mapping: _Mapping, event: yaml.ScalarEvent) -> str:
             f"key {_clip(repr(key))} appears twice in one mapping ({first})"
             if same
             else f"key {written} and key {first_written} ({first}) are one key, "
-            f"{_clip(repr(key))}, to {READER}"
+            f"{_clip(repr(clash))}, to {READER}"
         )
         bounded.refuse(mark, f"{problem}; which one counts would be a guess")
     mapping.first[key] = (mark, resolved, written)

@@ -294,6 +294,8 @@ GO_MERGES: list[tuple[str, str]] = [
     ("true: a\nyes: b\n", "key yes and key true (first at line 1) are one key, 'true'"),
     ("1.0: a\n1: b\n", "key 1 and key 1.0 (first at line 1) are one key, '1'"),
     ("1e3: a\n1000: b\n", "key 1000 and key 1e3 (first at line 1) are one key, '1000'"),
+    ("0.0: a\n-0.0: b\n", "key -0.0 and key 0.0 (first at line 1) are one key, '0'"),
+    ("-0.0: a\n0e5: b\n", "key 0e5 and key -0.0 (first at line 1) are one key, '-0'"),
     ("0o17: a\n15: b\n", "key 15 and key 0o17 (first at line 1) are one key, '15'"),
     (".nan: a\n.NaN: b\n", "key .NaN and key .nan (first at line 1) are one key, '.nan'"),
     ("16777217.0: a\n16777216.0: b\n", "key 16777216.0 and key 16777217.0 (first at line 1)"),
