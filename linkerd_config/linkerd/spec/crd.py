@@ -651,8 +651,11 @@ COMMON_DEFAULTS: Json = {
 def target_of(config: Json) -> Target:
     """The ConfigMap a LinkerdConfig manages (the same in every format)."""
     stated = (config.get("spec") or {}).get("global") or {}
-    location = {**COMMON_DEFAULTS["global"], **{k: v for k, v in stated.items() if v}}
-    return Target(str(location["linkerdNamespace"]), str(location["configMap"]))
+    defaults = COMMON_DEFAULTS["global"]
+    return Target(
+        str(stated.get("linkerdNamespace") or defaults["linkerdNamespace"]),
+        str(stated.get("configMap") or defaults["configMap"]),
+    )
 
 
 def owner_among(configs: Iterable[Json], target: Target) -> Json | None:
