@@ -15,6 +15,9 @@ While it floods, the API server's calls and the kubelet's must be answered as if
   kubelet failed readiness 3 times (EOF, timeouts) and liveness twice in a row.
 * each replica's memory stays under three quarters of its limit (VmHWM of the process, read
   on the node). Before, 63 → 148 MB against 256 Mi.
+* the leader keeps its Lease (issue 61, finding 3): read every second, the Lease has one
+  holder throughout, its renewals never further apart than its renew deadline. Before, a
+  flooded leader's probes timed out for 53 s and it lost its Lease.
 
 The flood's own report shows it was one: thousands of requests answered or refused.
 """
@@ -54,6 +57,8 @@ REVIEWS = 100
 MEMORY_SHARE = 0.75
 """Of the chart's memory limit, at most, at the peak of each replica."""
 MINIMAL = "edge_19.12.3_use_webhook_defaults.yaml"
+RENEW_DEADLINE = 10.0
+"""``kube.leader``'s default: a leader that has not renewed for this long stops leading."""
 
 
 def review_body() -> bytes:
@@ -247,6 +252,14 @@ async def test_one_pod_flooding_starves_neither_reviews_nor_probes(
         pod = kubectl(cp, "-n", TENANT, "get", "pod", "flood", "-o", "json", check=False)
         raise AssertionError(f"not flooding yet: {logs[-500:]} {pod[-1500:]}")
 
+    leases: list[tuple[float, tuple[str, str] | None]] = []
+
+    async def watch_lease() -> None:
+        while True:
+            leases.append((time.monotonic(), await asyncio.to_thread(in_cluster.lease_renewed, cp)))
+            await asyncio.sleep(1.0)
+
+    lease_task = asyncio.create_task(watch_lease())
     await eventually(flooding, timeout=120, interval=0.5, what="the flood started")
     started = time.monotonic()
     await asyncio.sleep(5)  # in full flow
@@ -269,8 +282,11 @@ async def test_one_pod_flooding_starves_neither_reviews_nor_probes(
         lines = kubectl(cp, "-n", TENANT, "logs", "flood").splitlines()
         return [json.loads(line) for line in lines if line.startswith("{")]
 
-    report = await eventually(flood_done, timeout=FLOOD_SECONDS + 60, interval=1,
-                              what="the flood's report")  # fmt: skip
+    try:
+        report = await eventually(flood_done, timeout=FLOOD_SECONDS + 60, interval=1,
+                                  what="the flood's report")  # fmt: skip
+    finally:
+        lease_task.cancel()
     after = {name: proc_status(pid) for name, pid in pids.items()}
     per_target = [r for r in report if "target" in r]
     answered = sum(int(r["answered"]) for r in per_target)
@@ -289,6 +305,12 @@ async def test_one_pod_flooding_starves_neither_reviews_nor_probes(
         print(f"{name}: RSS {was['VmRSS'] >> 20} -> peak {end['VmHWM'] >> 20} MiB "
               f"(limit {limit >> 20} MiB), CPU {cpu:.2f} cores while reviewed")  # fmt: skip
     unhealthy = unhealthy_events(cp, names)
+    holders = {lease[0] for _, lease in leases if lease is not None}
+    renewals = [at for (at, lease), (_, before) in zip(leases[1:], leases, strict=False)
+                if lease is not None and lease != before]  # fmt: skip
+    gaps = [b - a for a, b in zip([leases[0][0], *renewals], renewals, strict=False)]
+    print(f"lease: holders {holders}, {len(renewals)} renewals seen in {len(leases)} reads, "
+          f"longest gap {max(gaps, default=0):.1f}s")  # fmt: skip
     print(f"{len(failures)} of {REVIEWS} reviews failed: {failures[:3]}")
     print(f"kubelet: {unhealthy}")
 
@@ -305,6 +327,11 @@ async def test_one_pod_flooding_starves_neither_reviews_nor_probes(
     assert sorted(now) == names
     assert all(now[n]["status"]["containerStatuses"][0]["restartCount"] == 0 for n in names)
     assert all(in_cluster.ready(now[n]) for n in names)
+    # The leader led throughout: one holder, renewed within its deadline every time.
+    assert None not in (lease for _, lease in leases), leases
+    assert len(holders) == 1, leases
+    assert len(renewals) >= FLOOD_SECONDS / RENEW_DEADLINE, leases
+    assert max(gaps) < RENEW_DEADLINE, leases
     # Memory held well inside the limit.
     for name in names:
         end = after[name]
