@@ -81,6 +81,7 @@ bench: binaries $(BENCH_STAMP) ## benchmarks (a few minutes); results and bench/
 	PYTHONPATH=. $(PY) bench/decision_bench.py
 	PYTHONPATH=. $(PY) bench/hostile_input_bench.py
 	PYTHONPATH=. $(PY) bench/webhook_flood_bench.py
+	PYTHONPATH=. $(PY) bench/fairness_bench.py
 	PYTHONPATH=. $(PY) bench/scale_bench.py $(SCALE_ARGS)
 	PYTHONPATH=. $(PY) bench/results_tables.py
 

@@ -2,7 +2,8 @@
 (between the markers ``<!-- scale:begin -->`` and ``<!-- scale:end -->``), so they show what
 the bench measured and nothing else: whole-process figures, the machine and its load, the command.
 And the webhook flood's table from ``bench/results/webhook_flood.json`` (between
-``<!-- webhook-flood:begin -->`` and ``<!-- webhook-flood:end -->``).
+``<!-- webhook-flood:begin -->`` and ``<!-- webhook-flood:end -->``), and fairness's from
+``bench/results/fairness.json`` (``<!-- fairness:begin -->`` … ``<!-- fairness:end -->``).
 
     .venv/bin/python bench/results_tables.py        (make bench runs it last)
 """
@@ -21,6 +22,8 @@ FIGURES = ROOT / "bench" / "RESULTS.md"
 BEGIN, END = "<!-- scale:begin -->", "<!-- scale:end -->"
 FLOOD_RESULTS = ROOT / "bench" / "results" / "webhook_flood.json"
 FLOOD_BEGIN, FLOOD_END = "<!-- webhook-flood:begin -->", "<!-- webhook-flood:end -->"
+FAIRNESS_RESULTS = ROOT / "bench" / "results" / "fairness.json"
+FAIRNESS_BEGIN, FAIRNESS_END = "<!-- fairness:begin -->", "<!-- fairness:end -->"
 
 
 def _show(value: Any, unit: str = "") -> str:
@@ -253,6 +256,44 @@ def flood_section(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def fairness_table(results: dict[str, Any]) -> str:
+    points = results["points"]
+    one = points.get("1")
+    rows = [
+        "| LinkerdConfigs | drift revert p50 (ms) | p99 (ms) | CPU per revert (ms)"
+        " | p99 / p99 with one | settled after start (s) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n, p in points.items():
+        ratio = f"{p['p99_ms'] / one['p99_ms']:.2f}" if one else "—"
+        settled = ", ".join(str(s) for s in p["settled_s"])
+        rows.append(
+            f"| {int(n):,} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f}"
+            f" | {p['cpu_ms_per_revert']:.2f} | {ratio} | {settled} |"
+        )
+    return "\n".join(rows)
+
+
+def fairness_section(results: dict[str, Any]) -> str:
+    """The drift table of one ``fairness_bench.py`` run."""
+    args, machine = results["args"], results["machine"]
+    counts = " and ".join(f"{int(n):,}" for n in results["points"])
+    return "\n".join(
+        [
+            f"A drift of `linkerd-config` reverted with {counts} LinkerdConfigs"
+            f" present (the others younger rivals of the same ConfigMap, 200-character names,"
+            f" hostile labels and annotations): {args['rounds']} rounds in each of"
+            f" {args['repeats']} processes a point; CPU per revert the median process's."
+            f" {machine['cpus']} CPUs, 1-minute load {machine['load_1m_at_start']} at the start"
+            f" and {machine['load_1m_at_end']} at the end.",
+            "",
+            fairness_table(results),
+            "",
+            "Command: `PYTHONPATH=. .venv/bin/python bench/fairness_bench.py` (in `make bench`).",
+        ]
+    )
+
+
 def _replace(figures: str, begin: str, end: str, section: str) -> str:
     if begin not in figures or end not in figures:
         raise SystemExit(f"{FIGURES.name} has no {begin} … {end} section")
@@ -270,6 +311,9 @@ def main() -> None:
     if FLOOD_RESULTS.exists():
         flood = json.loads(FLOOD_RESULTS.read_text())
         figures = _replace(figures, FLOOD_BEGIN, FLOOD_END, flood_section(flood))
+    if FAIRNESS_RESULTS.exists():
+        fairness = json.loads(FAIRNESS_RESULTS.read_text())
+        figures = _replace(figures, FAIRNESS_BEGIN, FAIRNESS_END, fairness_section(fairness))
     FIGURES.write_text(figures)
     print(f"{FIGURES.relative_to(ROOT)}: tables from {RESULTS.relative_to(ROOT)}"
           f" and {FLOOD_RESULTS.relative_to(ROOT)}")  # fmt: skip
