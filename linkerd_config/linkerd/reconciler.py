@@ -235,7 +235,7 @@ class LinkerdConfigController:
         carried = completed_digest(managed) or ""
         mine = "" if found is None else digest(found)
         trusted = found is not None and (
-            mine in (carried, self.rollout.vouched(config))
+            rollback.vouched_for(found, managed, self.rollout.vouched(config))
             or await self._holds(config, found, held_config_hash(managed), current)
         )
         kept, dropped = vouched(config, trusted)

@@ -42,7 +42,12 @@ import orjson
 from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json, unix_time
 from linkerd_config.linkerd.admission.validation import render_errors, validate
-from linkerd_config.linkerd.configmap.desired import Desired, desired_config, restored_config
+from linkerd_config.linkerd.configmap.desired import (
+    Desired,
+    completed_digest,
+    desired_config,
+    restored_config,
+)
 from linkerd_config.linkerd.formats import FormatError, VersionError
 from linkerd_config.linkerd.formats.base import CONFIGURATION_SECTIONS, Snapshot
 from linkerd_config.linkerd.mesh import (
@@ -56,6 +61,7 @@ from linkerd_config.linkerd.rollout.record import (
     Halt,
     Record,
     Rollback,
+    digest,
     fields,
     generation,
     snapshot_size,
@@ -218,6 +224,16 @@ def config_to_render(config: Json, halt: Halt | None) -> Json | None:
     if target is None or target.installed is not None:
         return None
     return _with_recorded_spec(config, target)[0]
+
+
+def vouched_for(completed: Completed, managed: Json | None, recorded: str | None = None) -> bool:
+    """Whether ``completed`` is the controller's own record by what is kept of it alone: the
+    managed ConfigMap carries its digest (``COMPLETED_ANNOTATION``, sent with the write that
+    moved it on), or this process recorded it (``recorded``: the digest it remembers). When
+    neither, only ``holds`` can tell, by rendering it again. Status alone never vouches: a
+    status writer cannot write the ConfigMap (issue 61, finding 1)."""
+    mine = digest(completed)
+    return mine == completed_digest(managed) or mine == recorded
 
 
 def holds(

@@ -26,7 +26,6 @@ from linkerd_config.linkerd.admission.validation import defaultable, validate, w
 from linkerd_config.linkerd.configmap import decision
 from linkerd_config.linkerd.configmap.desired import (
     Desired,
-    completed_digest,
     current_data,
     desired_config,
     drifted,
@@ -45,7 +44,7 @@ from linkerd_config.linkerd.mesh import Workload
 from linkerd_config.linkerd.rollout import actions, canary, health, machine, observe, rollback
 from linkerd_config.linkerd.rollout.phase import Phase
 from linkerd_config.linkerd.rollout.policy import RolloutOptions, RolloutPolicy
-from linkerd_config.linkerd.rollout.record import Halt, Record, digest, vouched
+from linkerd_config.linkerd.rollout.record import Halt, Record, vouched
 from linkerd_config.linkerd.spec import canary_section
 from linkerd_config.linkerd.spec.conversion import (
     V1ALPHA1,
@@ -721,7 +720,7 @@ def _vouched(config: Json, configmaps: dict[str, Json], target: Target) -> Json:
     the controller reads it (``record.vouched``; the CLI has no memory of its own)."""
     managed, found = configmaps.get(target.name), Record.of(config).completed
     trusted = found is not None and (
-        digest(found) == completed_digest(managed)
+        rollback.vouched_for(found, managed)
         or rollback.holds(
             config, found, held_config_hash(managed), current_data(configmaps, target)
         )
