@@ -252,6 +252,20 @@ def test_rbac_is_least_privilege(rendered: dict[str, str]) -> None:
     assert {
         "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]
     } in spec["matchConstraints"]["resourceRules"]  # fmt: skip
+    # The restart's patches and its Events, narrowed to what it writes (test_rbac.py shows
+    # each escalation refused); the workloads' subresources neither matched nor granted.
+    assert {
+        "apiGroups": ["apps"], "apiVersions": ["v1"],
+        "resources": ["deployments", "statefulsets", "daemonsets"], "operations": ["UPDATE"],
+    } in spec["matchConstraints"]["resourceRules"]  # fmt: skip
+    assert {
+        "apiGroups": [""], "apiVersions": ["v1"], "resources": ["events"],
+        "operations": ["CREATE", "UPDATE"],
+    } in spec["matchConstraints"]["resourceRules"]  # fmt: skip
+    assert not [
+        r for role in roles for rule in role["rules"] for r in rule["resources"] if "/" in r
+        and r.split("/")[0] in ("deployments", "statefulsets", "daemonsets")
+    ]  # fmt: skip
     assert "namespaceSelector" not in spec["matchConstraints"]  # every namespace
     assert [c["expression"] for c in spec["matchConditions"]] == [
         f"request.userInfo.username == '{SA_USER}'"

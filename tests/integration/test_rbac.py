@@ -37,8 +37,9 @@ import pytest
 import yaml
 
 from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.app import App, build, running
+from linkerd_config.app import COMPONENT, App, build, running
 from linkerd_config.kube.client import APPLY_PATCH, MERGE_PATCH, ApiError, KubeClient, token_access
+from linkerd_config.kube.events import EventRecorder
 from linkerd_config.kube.informer import Informer
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.kube.resource import (
@@ -551,14 +552,19 @@ async def configmap_converged(kube: KubeClient) -> bool:
     )
 
 
-async def converge(world: World) -> None:
-    """Full RBAC, and the controller until the ConfigMap is as the LinkerdConfig says."""
+async def full_rbac(world: World) -> None:
+    """Every role as rendered again (a case before may have revoked a verb), and in force."""
     await apply(world.admin, roles(world.rbac))
 
     async def granted() -> bool:
         return all([await authorized(world.admin, p) for p in permissions(world.rbac)])
 
     await eventually(granted, timeout=10, what="every permission granted again")
+
+
+async def converge(world: World) -> None:
+    """Full RBAC, and the controller until the ConfigMap is as the LinkerdConfig says."""
+    await full_rbac(world)
     await delete_lease(world.admin)
     async with controller(world, "rbac-converge"):
         await eventually(
@@ -1426,6 +1432,285 @@ async def test_what_rbac_cannot_name_the_admission_policy_refuses(
         await admin.request("DELETE", EVENTS.path("default", "rbac-foreign-event"))
 
 
+# -- what the restart may change, and what its Events may say --------------------------------
+
+TEMPLATE_ONLY = "may change a workload's pod template only in its restart annotations"
+SPEC_ONLY = "may change no field of a workload's spec but its pod template"
+METADATA_ONLY = "may change a workload's metadata only in"
+OWN_EVENTS = "may write only its own Events"
+TARGETS = {
+    "Deployment": (scenario.EMOJIVOTO, scenario.OPTED_IN[0]),
+    "StatefulSet": (KINDS_NS, "kinds-statefulset"),
+    "DaemonSet": (KINDS_NS, "kinds-daemonset"),
+}
+"""One real workload of each kind the restart patches (the world's)."""
+
+
+def _pod_spec(patch: Obj) -> Obj:
+    return {"spec": {"template": {"spec": patch}}}
+
+
+def _containers(live: Obj) -> list[Obj]:
+    containers: list[Obj] = copy.deepcopy(live["spec"]["template"]["spec"]["containers"])
+    return containers
+
+
+def _privileged(live: Obj) -> Obj:
+    first, *rest = _containers(live)
+    return _pod_spec({"containers": [{**first, "securityContext": {"privileged": True}}, *rest]})
+
+
+def _image(live: Obj) -> Obj:
+    first, *rest = _containers(live)
+    return _pod_spec({"containers": [{**first, "image": "example.invalid/other:v1"}, *rest]})
+
+
+def _extra_container(live: Obj) -> Obj:
+    extra = {"name": "rbac-extra", "image": "example.invalid/extra:v1"}
+    return _pod_spec({"containers": [*_containers(live), extra]})
+
+
+def _restart_and(annotations: dict[str, str]) -> Callable[[Obj], Obj]:
+    """The controller's own restart, with something else riding along in the template."""
+
+    def patch(live: Obj) -> Obj:
+        restart = mesh.restart_patch("rbac", live["metadata"]["resourceVersion"], time.time())
+        restart["spec"]["template"]["metadata"]["annotations"].update(annotations)
+        return restart
+
+    return patch
+
+
+ESCALATIONS: dict[str, tuple[Callable[[Obj], Obj], str]] = {
+    "a privileged container": (_privileged, TEMPLATE_ONLY),
+    "hostPID": (lambda _: _pod_spec({"hostPID": True}), TEMPLATE_ONLY),
+    "the host's / mounted": (
+        lambda _: _pod_spec({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]}),
+        TEMPLATE_ONLY,
+    ),
+    "an admin's ServiceAccount": (
+        lambda _: _pod_spec({"serviceAccountName": "some-admin"}),
+        TEMPLATE_ONLY,
+    ),
+    "another image": (_image, TEMPLATE_ONLY),
+    "an extra container": (_extra_container, TEMPLATE_ONLY),
+    "a template label": (
+        lambda _: {"spec": {"template": {"metadata": {"labels": {"rbac": "extra"}}}}},
+        TEMPLATE_ONLY,
+    ),
+    "another template annotation, with a restart": (
+        _restart_and({"linkerd.io/inject": "disabled"}),
+        TEMPLATE_ONLY,
+    ),
+    "minReadySeconds": (lambda _: {"spec": {"minReadySeconds": 7}}, SPEC_ONLY),
+    "an owner": (
+        lambda _: {
+            "metadata": {
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "rbac-owner",
+                        "uid": "00000000-0000-0000-0000-000000000001",
+                    }
+                ]
+            }
+        },
+        METADATA_ONLY,
+    ),
+    "a label": (lambda _: {"metadata": {"labels": {"rbac": "extra"}}}, METADATA_ONLY),
+    "another annotation": (
+        lambda _: {"metadata": {"annotations": {"rbac.test/other": "x"}}},
+        METADATA_ONLY,
+    ),
+    "a finalizer": (
+        lambda _: {"metadata": {"finalizers": ["rbac.test/keep"]}},
+        METADATA_ONLY,
+    ),
+}
+"""What an attacker holding the ServiceAccount would patch (each kind), and the policy's
+message that refuses it."""
+SCALED: dict[str, tuple[Callable[[Obj], Obj], str]] = {
+    "replicas": (lambda live: {"spec": {"replicas": live["spec"]["replicas"] + 1}}, SPEC_ONLY),
+}
+"""For the kinds that have replicas (a DaemonSet's patch would drop the unknown field)."""
+
+
+def _undo_of(live: Obj) -> Obj:
+    """What ``mesh.restore_patch`` sends: the previous ReplicaSet's template, which differs
+    from the live one in the restart's annotations only (``rollback.only_restarted_since``)."""
+    previous = copy.deepcopy(live["spec"]["template"])
+    annotations = previous.setdefault("metadata", {}).setdefault("annotations", {})
+    for key in (mesh.RESTARTED_FOR_ANNOTATION, mesh.RESTARTED_AT_ANNOTATION):
+        annotations.pop(key, None)
+    annotations[mesh.RESTARTED_FOR_ANNOTATION] = "rbac-previous"
+    return mesh.restore_patch(live, previous, time.time())
+
+
+async def policy_refusal(request: Awaitable[Obj]) -> str | None:
+    """The admission policy's message refusing ``request``; None if it was allowed (or
+    refused for another reason: then it is raised)."""
+    try:
+        await request
+    except ApiError as exc:
+        if "ValidatingAdmissionPolicy 'linkerd-config-least-privilege'" in exc.message:
+            return exc.message
+        raise
+    return None
+
+
+async def test_the_restart_may_change_its_annotations_only_and_its_events_say_only_its_own(
+    world: World, baseline: None
+) -> None:
+    """Issue 61, finding 4, with manifests/rbac/least_privilege.yaml: as the ServiceAccount
+    (server dry runs), a patch of a Deployment, a StatefulSet or a DaemonSet that would make
+    it privileged, give it the host, another ServiceAccount, image or container, scale it,
+    or change its labels, other annotations, owners or finalizers is refused, while the
+    controller's own restart (``mesh.restart_patch``) and undo (``mesh.restore_patch``) are
+    admitted; the scale and status subresources are not granted at all. A kubelet's Warning
+    Event, an Event of its own in another namespace than its object's or about what it does
+    not act on is refused; the Events ``kube/events.py`` writes (created, then counted) are
+    admitted."""
+    admin = world.admin
+    await full_rbac(world)  # what RBAC grants, so that each refusal below is the policy's
+    async with as_service_account(world) as sa:
+        # The policy is in force (its oldest rule refuses), so each answer below is its own.
+        probe: Obj = {
+            "metadata": {"name": "rbac-probe"},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]},
+        }
+
+        async def in_force() -> str | None:
+            return await policy_refusal(sa.request("POST", PODS.path(KINDS_NS), body=probe))
+
+        await eventually(in_force, timeout=30, what="the admission policy in force")
+
+        async def patched(kind: str, patch_of: Callable[[Obj], Obj]) -> str | None:
+            """The policy's refusal of ``patch_of(live)`` as a dry run, or None if admitted
+            (a conflict, the workload's status written since it was read: read again)."""
+            namespace, name = TARGETS[kind]
+            path = WORKLOAD_RESOURCES[kind].path(namespace, name)
+
+            async def attempt() -> tuple[str | None] | None:
+                live = await admin.request("GET", path)
+                request = sa.request(
+                    "PATCH", path, params=DRY_RUN, body=patch_of(live), content_type=MERGE_PATCH
+                )
+                try:
+                    return (await policy_refusal(request),)
+                except ApiError as exc:
+                    if exc.conflict:
+                        return None
+                    raise
+
+            (said,) = await eventually(attempt, timeout=30, what=f"a patch of {kind} {name}")
+            return said
+
+        wrong: list[str] = []
+        for kind, (namespace, name) in TARGETS.items():
+            cases = {**ESCALATIONS, **(SCALED if kind != "DaemonSet" else {})}
+            for what, (patch_of, message) in cases.items():
+                said = await patched(kind, patch_of)
+                if said is None or message not in said:
+                    wrong.append(f"{kind}, {what}: {said or 'admitted'}")
+            restart = await patched(
+                kind,
+                lambda live: mesh.restart_patch(
+                    "rbac", live["metadata"]["resourceVersion"], time.time()
+                ),
+            )
+            if restart is not None:
+                wrong.append(f"{kind}, the controller's restart: {restart}")
+            for subresource in ("scale", "status"):
+                resource = WORKLOAD_RESOURCES[kind]
+                path = resource.path(namespace, name, subresource)
+                exc = await forbidden(
+                    sa.request("PATCH", path, params=DRY_RUN, body={}, content_type=MERGE_PATCH)
+                )
+                assert f'cannot patch resource "{resource.plural}/{subresource}"' in exc.message
+        undo = await patched("Deployment", _undo_of)
+        if undo is not None:
+            wrong.append(f"Deployment, the controller's undo: {undo}")
+
+        pod_ref = {"kind": "Pod", "apiVersion": "v1", "name": "kube-proxy-x"}
+        pod_ref["namespace"] = "kube-system"
+        secret_ref = {**pod_ref, "kind": "Secret"}
+        own = {"component": COMPONENT, "host": "rbac"}
+        forged: dict[str, tuple[str, Obj]] = {
+            "a kubelet's Warning about a kube-system pod": ("kube-system", {
+                "involvedObject": pod_ref, "source": {"component": "kubelet", "host": "node"},
+                "reportingComponent": "kubelet",
+            }),
+            "its own, about a LinkerdConfig, in kube-system": ("kube-system", {
+                "involvedObject": {
+                    "kind": "LinkerdConfig", "apiVersion": CONTROLLER_LINKERD_CONFIGS.api_version,
+                    "name": CONFIG, "namespace": "kube-system",
+                },
+                "source": own, "reportingComponent": COMPONENT,
+            }),
+            "its own, about what it does not act on": ("kube-system", {
+                "involvedObject": secret_ref,
+                "source": own, "reportingComponent": COMPONENT,
+            }),
+            "its own, reported as another's": ("kube-system", {
+                "involvedObject": pod_ref, "source": own, "reportingComponent": "kubelet",
+            }),
+        }  # fmt: skip
+        for what, (namespace, fields) in forged.items():
+            body = {
+                "metadata": {"generateName": "rbac-forged-"},
+                "type": "Warning", "reason": "Failed", "message": "forged",
+                **fields,
+            }  # fmt: skip
+            said = await policy_refusal(
+                sa.request("POST", EVENTS.path(namespace), params=DRY_RUN, body=body)
+            )
+            if said is None or OWN_EVENTS not in said:
+                wrong.append(f"Event, {what}: {said or 'admitted'}")
+        # In another namespace than its namespaced object's: the API server's own validation
+        # refuses it before admission (the policy's rule stands behind it).
+        elsewhere = {
+            "metadata": {"generateName": "rbac-forged-"},
+            "type": "Warning", "reason": "Failed", "message": "forged",
+            "involvedObject": pod_ref, "source": own, "reportingComponent": COMPONENT,
+        }  # fmt: skip
+        with pytest.raises(ApiError, match=r"does not match event\.namespace"):
+            await sa.request("POST", EVENTS.path("default"), params=DRY_RUN, body=elsewhere)
+
+        # The Events the controller writes, by its own recorder: one on a workload (in its
+        # namespace), one on the LinkerdConfig (cluster-scoped: in "default"), each repeated
+        # once (a PATCH of its count).
+        recorder = EventRecorder(sa, COMPONENT, instance="rbac-tests", series_interval=0.0)
+        ds_namespace, ds_name = TARGETS["DaemonSet"]
+        involved = [
+            await admin.request("GET", DAEMONSETS.path(ds_namespace, ds_name)),
+            await admin.request("GET", CONTROLLER_LINKERD_CONFIGS.path(name=CONFIG)),
+        ]
+        writer = asyncio.create_task(recorder.run())
+        try:
+            for _ in range(2):
+                for obj in involved:
+                    recorder.record(obj, "Normal", "RbacPolicyTest", "admitted")
+                assert await recorder.flush(30.0)
+        finally:
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer
+        if dict(recorder.stats) != {"created": 2, "patched": 2}:
+            wrong.append(f"Events of kube/events.py: {dict(recorder.stats)}")
+        for namespace, obj in zip((ds_namespace, "default"), involved, strict=True):
+            written = [
+                e
+                for e in (await admin.request("GET", EVENTS.path(namespace)))["items"]
+                if e["reason"] == "RbacPolicyTest"
+                and e["involvedObject"]["name"] == obj["metadata"]["name"]
+            ]
+            assert [e["count"] for e in written] == [2], written
+            for event in written:
+                await admin.request("DELETE", EVENTS.path(namespace, event["metadata"]["name"]))
+    assert wrong == [], "\n".join(wrong)
+
+
 async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
     world: World, baseline: None
 ) -> None:
@@ -1458,16 +1743,19 @@ async def test_it_restarts_only_in_the_namespaces_restart_namespaces_lists(
         return await authorized(admin, here) and not await authorized(admin, patch)
 
     await eventually(bound_per_namespace, timeout=10, what="the restart bound in emojivoto only")
+    # What a restart sends (least_privilege.yaml admits no other change of a workload), with
+    # no resourceVersion precondition: the workload's status may move meanwhile.
+    restart = {"spec": mesh.restart_patch("rbac", "", time.time())["spec"]}
     try:
         async with as_service_account(world) as sa:
             denied = await forbidden(
                 sa.request(
-                    "PATCH", unlisted_path, params=DRY_RUN, body=POKE, content_type=MERGE_PATCH
+                    "PATCH", unlisted_path, params=DRY_RUN, body=restart, content_type=MERGE_PATCH
                 )
             )
             assert patch.refusal in denied.message, denied.message
             await sa.request(
-                "PATCH", listed_path, params=DRY_RUN, body=POKE, content_type=MERGE_PATCH
+                "PATCH", listed_path, params=DRY_RUN, body=restart, content_type=MERGE_PATCH
             )
 
         await delete_lease(admin)
