@@ -19,7 +19,7 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.linkerd import mesh
 from linkerd_config.linkerd.spec.conversion import to_hub
-from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, Target, owners, target_of
+from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, Owners
 from linkerd_config.linkerd.status.view import ClusterView
 from linkerd_config.linkerd.trust.guard import (
     LIVE_FIELD_SELECTOR,
@@ -137,35 +137,29 @@ class LinkerdCaches:
         on from what it wrote. Only ConfigMaps are judged so (a reverted drift's second
         reconcile); every other change still wakes.
 
-        Only a ConfigMap's managing LinkerdConfig (``crd.owners``) is woken by anything but
+        Only a ConfigMap's managing LinkerdConfig (``crd.Owners``) is woken by anything but
         its own object: a rival's reconcile is its Conflict, which only the LinkerdConfigs
         decide (it is woken when its target's owner changes). A thousand rivals cost one
         reconcile each when they come, not one each per pod or ConfigMap change."""
-        managing: dict[Target, str] | None = None  # each target's owner, made when wanted
+        managing = Owners()
 
-        def managers() -> dict[Target, str]:
-            nonlocal managing
-            if managing is None:
-                found = owners(self.configs.store.list())
-                managing = {target: c["metadata"]["name"] for target, c in found.items()}
-            return managing
-
-        def config_changed(old: Json | None, new: Json) -> None:
-            nonlocal managing
-            managing = None  # the store has the change already
-            own = old is None or old["metadata"].get("resourceVersion") != new["metadata"].get(
+        def config_changed(old: Json | None, new: Json, gone: bool = False) -> None:
+            name = str(new["metadata"]["name"])
+            if old is not None and old["metadata"].get("resourceVersion") == new["metadata"].get(
                 "resourceVersion"
-            )  # not a resync's
-            enqueue(new["metadata"]["name"], OWN_CHANGE if own else 0)
+            ):
+                enqueue(name, 0)  # a resync: nothing changed
+                return
+            enqueue(name, OWN_CHANGE)
             # It came, went or moved: who manages its target(s) may have changed.
-            for target in {target_of(new), *(() if old is None else (target_of(old),))}:
-                if (owner := managers().get(target)) is not None:
+            for target in managing.remove(name) if gone else managing.put(new):
+                if (owner := managing.of(target)) is not None:
                     enqueue(owner, 0)
 
         self.configs.add_handler(
             lambda new: config_changed(None, new),
             config_changed,
-            lambda gone: config_changed(None, gone),
+            lambda gone: config_changed(None, gone, gone=True),
         )
 
         def owners_of_configmap(obj: Json) -> None:
@@ -174,8 +168,8 @@ class LinkerdCaches:
             # handful there, so a spare reconcile costs little, and a missed one a lot; the
             # target's own owner goes first.
             namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-            for target, owner in managers().items():
-                if target.namespace == namespace:
+            for target in managing.targets():
+                if target.namespace == namespace and (owner := managing.of(target)):
                     enqueue(owner, OWN_CHANGE if target.name == name else 0)
 
         def changed_configmap(obj: Json) -> None:
@@ -186,7 +180,8 @@ class LinkerdCaches:
         )
 
         def every_owner(_obj: Json) -> None:
-            for owner in sorted(set(managers().values())):
+            owners = {owner for target in managing.targets() if (owner := managing.of(target))}
+            for owner in sorted(owners):
                 enqueue(owner, 0)
 
         # Restarted workloads' status is the rollout's health gate: their changes wake it too.

@@ -669,11 +669,65 @@ def owners(configs: Iterable[Json]) -> dict[Target, Json]:
     for config in configs:
         if _deleting(config):
             continue
-        target, meta = target_of(config), config["metadata"]
-        rank = (str(meta.get("creationTimestamp", "")), str(meta["name"]))
+        target, rank = target_of(config), _rank(config)
         if target not in found or rank < found[target][0]:
             found[target] = (rank, config)
     return {target: config for target, (_, config) in found.items()}
+
+
+class Owners:
+    """Who manages each target (``owner_among``'s rule), kept as LinkerdConfigs come, change
+    and go: a change costs its target's rivals, not a pass over every LinkerdConfig (a
+    thousand of them listed, or resynced, would otherwise cost a million)."""
+
+    def __init__(self) -> None:
+        self._at: dict[str, Target] = {}
+        # Invariant: each name's target, for the LinkerdConfigs not being deleted; and by
+        # target, those names with their rank; and each target's owner, once asked.
+        self._rivals: dict[Target, dict[str, tuple[str, str]]] = {}
+        self._owner: dict[Target, str] = {}
+
+    def put(self, config: Json) -> set[Target]:
+        """``config`` as it is now; the targets whose owner it may have changed."""
+        name = str(config["metadata"]["name"])
+        touched = self.remove(name)
+        if not _deleting(config):
+            target = target_of(config)
+            self._at[name] = target
+            self._rivals.setdefault(target, {})[name] = _rank(config)
+            self._owner.pop(target, None)
+            touched.add(target)
+        return touched
+
+    def remove(self, name: str) -> set[Target]:
+        """``name`` gone; the targets whose owner it may have changed."""
+        target = self._at.pop(name, None)
+        if target is None:
+            return set()
+        rivals = self._rivals[target]
+        del rivals[name]
+        if not rivals:
+            del self._rivals[target]
+        self._owner.pop(target, None)
+        return {target}
+
+    def of(self, target: Target) -> str | None:
+        """The name of the LinkerdConfig that manages ``target`` (None: none does)."""
+        if target not in self._owner:
+            rivals = self._rivals.get(target)
+            if not rivals:
+                return None
+            self._owner[target] = min(rivals, key=rivals.__getitem__)
+        return self._owner[target]
+
+    def targets(self) -> list[Target]:
+        return list(self._rivals)
+
+
+def _rank(config: Json) -> tuple[str, str]:
+    """The older first, ties broken by name."""
+    meta = config["metadata"]
+    return str(meta.get("creationTimestamp", "")), str(meta["name"])
 
 
 def _deleting(config: Json) -> bool:

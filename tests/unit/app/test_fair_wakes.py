@@ -47,9 +47,14 @@ def handed_out(queue: Any) -> list[str]:
 
 
 def world(*configs: Json) -> Any:
+    """The controller's caches holding ``configs`` (each delivered as the informer delivers
+    a listed object) and edge-26.8.3's ConfigMaps; its queue emptied."""
     config_cm, roots = modern_install()
-    ctl, _writer, _recorder = controller(*configs, configmap=config_cm)
+    ctl, _writer, _recorder = controller(configmap=config_cm)
     ctl.configmaps.store.put(roots)
+    for config in configs:
+        ctl.configs._apply(WatchEvent("ADDED", config))
+    handed_out(ctl.controller.queue)
     return ctl
 
 
@@ -97,7 +102,6 @@ def test_a_drift_goes_ahead_of_a_thousand_owners_woken_by_a_pod() -> None:
 def test_the_rival_next_in_line_is_woken_when_the_owner_goes() -> None:
     owner, next_in_line, third = lc(0), lc(1), lc(2)
     ctl = world(owner, next_in_line, third)
-    ctl.configs.store.delete(owner["metadata"]["name"])
     ctl.configs._apply(WatchEvent("DELETED", owner))
     assert handed_out(ctl.controller.queue) == [
         owner["metadata"]["name"],  # its own deletion first
@@ -123,6 +127,7 @@ def test_a_resync_of_a_thousand_objects_does_not_go_ahead_of_a_drift() -> None:
     configs = [*(lc(i, target=f"other-{i}") for i in range(1000)), lc(1000)]
     ctl = world(*configs)
     for config in configs:  # a resync: each object delivered again, unchanged
-        ctl.configs._notify_update(config["metadata"]["name"], config, config)
+        key = config["metadata"]["name"]
+        ctl.configs._notify_update(key, ctl.configs.store.get(key), ctl.configs.store.get(key))
     drifted(ctl)
     assert handed_out(ctl.controller.queue)[0] == configs[-1]["metadata"]["name"]
