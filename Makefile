@@ -43,8 +43,18 @@ binaries: $(STAMP) ## find or build the control plane and Linkerd's injector + C
 test: binaries ## all tests: unit, and integration against the local control plane
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
-test-unit: $(STAMP) ## unit tests only (no control plane)
-	$(PY) -m pytest -ra tests/unit
+UNIT_SHARDS ?= $(shell nproc 2>/dev/null || echo 1)
+test-unit: $(STAMP) ## unit tests only (no control plane), one process per CPU (UNIT_SHARDS)
+	@logs=$$(mktemp -d); shards=$$(seq 0 $$(($(UNIT_SHARDS) - 1))); \
+	for i in $$shards; do \
+	  (TEST_SHARD=$$i/$(UNIT_SHARDS) $(PY) -m pytest -ra -q -o cache_dir=.pytest_cache/shard-$$i \
+	    $(PYTEST_ARGS) tests/unit > $$logs/$$i.log 2>&1; echo $$? > $$logs/$$i.rc) & \
+	done; wait; status=0; \
+	for i in $$shards; do \
+	  echo "== unit tests, shard $$i of $(UNIT_SHARDS)"; \
+	  if [ "$$(cat $$logs/$$i.rc)" = 0 ]; then tail -n 1 $$logs/$$i.log; \
+	  else cat $$logs/$$i.log; status=1; fi; \
+	done; rm -rf $$logs; exit $$status
 
 test-integration: binaries ## integration tests only
 	$(PY) -m pytest -ra tests/integration

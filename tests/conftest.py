@@ -24,10 +24,27 @@ async def admin(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
         yield client
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration/" in str(item.fspath).replace(os.sep, "/"):
             item.add_marker(pytest.mark.integration)
+    shard(config, items)
+
+
+def shard(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``TEST_SHARD=i/n`` (``make test-unit`` runs n processes): only every n-th test from
+    the i-th, in collection order, so that each process gets its share of every module's
+    (the long property tests of one module are spread, not given to one process)."""
+    stated = os.environ.get("TEST_SHARD")
+    if not stated:
+        return
+    index, _, count = stated.partition("/")
+    i, n = int(index), int(count)
+    if not 0 <= i < n:
+        raise pytest.UsageError(f"TEST_SHARD={stated}: want i/n with 0 <= i < n")
+    kept = [item for k, item in enumerate(items) if k % n == i]
+    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i])
+    items[:] = kept
 
 
 @pytest.fixture(scope="session")
