@@ -24,7 +24,6 @@ import asyncio
 import copy
 import json
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -97,15 +96,7 @@ async def measure_point(
 
 
 async def main_async(args: argparse.Namespace) -> Json:
-    results: Json = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "load_1m_at_start": round(os.getloadavg()[0], 2),
-        },
-        "args": vars(args),
-        "points": {},
-    }
+    results = scale_bench.results_skeleton(args)
     with tempfile.TemporaryDirectory() as tmp:
         desired_file = Path(tmp) / "desired"
         async with scale_bench.cluster() as (cp, kube):

@@ -840,9 +840,9 @@ async def write_config(kube: KubeClient, kubeconfig: Path, desired_file: Path) -
         proc.stop()
 
 
-async def main_async(args: argparse.Namespace) -> Json:
-    points = [int(p) for p in args.pods.split(",") if p]
-    results: Json = {
+def results_skeleton(args: argparse.Namespace) -> Json:
+    """A bench's results before it measures: the machine, its load now, the arguments."""
+    return {
         "machine": {
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
@@ -851,6 +851,11 @@ async def main_async(args: argparse.Namespace) -> Json:
         "args": vars(args),
         "points": {},
     }
+
+
+async def main_async(args: argparse.Namespace) -> Json:
+    points = [int(p) for p in args.pods.split(",") if p]
+    results = results_skeleton(args)
     if points:
         # Built (or found in the cache) before the cluster starts: no build in a measurement.
         results["go_peer"] = {"binary": str(await asyncio.to_thread(ensure_go_peer))}

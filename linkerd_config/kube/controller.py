@@ -155,9 +155,9 @@ class Controller:
         """Reconcile ``key``, before every waiting key of a lower ``priority``."""
         self.queue.add(key, priority)
 
-    def enqueue_all(self, keys: Iterable[str], priority: int = 0) -> None:
+    def enqueue_all(self, keys: Iterable[str]) -> None:
         for key in keys:
-            self.queue.add(key, priority)
+            self.queue.add(key)
 
     async def run(self, initial_keys: Callable[[], Iterable[str]] | None = None) -> None:
         """Work until cancelled. ``initial_keys`` are enqueued first: on gaining leadership,

@@ -660,19 +660,8 @@ def target_of(config: Json) -> Target:
 
 def owner_among(configs: Iterable[Json], target: Target) -> Json | None:
     """The LinkerdConfig that manages ``target``: the oldest, ties broken by name."""
-    return owners(configs).get(target)
-
-
-def owners(configs: Iterable[Json]) -> dict[Target, Json]:
-    """Each target's managing LinkerdConfig (``owner_among``'s), in one pass."""
-    found: dict[Target, tuple[tuple[str, str], Json]] = {}
-    for config in configs:
-        if _deleting(config):
-            continue
-        target, rank = target_of(config), _rank(config)
-        if target not in found or rank < found[target][0]:
-            found[target] = (rank, config)
-    return {target: config for target, (_, config) in found.items()}
+    rivals = [c for c in configs if not _deleting(c) and target_of(c) == target]
+    return min(rivals, key=_rank, default=None)
 
 
 class Owners:
