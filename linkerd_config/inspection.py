@@ -1,7 +1,7 @@
 """The ``plan`` and ``status`` commands: read the cluster once, decide, print, exit.
 
 Reading is the controller's own caches filled by one LIST each (``LinkerdCaches``); deciding is
-``preview``'s, over the reconciler's functions. Nothing here writes to the cluster.
+``linkerd.status.plan``'s, over the reconciler's functions. Nothing here writes to the cluster.
 
 Exit status, as ``terraform plan -detailed-exitcode`` and ``kubectl diff``: 0 nothing to do
 (plan: no change; status: every opted-in proxy up to date and the LinkerdConfig Ready), 2

@@ -36,7 +36,7 @@ from linkerd_config.kube.protobuf_encoding import (
     map_entries,
     varint_at,
 )
-from linkerd_config.kube.resource import Json, Prepare, go_duration
+from linkerd_config.kube.resource import Json, Prepare, go_duration, rfc3339
 from linkerd_config.kube.watch import WATCH_EVENT_TYPES, WatchEvent, WatchProtocolError
 
 PROTOBUF: Final = "application/vnd.kubernetes.protobuf"
@@ -147,19 +147,19 @@ def message_name(api_version: str, kind: str) -> str:
 # -- JSON conversion -----------------------------------------------------------------------
 
 
-def _rfc3339(seconds: int, micros: int | None = None) -> str:
-    moment = datetime.fromtimestamp(seconds, UTC)
-    if micros is None:
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return moment.strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
-
-
 def _time(msg: Any) -> Any:
-    return None if not (msg.seconds or msg.nanos) else _rfc3339(msg.seconds)
+    return None if not (msg.seconds or msg.nanos) else rfc3339(msg.seconds)
 
 
 def _micro_time(msg: Any) -> Any:
-    return None if not (msg.seconds or msg.nanos) else _rfc3339(msg.seconds, msg.nanos // 1000)
+    return (
+        None
+        if not (msg.seconds or msg.nanos)
+        else rfc3339(
+            datetime.fromtimestamp(msg.seconds, UTC).replace(microsecond=msg.nanos // 1000),
+            micro=True,
+        )
+    )
 
 
 def _raw_json(raw: bytes) -> Any:

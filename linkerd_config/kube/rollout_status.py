@@ -4,6 +4,7 @@ over one object; nothing here knows who changed the workload or why."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -37,6 +38,26 @@ class Verdict:
     @property
     def failed(self) -> bool:
         return self.state == "failed"
+
+
+EARLIER_REVISION: Final = (
+    "an earlier ReplicaSet's ReplicaFailure still shows on it (the Deployment controller "
+    "copies it until that ReplicaSet is scaled down); this revision's pods are being created"
+)
+
+
+def of_newest_revision(verdict: Verdict, deployment: Json, replicasets: Iterable[Json]) -> Verdict:
+    """A Deployment's verdict once its newest revision (among ``replicasets``) is asked:
+    only that ReplicaSet's own ``ReplicaFailure`` fails it; a refusal that only an earlier
+    revision shows is a wait (the Deployment controller copies it until that one is scaled
+    down), and so is a newest revision not listed yet."""
+    if not verdict.replica_failure:
+        return verdict
+    found = revisions.newest(deployment, replicasets)
+    refused = None if found is None else revisions.replica_failure(found)
+    if refused is None:
+        return Verdict("waiting", EARLIER_REVISION)
+    return Verdict("failed", f"new pods refused: {refused}")
 
 
 def _int(value: Any, default: int = 0) -> int:

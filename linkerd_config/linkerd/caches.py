@@ -109,7 +109,7 @@ class LinkerdCaches:
         await all_of(*(informer.list_once() for informer in self.informers))
 
     def view(self) -> ClusterView:
-        """The caches' contents as plain data, for ``preview``'s pure decisions."""
+        """The caches' contents as plain data, for ``status.plan``'s pure decisions."""
         return ClusterView(
             configs=self.configs.store.list(),
             configmaps=self.configmaps.store.snapshot(),

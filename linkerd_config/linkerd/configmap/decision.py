@@ -1,5 +1,5 @@
 """The steps before a LinkerdConfig's reconcile writes anything, decided in one place for the
-controller and for ``plan`` and ``status`` (``preview``): whether it is valid, which ConfigMap
+controller and for ``plan`` and ``status`` (``status.plan``): whether it is valid, which ConfigMap
 it targets, whether that is in the namespace the controller manages, whether it owns that
 ConfigMap, and what it renders onto what is installed.
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from linkerd_config.kube import x509_reader
+from linkerd_config.kube.resource import rfc3339
 from linkerd_config.linkerd.formats import bounded, go_yaml
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
@@ -90,8 +91,7 @@ def certificates(bundle: str) -> list[str]:
         digest = hashlib.sha256(bundle.encode()).hexdigest()[:16]
         return [f"unreadable certificate bundle (sha256 {digest})"]
     return [
-        f"{cert.subject} (expires {cert.not_after.strftime('%Y-%m-%dT%H:%M:%SZ')}, "
-        f"sha256 {cert.fingerprint[:16]})"
+        f"{cert.subject} (expires {rfc3339(cert.not_after)}, sha256 {cert.fingerprint[:16]})"
         for cert in found
     ]
 

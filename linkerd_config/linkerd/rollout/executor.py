@@ -19,7 +19,7 @@ import orjson
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from linkerd_config.kube import revisions
+from linkerd_config.kube import revisions, rollout_status
 from linkerd_config.kube.client import ApiError
 from linkerd_config.kube.concurrently import all_of
 from linkerd_config.kube.events import EventRecorder
@@ -726,7 +726,7 @@ class RolloutExecutor:
         unmeshed: Mapping[mesh.Workload, Mapping[str, int]] | None = None,
     ) -> dict[str, tuple[health.Restarted, mesh.Workload]]:
         """``restarted`` with each Deployment's ``ReplicaFailure`` checked against the
-        revision the restart made (``health.revision_refusal``), and its pods without
+        revision the restart made (``rollout_status.of_newest_revision``), and its pods without
         a proxy against that revision's ReplicaSet (``health.out_of_mesh``, while its
         rollout is under way): the halt takes evidence only from this attempt. The
         ReplicaSets are read live, a namespace at a time, and only when a Deployment shows the
@@ -745,8 +745,9 @@ class RolloutExecutor:
             obj = self.record(workload) or {}
             verdict = standing.verdict
             if verdict.replica_failure:
-                refusal = health.revision_refusal(obj, listed[workload.namespace])
-                verdict = health.of_this_revision(verdict, refusal)
+                verdict = rollout_status.of_newest_revision(
+                    verdict, obj, listed[workload.namespace]
+                )
             if check_mesh:
                 newest = revisions.newest(obj, listed[workload.namespace])
                 newest_name = None if newest is None else newest["metadata"].get("name")

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from linkerd_config.kube import revisions
 from linkerd_config.kube.resource import Json, go_seconds
 from linkerd_config.kube.rollout_status import (
     Verdict,
@@ -152,32 +151,6 @@ def out_of_mesh(
         "injector did not inject them: down, timed out or not injecting in its namespace "
         "when they were created)",
     )
-
-
-EARLIER_REVISION = (
-    "an earlier ReplicaSet's ReplicaFailure still shows on it (the Deployment controller "
-    "copies it until that ReplicaSet is scaled down); this revision's pods are being created"
-)
-
-
-def revision_refusal(deployment: Json, replicasets: Iterable[Json]) -> str | None:
-    """Why the newest revision of ``deployment`` (its ReplicaSets among those listed) has its
-    pods refused (its own ``ReplicaFailure``), or None: no refusal of this revision, or no
-    ReplicaSet of it listed (then nothing says this revision failed; the deadline still
-    holds)."""
-    found = revisions.newest(deployment, replicasets)
-    refused = None if found is None else revisions.replica_failure(found)
-    return None if refused is None else f"new pods refused: {refused}"
-
-
-def of_this_revision(verdict: Verdict, refusal: str | None) -> Verdict:
-    """A restart's verdict once the newest revision's own ``ReplicaFailure`` is known
-    (``revision_refusal``): a refusal only of an earlier revision is a wait, not a failure."""
-    if not verdict.replica_failure:
-        return verdict
-    if refusal is None:
-        return Verdict("waiting", EARLIER_REVISION)
-    return Verdict("failed", refusal)
 
 
 @dataclass(frozen=True)

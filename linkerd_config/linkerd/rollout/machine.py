@@ -45,7 +45,7 @@ admission refusing new pods, a hold of the guard coming and going):
 * **Once**: each workload is restarted at most once per configuration (its record on the
   owner, ``mesh.pending``), across leaders; a rollback's restores are counted apart.
 * **Halt**: no restart after a halt of the same attempt (rule 1); a halt only on this
-  attempt's evidence (the revision our restart made: ``health.of_this_revision``,
+  attempt's evidence (the revision our restart made: ``rollout_status.of_newest_revision``,
   or a deadline from our restart). The attempt is the configuration the spec asks for and
   the resume annotation (an edit of ``spec.rollout`` alone is none), whichever is rolled out
   (``Observed.attempt``): a halt on the bundle the guard holds on to is not ended by the

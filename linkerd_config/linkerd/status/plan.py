@@ -254,7 +254,7 @@ def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     else:
         given = metadata.get("name") if isinstance(metadata, dict) else None
         errors[:0] = [FieldError("metadata.name", m) for _, m in DNS_SUBDOMAIN.problems(given)]
-    if defaultable(spec):  # from here on the domain reads the hub (api_conversion)
+    if defaultable(spec):  # from here on the domain reads the hub (spec.conversion)
         config = to_hub(config)
     if not errors:  # (an invalid one may have no metadata to keep it in)
         config = _as_stored(config, old)
@@ -440,7 +440,7 @@ UNCHECKED_REVISION = (
 def _unchecked(verdict: Verdict) -> Verdict:
     """A restart's verdict as these caches can tell it: which revision a Deployment's
     ``ReplicaFailure`` belongs to takes the ReplicaSets' status, which no cache keeps (the
-    controller reads them live: ``health.revision_refusal``)."""
+    controller reads them live: ``rollout_status.of_newest_revision``)."""
     return Verdict("waiting", UNCHECKED_REVISION) if verdict.replica_failure else verdict
 
 

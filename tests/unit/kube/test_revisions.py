@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from linkerd_config.kube import revisions
+from linkerd_config.kube import revisions, rollout_status
 from linkerd_config.kube.resource import Json
 
 DEPLOYMENT: Json = {"metadata": {"name": "web", "uid": "u1"}}
@@ -53,6 +53,32 @@ def test_the_newest_revision(listed: list[Json], newest: str | None) -> None:
 )
 def test_a_replica_failure(conditions: list[object], failure: str | None) -> None:
     assert revisions.replica_failure({"status": {"conditions": conditions}}) == failure
+
+
+# Whose ReplicaFailure: only the newest revision's fails the restart (issue 37, finding 4).
+_FAILING = rollout_status.Verdict("failed", "new pods refused: old", replica_failure=True)
+
+
+@pytest.mark.parametrize(
+    ("verdict", "listed", "state", "why"),
+    [
+        (_FAILING, [replicaset("a", "1", failure="old"), replicaset("b", "2")], "waiting",
+         rollout_status.EARLIER_REVISION),
+        (_FAILING, [], "waiting", rollout_status.EARLIER_REVISION),  # not listed yet
+        (_FAILING, [replicaset("a", "1"), replicaset("b", "2", failure="new")], "failed",
+         "new pods refused: new"),
+        (_FAILING, [replicaset("x", "9", owner="u2", failure="theirs")], "waiting",
+         rollout_status.EARLIER_REVISION),
+        (rollout_status.Verdict("failed", "deadline"), [replicaset("b", "2", failure="new")],
+         "failed", "deadline"),
+        (rollout_status.Verdict("done"), [], "done", ""),
+    ],
+)  # fmt: skip
+def test_a_failure_counts_only_when_the_newest_revision_has_it(
+    verdict: rollout_status.Verdict, listed: list[Json], state: str, why: str
+) -> None:
+    found = rollout_status.of_newest_revision(verdict, DEPLOYMENT, listed)
+    assert (found.state, found.why) == (state, why)
 
 
 def with_template(rs: Json, image: str) -> Json:

@@ -324,27 +324,6 @@ def test_preflight_does_not_skip_what_an_earlier_attempt_of_ours_broke(
         assert found is not None and why in found
 
 
-# -- whose ReplicaFailure: only the newest revision's halts (issue 37, finding 4) ------------
-
-_FAILING = Verdict("failed", "new pods refused: old", replica_failure=True)
-
-
-@pytest.mark.parametrize(
-    ("verdict", "refusal", "state", "why"),
-    [
-        (_FAILING, None, "waiting", health.EARLIER_REVISION),
-        (_FAILING, "new pods refused: new", "failed", "new pods refused: new"),
-        (Verdict("failed", "deadline"), None, "failed", "deadline"),
-        (Verdict("done"), None, "done", ""),
-    ],
-)
-def test_a_failure_counts_only_when_the_newest_revision_has_it(
-    verdict: Verdict, refusal: str | None, state: str, why: str
-) -> None:
-    found = health.of_this_revision(verdict, refusal)
-    assert (found.state, found.why) == (state, why)
-
-
 # -- out of the mesh (issue 58, findings 1 and 3) ---------------------------------------------
 
 DONE_DEPLOYMENT: Json = {
