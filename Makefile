@@ -13,7 +13,7 @@ LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
 
 .PHONY: docker-build docker-build-local docker-push render deploy undeploy helm-deploy helm-undeploy
-.PHONY: help venv lock binaries test test-unit test-integration property lint format demo bench generate \
+.PHONY: help venv lock binaries test test-unit test-durations test-integration property lint format demo bench generate \
         dev-cluster-up dev-cluster-down dev-cluster-status clean install uninstall run bench-scale \
         controller kind-cluster cert-manager emojivoto
 
@@ -40,21 +40,35 @@ venv: $(STAMP) ## create .venv with the package and its dev tools
 binaries: $(STAMP) ## find or build the control plane and Linkerd's injector + CLI (cached)
 	$(PY) -m devcluster.ensure
 
-test: binaries ## all tests: unit, and integration against the local control plane
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
-
-UNIT_SHARDS ?= $(shell nproc 2>/dev/null || echo 1)
-test-unit: $(STAMP) ## unit tests only (no control plane), one process per CPU (UNIT_SHARDS)
-	@logs=$$(mktemp -d); shards=$$(seq 0 $$(($(UNIT_SHARDS) - 1))); \
+SHARDS ?= $(shell nproc 2>/dev/null || echo 1)
+UNIT_SHARDS ?= $(SHARDS)
+TEST_SHARDS ?= $(SHARDS)
+RESULTS := .test-results
+# $(call shards,N,NAME,PATHS): N pytest processes at once (TEST_SHARD=i/N, tests/conftest.py's
+# shard), each its share of PATHS; each one's log and JUnit XML in $(RESULTS)/NAME-i.*
+# (`tail -f` them to follow), its last line printed, or its whole log if it failed.
+define shards
+mkdir -p $(RESULTS); shards=$$(seq 0 $$(($(1) - 1))); \
 	for i in $$shards; do \
-	  (TEST_SHARD=$$i/$(UNIT_SHARDS) $(PY) -m pytest -ra -q -o cache_dir=.pytest_cache/shard-$$i \
-	    $(PYTEST_ARGS) tests/unit > $$logs/$$i.log 2>&1; echo $$? > $$logs/$$i.rc) & \
+	  (TEST_SHARD=$$i/$(1) $(PY) -m pytest -ra -q -o cache_dir=.pytest_cache/$(2)-$$i \
+	    --junitxml=$(RESULTS)/$(2)-$$i.xml $(PYTEST_ARGS) $(3) > $(RESULTS)/$(2)-$$i.log 2>&1; \
+	    echo $$? > $(RESULTS)/$(2)-$$i.rc) & \
 	done; wait; status=0; \
 	for i in $$shards; do \
-	  echo "== unit tests, shard $$i of $(UNIT_SHARDS)"; \
-	  if [ "$$(cat $$logs/$$i.rc)" = 0 ]; then tail -n 1 $$logs/$$i.log; \
-	  else cat $$logs/$$i.log; status=1; fi; \
-	done; rm -rf $$logs; exit $$status
+	  echo "== $(2), shard $$i of $(1)"; \
+	  if [ "$$(cat $(RESULTS)/$(2)-$$i.rc)" = 0 ]; then tail -n 1 $(RESULTS)/$(2)-$$i.log; \
+	  else cat $(RESULTS)/$(2)-$$i.log; status=1; fi; \
+	done; exit $$status
+endef
+
+test: binaries ## all tests, unit and integration (against local control planes), in TEST_SHARDS processes
+	@$(call shards,$(TEST_SHARDS),test,)
+
+test-unit: $(STAMP) ## unit tests only (no control plane), one process per CPU (UNIT_SHARDS)
+	@$(call shards,$(UNIT_SHARDS),unit,tests/unit)
+
+test-durations: ## after a full `make test`: each integration module's seconds into tests/durations.json (what the shards balance)
+	$(PY) -m tests.support.durations $(RESULTS)/test-*.xml
 
 test-integration: binaries ## integration tests only
 	$(PY) -m pytest -ra tests/integration
@@ -287,4 +301,4 @@ emojivoto: ## install Linkerd's emojivoto demo app and opt its pods in to restar
 	done
 
 clean: ## remove the venv and caches in the repo (not the built binaries)
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) .pytest_cache $(RESULTS) .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -12,6 +12,7 @@ import pytest
 from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from linkerd_config.kube.client import KubeClient
 from linkerd_config.kube.kubeconfig import load_access
+from tests.support import durations
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -26,15 +27,32 @@ async def admin(cp: LocalControlPlane) -> AsyncIterator[KubeClient]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if "tests/integration/" in str(item.fspath).replace(os.sep, "/"):
+        if _is_integration(item):
             item.add_marker(pytest.mark.integration)
     shard(config, items)
 
 
+def _is_integration(item: pytest.Item) -> bool:
+    return "tests/integration/" in str(item.fspath).replace(os.sep, "/")
+
+
+def _module(item: pytest.Item) -> str:
+    return Path(str(item.fspath)).resolve().relative_to(REPO).as_posix()
+
+
+def _real_node(item: pytest.Item) -> bool:
+    """The test runs a real node (``real_node`` marker, or the ``node_cluster`` fixture)."""
+    return item.get_closest_marker("real_node") is not None or "node_cluster" in getattr(
+        item, "fixturenames", ()
+    )
+
+
 def shard(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``TEST_SHARD=i/n`` (``make test-unit`` runs n processes): only every n-th test from
-    the i-th, in collection order, so that each process gets its share of every module's
-    (the long property tests of one module are spread, not given to one process)."""
+    """``TEST_SHARD=i/n`` (``make test`` and ``make test-unit`` run n processes): the i-th
+    process's share. Unit tests are dealt one by one, in collection order (the long property
+    tests of one module are spread). Integration tests go by module, for a module's tests
+    share its control plane, placed by ``durations.place`` (every module with a real node in
+    process 0, the rest balanced by their seconds in the last full run)."""
     stated = os.environ.get("TEST_SHARD")
     if not stated:
         return
@@ -42,9 +60,21 @@ def shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     i, n = int(index), int(count)
     if not 0 <= i < n:
         raise pytest.UsageError(f"TEST_SHARD={stated}: want i/n with 0 <= i < n")
-    kept = [item for k, item in enumerate(items) if k % n == i]
-    config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i])
+    units = [item for item in items if not _is_integration(item)]
+    dealt = {id(item): k % n for k, item in enumerate(units)}
+    dealt.update(_modules_to_shards([item for item in items if _is_integration(item)], n))
+    kept = [item for item in items if dealt[id(item)] == i]
+    config.hook.pytest_deselected(items=[item for item in items if dealt[id(item)] != i])
     items[:] = kept
+
+
+def _modules_to_shards(items: list[pytest.Item], n: int) -> dict[int, int]:
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(_module(item), []).append(item)
+    real = {m: any(_real_node(t) for t in its) for m, its in modules.items()}
+    placed = durations.place(real, n, durations.known())
+    return {id(item): placed[module] for module, its in modules.items() for item in its}
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ import pytest
 from devcluster import real_node
 from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_node]
 
 _OWNER = """
 import json, sys, time
