@@ -14,7 +14,7 @@ import pytest
 from devcluster import module_command
 from tests.support import in_cluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_node]
 
 README = in_cluster.REPO / "docs" / "development.md"
 BLOCK = re.compile(

@@ -357,6 +357,7 @@ async def fleet(kube: KubeClient) -> None:
             kube, DEPLOYMENTS.path(FLEET), scenario.deployment(f"app-{i:02d}", True, replicas=1)
         )
     await scenario.wait_settled(kube, FLEET, expected=FLEET_SIZE, timeout=180)
+    await scenario.wait_steady(kube, FLEET, timeout=180)
 
 
 def passes(times: list[float], gap: float = 1.0) -> list[list[float]]:

@@ -18,6 +18,7 @@ from devcluster.cluster import LocalControlPlane
 from devcluster.linkerd_install import LinkerdInstall
 from devcluster.proxy_injector import ProxyInjector
 from linkerd_config.app import App, build, running
+from linkerd_config.kube import rollout_status
 from linkerd_config.kube.client import APPLY_PATCH, ApiError, KubeClient
 from linkerd_config.kube.resource import CONFIGMAPS, CRDS, DEPLOYMENTS, NAMESPACES, PODS
 from linkerd_config.linkerd import mesh
@@ -294,6 +295,26 @@ async def wait_settled(
     return await eventually(
         settled, timeout=timeout, what=f"{expected} pods settled in {namespace}"
     )
+
+
+async def wait_steady(kube: KubeClient, namespace: str, timeout: float = 120) -> None:
+    """Until every Deployment in ``namespace`` is steady as the rollout reads it
+    (``rollout_status.unsteady``: its controller caught up, every replica available): the
+    controller restarts only steady workloads, so a test that counts a pass's restarts
+    starts from there (under load the Deployment controller lags its pods)."""
+
+    async def steady() -> bool:
+        listed = (await kube.request("GET", DEPLOYMENTS.path(namespace)))["items"]
+        unsteady = {
+            d["metadata"]["name"]: str(why)
+            for d in listed
+            if (why := rollout_status.unsteady("Deployment", d)) is not None
+        }
+        if unsteady:
+            raise AssertionError(f"not steady: {unsteady}")
+        return True
+
+    await eventually(steady, timeout=timeout, what=f"every Deployment in {namespace} steady")
 
 
 def local_settings(kubeconfig: Path, *extra: str) -> Settings:
