@@ -10,7 +10,7 @@ from devcluster.binaries import (
     ensure_prometheus,
 )
 from devcluster.cert_manager import ensure_cert_manager
-from devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.linkerd_binaries import ensure_dataplane, ensure_linkerd
 from devcluster.status_readers import ensure_status_readers
 
 
@@ -40,6 +40,8 @@ def main() -> None:
         print(f"linkerd {rel.tag} controller: {ensure_linkerd(rel.tag)}", flush=True)
         if rel.builds_cli:
             print(f"linkerd {rel.tag} cli: {ensure_linkerd(rel.tag, 'linkerd')}", flush=True)
+    for name, path in ensure_dataplane().items():
+        print(f"linkerd {pinned.LINKERD_DATAPLANE.release.tag} {name}: {path}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,133 @@
+"""Linkerd's data plane in the local control plane, the parts that need no cluster: the
+prebuilt binaries used only when every sum agrees with the pins."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from devcluster import linkerd_binaries, pinned
+from devcluster.binaries import BinaryUnavailableError
+from devcluster.pinned import DataPlaneSource, LinkerdDataPlane
+
+
+def _vendor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A vendor folder as ../shared/vendor/linkerd2-dataplane, its pins patched to match."""
+    vendor = tmp_path / "vendor"
+    (vendor / "bin").mkdir(parents=True)
+    sources = []
+    lines = []
+    for name in ("linkerd2-proxy-v9.tar.gz", "fix.patch", "RECIPE.txt"):
+        (vendor / name).write_bytes(name.encode())
+        digest = hashlib.sha256(name.encode()).hexdigest()
+        sources.append(DataPlaneSource(name, digest))
+        lines.append(f"{digest}  {name}")
+    for name in ("linkerd2-proxy", "linkerd-policy-controller"):
+        data = b"\x7fELF " + name.encode()
+        (vendor / "bin" / name).write_bytes(data)
+        lines.append(f"{hashlib.sha256(data).hexdigest()}  bin/{name}")
+    (vendor / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    plane = LinkerdDataPlane(
+        pinned.LINKERD_EDGE_26_8_3,
+        "9.0.0",
+        tuple(sources),
+        ("linkerd2-proxy", "linkerd-policy-controller"),
+    )
+    monkeypatch.setattr(pinned, "LINKERD_DATAPLANE", plane)
+    monkeypatch.setenv("LINKERD_CONFIG_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv(linkerd_binaries.DATAPLANE_ENV, str(vendor))
+    return vendor
+
+
+def test_prebuilt_binaries_whose_sums_agree_are_copied_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    vendor = _vendor(tmp_path, monkeypatch)
+    assert linkerd_binaries.prebuilt_problem(vendor) is None
+    found = linkerd_binaries.ensure_dataplane(progress=lambda _: None)
+    assert set(found) == {"linkerd2-proxy", "linkerd-policy-controller"}
+    for name, path in found.items():
+        assert path.parent == linkerd_binaries.dataplane_bin_dir()
+        assert path.read_bytes() == (vendor / "bin" / name).read_bytes()
+        assert path.stat().st_mode & 0o777 == 0o755
+    # Cached: a second call copies nothing (the vendor folder may even be gone).
+    (vendor / "bin" / "linkerd2-proxy").unlink()
+    assert linkerd_binaries.ensure_dataplane(progress=lambda _: None) == found
+
+
+@pytest.mark.parametrize(
+    ("spoil", "problem"),
+    [
+        (lambda v: (v / "bin" / "linkerd2-proxy").write_bytes(b"other"), "bin/linkerd2-proxy does"),
+        (lambda v: (v / "fix.patch").write_text("other"), "fix.patch does not have its pinned"),
+        (lambda v: (v / "RECIPE.txt").unlink(), "RECIPE.txt is missing"),
+        (
+            lambda v: (v / "SHA256SUMS").write_text(
+                "\n".join(
+                    line
+                    for line in (v / "SHA256SUMS").read_text().splitlines()
+                    if "bin/linkerd-policy" not in line
+                )
+            ),
+            "does not state bin/linkerd-policy-controller",
+        ),
+        (lambda v: (v / "SHA256SUMS").unlink(), "no SHA256SUMS"),
+    ],
+)
+def test_prebuilt_binaries_are_refused_when_any_sum_disagrees(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: object, problem: str
+) -> None:
+    vendor = _vendor(tmp_path, monkeypatch)
+    spoil(vendor)  # type: ignore[operator]
+    found = linkerd_binaries.prebuilt_problem(vendor)
+    assert found is not None and problem in found
+
+
+def test_a_source_whose_sum_file_states_another_pin_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The binaries are tied to the pinned sources: a SHA256SUMS of other sources (its
+    binaries built from them) is not used, even if every file matches it."""
+    vendor = _vendor(tmp_path, monkeypatch)
+    plane = pinned.LINKERD_DATAPLANE
+    other = DataPlaneSource("fix.patch", "0" * 64)
+    monkeypatch.setattr(
+        pinned,
+        "LINKERD_DATAPLANE",
+        LinkerdDataPlane(
+            plane.release,
+            plane.proxy_version,
+            tuple(other if s.file == "fix.patch" else s for s in plane.sources),
+            plane.binaries,
+        ),
+    )
+    found = linkerd_binaries.prebuilt_problem(vendor)
+    assert found is not None and "not the pinned 0000" in found
+
+
+def test_without_a_vendor_folder_the_data_plane_names_what_to_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LINKERD_CONFIG_CACHE", str(tmp_path))
+    monkeypatch.delenv(linkerd_binaries.DATAPLANE_ENV, raising=False)
+    with pytest.raises(BinaryUnavailableError, match="LINKERD_DATAPLANE_SOURCE is not set"):
+        linkerd_binaries.ensure_dataplane(progress=lambda _: None)
+
+
+def test_the_pins_are_the_vendored_recipes_inputs() -> None:
+    """Each source the recipe names is pinned, by the file's name in the vendor folder."""
+    plane = pinned.LINKERD_DATAPLANE
+    files = {s.file for s in plane.sources}
+    assert {
+        "linkerd2-proxy-v2.366.0.tar.gz",
+        "linkerd-kubert-cb414cc.tar.gz",
+        "linkerd-kubert-04f6ac3.tar.gz",
+        "linkerd2-proxy-init-v2.4.9.tar.gz",
+        "linkerd2-proxy-v2.366.0.patch",
+        "linkerd2-edge-26.8.3-policy-controller.patch",
+        "RECIPE.txt",
+    } == files
+    assert all(len(s.sha256) == 64 for s in plane.sources)
+    assert plane.release.tag == "edge-26.8.3"
