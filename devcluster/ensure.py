@@ -11,6 +11,7 @@ from devcluster.binaries import (
 )
 from devcluster.cert_manager import ensure_cert_manager
 from devcluster.linkerd_binaries import ensure_dataplane, ensure_linkerd
+from devcluster.linkerd_images import ensure_images
 from devcluster.status_readers import ensure_status_readers
 
 
@@ -42,6 +43,9 @@ def main() -> None:
             print(f"linkerd {rel.tag} cli: {ensure_linkerd(rel.tag, 'linkerd')}", flush=True)
     for name, path in ensure_dataplane().items():
         print(f"linkerd {pinned.LINKERD_DATAPLANE.release.tag} {name}: {path}", flush=True)
+    if not missing:
+        # Linkerd's images for the real node's data-plane tests (mmdebstrap makes the base).
+        print(f"linkerd images (proxy, controller, test workload): {ensure_images()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,19 @@
 """Linkerd's data plane in the local control plane, the parts that need no cluster: the
-prebuilt binaries used only when every sum agrees with the pins."""
+prebuilt binaries used only when every sum agrees with the pins, the images' layers (file
+capabilities as ``setcap`` writes them) and their one OCI layout."""
 
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import struct
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from devcluster import linkerd_binaries, pinned
+from devcluster import linkerd_binaries, pinned, real_node
 from devcluster.binaries import BinaryUnavailableError
 from devcluster.pinned import DataPlaneSource, LinkerdDataPlane
 
@@ -131,3 +136,64 @@ def test_the_pins_are_the_vendored_recipes_inputs() -> None:
     } == files
     assert all(len(s.sha256) == 64 for s in plane.sources)
     assert plane.release.tag == "edge-26.8.3"
+
+
+def test_file_capabilities_are_what_setcap_writes() -> None:
+    # `setcap cap_net_raw,cap_net_admin+eip FILE; getfattr -n security.capability -e hex FILE`
+    # prints 0x0100000200300000000000000000000000000000.
+    caps = real_node.file_capabilities(12, 13)
+    assert caps.hex() == "0100000200300000000000000000000000000000"
+    assert struct.unpack("<I", caps[:4])[0] == 0x02000001
+
+
+def test_a_layer_carries_modes_parents_and_extended_attributes() -> None:
+    caps = {"security.capability": real_node.file_capabilities(12, 13)}
+    layer = real_node.layer_tar(
+        {
+            "usr/lib/linkerd/linkerd2-proxy-init": real_node.LayerFile(b"init", xattrs=caps),
+            "controller": real_node.LayerFile(b"ctl", mode=0o700),
+        }
+    )
+    with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert [n for n in members if members[n].isdir()] == ["usr", "usr/lib", "usr/lib/linkerd"]
+        init = members["usr/lib/linkerd/linkerd2-proxy-init"]
+        raw = init.pax_headers["SCHILY.xattr.security.capability"]
+        assert raw.encode("utf-8", "surrogateescape") == caps["security.capability"]
+        assert init.mode == 0o755 and init.uid == 0 and init.mtime == 0
+        assert members["controller"].mode == 0o700
+    assert layer == real_node.layer_tar(
+        {
+            "controller": real_node.LayerFile(b"ctl", mode=0o700),
+            "usr/lib/linkerd/linkerd2-proxy-init": real_node.LayerFile(b"init", xattrs=caps),
+        }
+    ), "reproducible"
+
+
+def test_one_layout_holds_every_image_and_a_shared_base_once(tmp_path: Path) -> None:
+    base = tmp_path / "rootfs.tar"
+    base.write_bytes(real_node.layer_tar({"bin/sh": real_node.LayerFile(b"sh")}))
+    top = real_node.layer_tar({"app": real_node.LayerFile(b"app")})
+    archive = tmp_path / "images.oci.tar"
+    real_node.write_oci_layout(
+        archive,
+        [
+            real_node.OciImage("localhost/a:1", (base, top), {"Entrypoint": ["/app"]}),
+            real_node.OciImage("localhost/b:1", (base,), {"User": "65534"}),
+        ],
+    )
+    with tarfile.open(archive) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    for name, blob in files.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(blob).hexdigest() == name.rsplit("/", 1)[1]
+    base_digest = hashlib.sha256(base.read_bytes()).hexdigest()
+    assert sum(blob == base.read_bytes() for blob in files.values()) == 1
+    index = json.loads(files["index.json"])
+    names = [m["annotations"]["io.containerd.image.name"] for m in index["manifests"]]
+    assert names == ["localhost/a:1", "localhost/b:1"]
+    manifests = [json.loads(files[f"blobs/sha256/{m['digest'][7:]}"]) for m in index["manifests"]]
+    assert manifests[0]["layers"][0]["digest"] == f"sha256:{base_digest}"
+    configs = [json.loads(files[f"blobs/sha256/{m['config']['digest'][7:]}"]) for m in manifests]
+    assert configs[0]["config"] == {"Entrypoint": ["/app"]}
+    assert configs[1]["rootfs"]["diff_ids"] == [f"sha256:{base_digest}"]
