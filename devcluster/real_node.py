@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
-from devcluster import container_image
+from devcluster import cluster_dns, container_image, module_command
 from devcluster.binaries import Progress, build_lock, cache_root
 
 if TYPE_CHECKING:
@@ -374,6 +374,7 @@ def kubelet_config(root: Path, ca_file: Path, runtime_socket: Path) -> dict[str,
         "podLogsDir": str(root / "pod-logs"),
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": "cluster.local",
+        "clusterDNS": [NODE_IP],  # cluster_dns, on the node's address
         "evictionHard": {
             "memory.available": "1Mi",
             "nodefs.available": "1%",
@@ -541,6 +542,7 @@ class RealNode:
             self.cp.progress("removing what a real node that did not stop left behind")
             clean_stale(self.bins["kube-proxy"], self.cp.workdir)
         add_node_address()
+        self._start_cluster_dns()
         self._start_containerd()
         self.import_image(pause)
         self._start_kubelet()
@@ -568,6 +570,31 @@ class RealNode:
     def import_image(self, archive: Path) -> None:
         """An image archive (OCI or docker-archive) into the CRI plugin's image store."""
         import_archive(self.socket, archive)
+
+    def _start_cluster_dns(self) -> None:
+        """``cluster_dns`` on ``NODE_IP``:53, with a client certificate of its own."""
+        pair = self.cp.certificate_authority.client("system:cluster-dns", ["system:masters"])
+        pki = self.root / "cluster-dns"
+        pki.mkdir(parents=True, exist_ok=True)
+        (pki / "tls.crt").write_bytes(pair.cert_pem)
+        (pki / "tls.key").write_bytes(pair.key_pem)
+        (pki / "tls.key").chmod(0o600)
+        self.cp.launch_component(
+            "cluster-dns",
+            [
+                *module_command("devcluster.cluster_dns"),
+                f"--server={self.cp.server}",
+                f"--ca={self.cp.workdir / 'ca.crt'}",
+                f"--cert={pki / 'tls.crt'}",
+                f"--key={pki / 'tls.key'}",
+                f"--listen={NODE_IP}:53",
+            ],
+        )
+        self.cp.wait_for("cluster DNS", self._dns_answers)
+
+    def _dns_answers(self) -> bool:
+        """True once ``kubernetes.default.svc.cluster.local`` resolves to the Service's IP."""
+        return cluster_dns.resolve(NODE_IP, "kubernetes.default.svc.cluster.local") != []
 
     def _start_containerd(self) -> None:
         (self.containerd_root / "cni").mkdir(parents=True, exist_ok=True)
@@ -640,7 +667,7 @@ class RealNode:
                     {"gracePeriodSeconds": 0},
                 )
             wait_until(self._no_tasks, timeout=30)
-        for name in ("kube-proxy", "kubelet"):
+        for name in ("kube-proxy", "kubelet", "cluster-dns"):
             self.cp.stop_component(name, missing_ok=True)
         with contextlib.suppress(Exception):
             for task in self.ctr("tasks", "ls", "-q", timeout=10).split():

@@ -1,6 +1,7 @@
 """Linkerd's data plane in the local control plane, the parts that need no cluster: the
 prebuilt binaries used only when every sum agrees with the pins, the images' layers (file
-capabilities as ``setcap`` writes them) and their one OCI layout."""
+capabilities as ``setcap`` writes them) and their one OCI layout, the cluster DNS's answers,
+and what ``linkerd install`` is told."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
-from devcluster import linkerd_binaries, pinned, real_node
+from devcluster import cluster_dns, linkerd_binaries, linkerd_control_plane, pinned, real_node
 from devcluster.binaries import BinaryUnavailableError
 from devcluster.pinned import DataPlaneSource, LinkerdDataPlane
+from tests.support.anchors import identity_pki
 
 
 def _vendor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -197,3 +201,91 @@ def test_one_layout_holds_every_image_and_a_shared_base_once(tmp_path: Path) -> 
     configs = [json.loads(files[f"blobs/sha256/{m['config']['digest'][7:]}"]) for m in manifests]
     assert configs[0]["config"] == {"Entrypoint": ["/app"]}
     assert configs[1]["rootfs"]["diff_ids"] == [f"sha256:{base_digest}"]
+
+
+def _services(service: str, namespace: str) -> list[str] | None:
+    known = {
+        ("kubernetes", "default"): ["10.0.0.1"],
+        ("linkerd-dst-headless", "linkerd"): ["10.245.0.7", "10.245.0.9"],
+        ("empty-headless", "linkerd"): [],
+    }
+    return known.get((service, namespace))
+
+
+def test_cluster_dns_answers_services_and_their_endpoints() -> None:
+    reply = cluster_dns.answer(
+        cluster_dns.query("linkerd-dst-headless.linkerd.svc.cluster.local."), _services
+    )
+    assert reply is not None
+    assert cluster_dns.addresses(reply) == (cluster_dns.NOERROR, ["10.245.0.7", "10.245.0.9"])
+    assert reply[:2] == b"\x01\xd5" and reply[2] & 0x80, "a response to the query's id"
+    upper = cluster_dns.answer(cluster_dns.query("KUBERNETES.default.SVC.cluster.local"), _services)
+    assert upper is not None and cluster_dns.addresses(upper) == (0, ["10.0.0.1"])
+
+
+@pytest.mark.parametrize(
+    ("name", "qtype", "rcode"),
+    [
+        ("missing.default.svc.cluster.local", 1, cluster_dns.NXDOMAIN),
+        # ndots:5 tries the search domains first: those names do not exist.
+        ("kubernetes.default.svc.cluster.local.default.svc.cluster.local", 1, 3),
+        ("cluster.local", 1, cluster_dns.NXDOMAIN),
+        ("kubernetes.default.svc.cluster.local", 28, cluster_dns.NOERROR),  # AAAA: none
+        ("empty-headless.linkerd.svc.cluster.local", 1, cluster_dns.NOERROR),
+    ],
+)
+def test_cluster_dns_says_what_does_not_exist(name: str, qtype: int, rcode: int) -> None:
+    reply = cluster_dns.answer(cluster_dns.query(name, qtype), _services)
+    assert reply is not None
+    assert cluster_dns.addresses(reply) == (rcode, [])
+
+
+def test_cluster_dns_forwards_other_names_and_fails_when_the_api_fails() -> None:
+    assert cluster_dns.answer(cluster_dns.query("www.example.com"), _services) is None
+
+    def down(service: str, namespace: str) -> list[str] | None:
+        raise OSError("connection refused")
+
+    reply = cluster_dns.answer(cluster_dns.query("kubernetes.default.svc.cluster.local"), down)
+    assert reply is not None and cluster_dns.addresses(reply) == (cluster_dns.SERVFAIL, [])
+    with pytest.raises(ValueError):
+        cluster_dns.parse_question(b"\x00\x01")
+
+
+def test_the_host_nameserver_is_the_first_ipv4_one(tmp_path: Path) -> None:
+    conf = tmp_path / "resolv.conf"
+    conf.write_text(
+        "search example\nnameserver ::1\nnameserver 10.255.255.53\nnameserver 1.1.1.1\n"
+    )
+    assert cluster_dns.host_nameserver(conf) == "10.255.255.53"
+    assert cluster_dns.host_nameserver(tmp_path / "none") is None
+
+
+def test_linkerd_is_installed_on_the_local_images_never_pulled() -> None:
+    values = dict(v.split("=", 1) for v in linkerd_control_plane.install_values())
+    assert values["controllerImage"] == "localhost/linkerd/controller"
+    assert values["proxy.image.name"] == "localhost/linkerd/proxy"
+    assert values["imagePullPolicy"] == "Never"
+    assert values["proxy.shutdownGracePeriod"] == "5s"
+    namespace = linkerd_control_plane.meshed_namespace("app")["metadata"]
+    assert namespace["annotations"] == {
+        "linkerd.io/inject": "enabled",
+        "scheduler.alpha.kubernetes.io/node-selector": "linkerd-config.dev/node=real",
+    }
+    assert linkerd_control_plane.has_proxy(
+        {"spec": {"initContainers": [{"name": "linkerd-init"}, {"name": "linkerd-proxy"}]}}
+    )
+    assert not linkerd_control_plane.has_proxy({"spec": {"containers": [{"name": "app"}]}})
+
+
+def test_the_identity_issuer_is_signed_by_the_tests_own_anchor() -> None:
+    pki = identity_pki()
+    anchor = x509.load_pem_x509_certificate(pki.trust_anchors.encode())
+    issuer = x509.load_pem_x509_certificate(pki.issuer_certificate.encode())
+    issuer.verify_directly_issued_by(anchor)
+    assert issuer.subject.rfc4514_string() == "CN=identity.linkerd.cluster.local"
+    constraints = issuer.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert constraints.ca and constraints.path_length == 0
+    key = serialization.load_pem_private_key(pki.issuer_key.encode(), None)
+    assert key.public_key().public_numbers() == issuer.public_key().public_numbers()  # type: ignore[union-attr]
+    assert identity_pki().trust_anchors != pki.trust_anchors, "a new anchor each call"
