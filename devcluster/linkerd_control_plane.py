@@ -58,7 +58,7 @@ class LinkerdControlPlane:
 
     def linkerd(self, *args: str, timeout: float = 120.0) -> str:
         """Linkerd's CLI against this cluster; raises with its output if it fails."""
-        return _run([str(self.cli), f"--kubeconfig={self.cp.kubeconfig}", *args], timeout=timeout)
+        return run([str(self.cli), f"--kubeconfig={self.cp.kubeconfig}", *args], timeout=timeout)
 
 
 def install_values() -> list[str]:
@@ -117,7 +117,7 @@ def install(
     # Linkerd's own copy of the Gateway API CRDs its policy controller reads (which it
     # otherwise requires installed first, from a registry this machine cannot reach).
     apply(cp, plane.linkerd("install", "--crds", "--set", "installGatewayAPI=true"))
-    _run(
+    run(
         [*kubectl(cp), "wait", "--for=condition=established", "--timeout=60s", "crd", "--all"],
         timeout=90,
     )
@@ -137,18 +137,7 @@ def install(
     for deployment in DEPLOYMENTS:
         remaining = max(1, int(deadline - time.monotonic()))
         try:
-            _run(
-                [
-                    *kubectl(cp),
-                    "-n",
-                    NAMESPACE,
-                    "rollout",
-                    "status",
-                    f"deployment/{deployment}",
-                    f"--timeout={remaining}s",
-                ],
-                timeout=remaining + 30,
-            )
+            rollout_status(cp, NAMESPACE, deployment, remaining)
         except BinaryUnavailableError as exc:
             raise ControlPlaneInstallError(
                 f"{deployment} not available: {exc}\n{pods(cp)}"
@@ -202,14 +191,32 @@ def kubectl(cp: LocalControlPlane) -> list[str]:
 def apply(cp: LocalControlPlane, manifests: str) -> None:
     """``kubectl apply --server-side`` (forcing: the ``linkerd`` namespace was made by the
     control plane, which placed it on the real node; the install's fields win)."""
-    _run(
+    run(
         [*kubectl(cp), "apply", "--server-side", "--force-conflicts", "-f", "-"],
         stdin=manifests,
         timeout=120,
     )
 
 
+def rollout_status(cp: LocalControlPlane, namespace: str, deployment: str, timeout: int) -> None:
+    """``kubectl rollout status``: until every replica of the Deployment is updated and
+    available; raises with kubectl's output when ``timeout`` (seconds) runs out."""
+    run(
+        [
+            *kubectl(cp),
+            "-n",
+            namespace,
+            "rollout",
+            "status",
+            f"deployment/{deployment}",
+            f"--timeout={timeout}s",
+        ],
+        timeout=timeout + 30,
+    )
+
+
 def create(cp: LocalControlPlane, path: str, obj: Obj) -> None:
+    """POST ``obj``; one that exists already is left as it is."""
     try:
         cp.api_request("POST", path, obj)
     except urllib.error.HTTPError as exc:
@@ -233,7 +240,8 @@ def pods(cp: LocalControlPlane, namespace: str = NAMESPACE) -> str:
     return "\n".join(lines)
 
 
-def _run(argv: list[str], stdin: str | None = None, timeout: float = 120.0) -> str:
+def run(argv: list[str], stdin: str | None = None, timeout: float = 120.0) -> str:
+    """A command's output; raises with its output if it fails (no kubeconfig path shown)."""
     done = subprocess.run(
         argv, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
     )

@@ -174,18 +174,8 @@ def deploy_client(
 def rollout_status(
     cp: LocalControlPlane, namespace: str, deployment: str, timeout: int = 120
 ) -> None:
-    l5d._run(
-        [
-            *l5d.kubectl(cp),
-            "-n",
-            namespace,
-            "rollout",
-            "status",
-            f"deployment/{deployment}",
-            f"--timeout={timeout}s",
-        ],
-        timeout=timeout + 30,
-    )
+    """Until every replica of the Deployment is updated and available."""
+    l5d.rollout_status(cp, namespace, deployment, timeout)
 
 
 def pods(cp: LocalControlPlane, namespace: str, app: str) -> list[Json]:
