@@ -9,9 +9,10 @@ identity.linkerd.cluster.local issuer.crt issuer.key --profile intermediate-ca -
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from cryptography.x509.oid import NameOID
@@ -65,19 +66,33 @@ def _root(
     return cert, key
 
 
-def identity_pki(trust_domain: str = "cluster.local") -> IdentityCredentials:
-    """What ``linkerd install`` takes for identity: a new anchor, and an issuer for
-    ``identity.linkerd.<trust_domain>`` signed by it (CA, path length 0, valid a year) with
-    its key."""
-    anchor, anchor_key = _root(f"root.linkerd.{trust_domain}", None, None)
+@dataclass(frozen=True)
+class SigningAnchor:
+    """A trust anchor with its key, for tests that issue under it (a rotation's new issuer)."""
+
+    certificate: str
+    key: str
+
+
+def signing_anchor(cn: str = "root.linkerd.cluster.local") -> SigningAnchor:
+    """A new trust anchor as :func:`trust_anchor` makes it, with its key (PEM, PKCS#8)."""
+    cert, key = _root(cn, None, None)
+    return SigningAnchor(cert.public_bytes(Encoding.PEM).decode(), _key_pem(key))
+
+
+def identity_issuer(anchor: SigningAnchor, trust_domain: str = "cluster.local") -> tuple[str, str]:
+    """An issuer for ``identity.linkerd.<trust_domain>`` signed by ``anchor`` (CA, path
+    length 0, valid a year): its certificate and key (PEM)."""
+    anchor_cert = x509.load_pem_x509_certificate(anchor.certificate.encode())
+    anchor_key = serialization.load_pem_private_key(anchor.key.encode(), None)
+    assert isinstance(anchor_key, ec.EllipticCurvePrivateKey)
     key = ec.generate_private_key(ec.SECP256R1())
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"identity.linkerd.{trust_domain}")])
     issuer = (
         x509.CertificateBuilder()
-        .subject_name(
-            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"identity.linkerd.{trust_domain}")])
-        )
-        .issuer_name(anchor.subject)
+        .subject_name(name)
+        .issuer_name(anchor_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
@@ -90,11 +105,19 @@ def identity_pki(trust_domain: str = "cluster.local") -> IdentityCredentials:
         )
         .sign(anchor_key, hashes.SHA256())
     )
-    return IdentityCredentials(
-        anchor.public_bytes(Encoding.PEM).decode(),
-        issuer.public_bytes(Encoding.PEM).decode(),
-        key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode(),
-    )
+    return issuer.public_bytes(Encoding.PEM).decode(), _key_pem(key)
+
+
+def identity_pki(trust_domain: str = "cluster.local") -> IdentityCredentials:
+    """What ``linkerd install`` takes for identity: a new anchor, and an issuer under it
+    (:func:`identity_issuer`) with its key."""
+    anchor = signing_anchor(f"root.linkerd.{trust_domain}")
+    certificate, key = identity_issuer(anchor, trust_domain)
+    return IdentityCredentials(anchor.certificate, certificate, key)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> str:
+    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
 
 
 def bundle(*anchors: str) -> str:

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from devcluster import cluster_dns, linkerd_binaries, linkerd_control_plane, pinned, real_node
 from devcluster.binaries import BinaryUnavailableError
 from devcluster.pinned import DataPlaneSource, LinkerdDataPlane
-from tests.support.anchors import identity_pki
+from tests.support.anchors import identity_issuer, identity_pki, signing_anchor
 
 
 def _vendor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -289,3 +289,9 @@ def test_the_identity_issuer_is_signed_by_the_tests_own_anchor() -> None:
     key = serialization.load_pem_private_key(pki.issuer_key.encode(), None)
     assert key.public_key().public_numbers() == issuer.public_key().public_numbers()  # type: ignore[union-attr]
     assert identity_pki().trust_anchors != pki.trust_anchors, "a new anchor each call"
+    # A rotation's new issuer, under another anchor of the test's.
+    other = signing_anchor()
+    certificate, _ = identity_issuer(other)
+    x509.load_pem_x509_certificate(certificate.encode()).verify_directly_issued_by(
+        x509.load_pem_x509_certificate(other.certificate.encode())
+    )
