@@ -236,7 +236,10 @@ def push(image: str, tool: str | None = None, progress: Progress = print) -> Non
 
 
 def mmdebstrap_command(
-    target: Path, ca_dir: Path = HOST_CA_DIR, packages: Sequence[str] = BASE_PACKAGES
+    target: Path,
+    ca_dir: Path = HOST_CA_DIR,
+    packages: Sequence[str] = BASE_PACKAGES,
+    options: Sequence[str] = (),
 ) -> list[str]:
     """Debian's minbase with ``packages`` (which must include ca-certificates when the host
     has CA certificates of its own, copied in). mmdebstrap picks its output's format from
@@ -246,6 +249,7 @@ def mmdebstrap_command(
         "mmdebstrap",
         "--variant=minbase",
         f"--include={','.join(packages)}",
+        *options,
     ]
     if certs:
         cmd += [
