@@ -453,7 +453,8 @@ def ensure_dataplane(progress: Progress = print) -> dict[str, Path]:
     The prebuilt ones in ``$LINKERD_DATAPLANE_SOURCE/bin`` are copied when its ``SHA256SUMS``
     states every pinned source at its pinned sum, the files there have those sums, and every
     binary has the sum stated; otherwise they are built from the pinned sources by their
-    recipe (``RECIPE.txt``), once (a cold build is about 25 minutes on 2 cores)."""
+    recipe (``RECIPE.txt``), once (a cold build took 24 minutes on 2 cores, niced, beside
+    other tests)."""
     plane = pinned.LINKERD_DATAPLANE
     out = dataplane_bin_dir()
     wanted = {name: out / name for name in plane.binaries}
