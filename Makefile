@@ -11,6 +11,10 @@ STAMP := $(VENV)/.installed
 # repository when present, else each release tag is cloned from Linkerd's repository.
 LINKERD2_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2))
 export LINKERD2_SOURCE
+# Linkerd's data plane (proxy, proxy-init, proxy-identity, policy controller): the pinned sources
+# and the binaries built from them beside the repository, checked against their sums.
+LINKERD_DATAPLANE_SOURCE ?= $(abspath $(wildcard ../shared/vendor/linkerd2-dataplane))
+export LINKERD_DATAPLANE_SOURCE
 
 .PHONY: docker-build docker-build-local docker-push render deploy undeploy helm-deploy helm-undeploy
 .PHONY: help venv lock binaries test test-unit test-durations test-integration property lint format demo bench generate \

@@ -433,35 +433,53 @@ def go_build(
     cmd += ["-ldflags", f"-s -w {ldflags}", "-o", str(tmp), package]
     progress(f"building {binary} from {package} (first run only; cached in {out.parent})")
     started = time.monotonic()
+    try:
+        run_with_progress(cmd, src, env, binary, progress, unit="packages")
+    except BinaryUnavailableError as exc:
+        tmp.unlink(missing_ok=True)
+        raise BinaryUnavailableError(f"go build of {binary} ({package}) {exc}") from None
+    tmp.replace(out)
+    progress(f"built {binary} in {time.monotonic() - started:.0f}s")
+
+
+def run_with_progress(
+    cmd: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    what: str,
+    progress: Progress,
+    unit: str = "lines",
+    heartbeat_every: float = 20.0,
+) -> None:
+    """Run a long build, printing every ``heartbeat_every`` seconds how long it has run, how
+    many lines of output (packages, crates) it has printed and the last one; on failure,
+    raise with its last 40 lines."""
+    started = time.monotonic()
     proc = subprocess.Popen(
-        cmd, cwd=src, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        cmd, cwd=cwd, env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     tail: list[str] = []
-    compiled = 0
+    counted = 0
     stop = threading.Event()
 
     def heartbeat() -> None:
-        while not stop.wait(20):
+        while not stop.wait(heartbeat_every):
             elapsed = time.monotonic() - started
-            last = tail[-1] if tail else "resolving modules"
-            progress(f"  {binary}: {elapsed:4.0f}s, {compiled} packages, at {last}")
+            last = tail[-1] if tail else "starting"
+            progress(f"  {what}: {elapsed:4.0f}s, {counted} {unit}, at {last}")
 
     ticker = threading.Thread(target=heartbeat, daemon=True)
     ticker.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            compiled += 1
+            counted += 1
             tail = [*tail[-39:], line.rstrip()]
         code = proc.wait()
     finally:
         stop.set()
         ticker.join()
     if code != 0:
-        tmp.unlink(missing_ok=True)
         raise BinaryUnavailableError(
-            f"go build of {binary} ({package}) failed with exit code {code}; last output:\n"
-            + "\n".join(tail)
+            f"failed with exit code {code}; last output:\n" + "\n".join(tail)
         )
-    tmp.replace(out)
-    progress(f"built {binary} in {time.monotonic() - started:.0f}s")

@@ -60,7 +60,7 @@ class ContainerToolError(RuntimeError):
     says what."""
 
 
-def _run(
+def run_command(
     cmd: Sequence[str],
     env: Mapping[str, str] | None = None,
     progress: Progress | None = None,
@@ -219,7 +219,7 @@ def build(
     """Build the Dockerfile in the current folder (the repository's root) as ``image``."""
     chosen = container_tool(tool)
     try:
-        _run(build_command(chosen, image, python_image), tool_env(chosen), progress)
+        run_command(build_command(chosen, image, python_image), tool_env(chosen), progress)
     except ContainerToolError as exc:
         if python_image.startswith("localhost/"):
             raise
@@ -232,15 +232,24 @@ def build(
 
 def push(image: str, tool: str | None = None, progress: Progress = print) -> None:
     chosen = container_tool(tool)
-    _run([chosen, "push", image], tool_env(chosen), progress)
+    run_command([chosen, "push", image], tool_env(chosen), progress)
 
 
-def mmdebstrap_command(target: Path, ca_dir: Path = HOST_CA_DIR) -> list[str]:
+def mmdebstrap_command(
+    target: Path,
+    ca_dir: Path = HOST_CA_DIR,
+    packages: Sequence[str] = BASE_PACKAGES,
+    options: Sequence[str] = (),
+) -> list[str]:
+    """Debian's minbase with ``packages`` (which must include ca-certificates when the host
+    has CA certificates of its own, copied in). mmdebstrap picks its output's format from
+    ``target``'s name (``.tar``: a tarball; no suffix it knows: a folder)."""
     certs = sorted(str(p) for p in ca_dir.glob("*.crt")) if ca_dir.is_dir() else []
     cmd = [
         "mmdebstrap",
         "--variant=minbase",
-        f"--include={','.join(BASE_PACKAGES)}",
+        f"--include={','.join(packages)}",
+        *options,
     ]
     if certs:
         cmd += [
@@ -269,9 +278,9 @@ def ensure_base(tool: str | None = None, progress: Progress = print) -> str:
         progress(f"making the base image {LOCAL_BASE} from Debian {DEBIAN_SUITE} (about a minute)")
         start = time.monotonic()
         try:
-            _run(mmdebstrap_command(tarball), progress=progress)
+            run_command(mmdebstrap_command(tarball), progress=progress)
             changes = [arg for env in BASE_ENV for arg in ("--change", f"ENV {env}")]
-            _run(
+            run_command(
                 [chosen, "import", *changes, str(tarball), LOCAL_BASE],
                 tool_env(chosen),
                 progress,

@@ -5,12 +5,14 @@ from __future__ import annotations
 from devcluster import pinned, real_node, system_packages
 from devcluster.binaries import (
     NODE_BINARIES,
+    BinaryUnavailableError,
     ensure_binaries,
     ensure_helm,
     ensure_prometheus,
 )
 from devcluster.cert_manager import ensure_cert_manager
-from devcluster.linkerd_binaries import ensure_linkerd
+from devcluster.linkerd_binaries import ensure_dataplane, ensure_linkerd
+from devcluster.linkerd_images import ensure_images
 from devcluster.status_readers import ensure_status_readers
 
 
@@ -40,6 +42,16 @@ def main() -> None:
         print(f"linkerd {rel.tag} controller: {ensure_linkerd(rel.tag)}", flush=True)
         if rel.builds_cli:
             print(f"linkerd {rel.tag} cli: {ensure_linkerd(rel.tag, 'linkerd')}", flush=True)
+    try:
+        for name, path in ensure_dataplane().items():
+            print(f"linkerd {pinned.LINKERD_DATAPLANE.release.tag} {name}: {path}", flush=True)
+        if not missing:
+            # Linkerd's images for the real node's data-plane tests (mmdebstrap makes the base).
+            images = ensure_images()
+            print(f"linkerd images (proxy, controller, test workload): {images}", flush=True)
+    except BinaryUnavailableError as exc:
+        # The data-plane tests will fail with the same reason; everything else works.
+        print(f"linkerd data plane: {exc}", flush=True)
 
 
 if __name__ == "__main__":

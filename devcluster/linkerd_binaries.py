@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 from pathlib import Path
 
 from devcluster import pinned
@@ -32,6 +33,7 @@ from devcluster.binaries import (
     cache_root,
     go_build,
     go_toolchain,
+    run_with_progress,
 )
 from devcluster.pinned import LinkerdRelease
 
@@ -412,3 +414,209 @@ def _patch_cronjob_informer(tree: Path) -> None:
     if text.count(old) != 1:
         raise BinaryUnavailableError(f"{main}: expected one {old!r} to patch; the source differs")
     main.write_text(text.replace(old, new))
+
+
+# -- the data plane --------------------------------------------------------------------------
+
+DATAPLANE_ENV = "LINKERD_DATAPLANE_SOURCE"
+"""A folder as ``../shared/vendor/linkerd2-dataplane/``: the pinned sources, patches and
+recipe, and ``bin/`` with ``SHA256SUMS`` (the Makefile points it there when that exists)."""
+SUMS_FILE = "SHA256SUMS"
+_GO_BINARIES = {  # binary -> (source folder, main package)
+    "linkerd2-proxy-init": ("linkerd2-proxy-init", "./proxy-init"),
+    "linkerd2-proxy-identity": ("", "./proxy-identity"),  # "": the edge release itself
+}
+_RUST_BINARIES = {  # binary -> (source folder, patch, RUSTFLAGS before the path remapping)
+    "linkerd2-proxy": (
+        "linkerd2-proxy",
+        "linkerd2-proxy-v2.366.0.patch",
+        "-A deprecated --cfg tokio_unstable",
+    ),
+    "linkerd-policy-controller": (
+        "",
+        "linkerd2-edge-26.8.3-policy-controller.patch",
+        "--cfg tokio_unstable",
+    ),
+}
+
+
+def dataplane_bin_dir() -> Path:
+    """Keyed by the release and every pinned input: a re-pinned source builds afresh."""
+    plane = pinned.LINKERD_DATAPLANE
+    key = hashlib.sha256("".join(s.sha256 for s in plane.sources).encode()).hexdigest()[:12]
+    return cache_root() / f"linkerd-dataplane-{plane.release.tag}-{key}" / "bin"
+
+
+def ensure_dataplane(progress: Progress = print) -> dict[str, Path]:
+    """Linkerd's data-plane binaries (``pinned.LINKERD_DATAPLANE.binaries``), in the cache.
+
+    The prebuilt ones in ``$LINKERD_DATAPLANE_SOURCE/bin`` are copied when its ``SHA256SUMS``
+    states every pinned source at its pinned sum, the files there have those sums, and every
+    binary has the sum stated; otherwise they are built from the pinned sources by their
+    recipe (``RECIPE.txt``), once (a cold build took 24 minutes on 2 cores, niced, beside
+    other tests)."""
+    plane = pinned.LINKERD_DATAPLANE
+    out = dataplane_bin_dir()
+    wanted = {name: out / name for name in plane.binaries}
+    if all(os.access(path, os.X_OK) for path in wanted.values()):
+        return wanted
+    with build_lock("linkerd-dataplane"):
+        if all(os.access(path, os.X_OK) for path in wanted.values()):
+            return wanted
+        given = os.environ.get(DATAPLANE_ENV)
+        if not given:
+            raise BinaryUnavailableError(
+                f"Linkerd's data plane: {DATAPLANE_ENV} is not set; point it at a folder "
+                "holding its pinned sources (such as ../shared/vendor/linkerd2-dataplane)"
+            )
+        vendor = Path(given)
+        problem = prebuilt_problem(vendor)
+        if problem is None:
+            progress(f"copying Linkerd's data plane from {vendor / 'bin'} (sha256 verified)")
+            _install_binaries({name: vendor / "bin" / name for name in plane.binaries}, out)
+        else:
+            progress(f"not using {vendor / 'bin'}: {problem}; building from the sources")
+            _build_dataplane(vendor, out, progress)
+    return wanted
+
+
+def read_sums(path: Path) -> dict[str, str]:
+    """``sha256sum``'s lines (``<hex>  <name>``, ``*`` for binary mode) as name -> sum."""
+    sums: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            digest, _, name = line.partition(" ")
+            sums[name.strip().lstrip("*")] = digest.strip()
+    return sums
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def prebuilt_problem(vendor: Path) -> str | None:
+    """Why ``vendor/bin`` must not be used (None: it may): the first of a missing
+    ``SHA256SUMS``, a pinned source it states otherwise than pinned or that differs on disk,
+    a binary it does not state or whose file differs."""
+    sums_path = vendor / SUMS_FILE
+    if not sums_path.is_file():
+        return f"no {SUMS_FILE}"
+    sums = read_sums(sums_path)
+    for source in pinned.LINKERD_DATAPLANE.sources:
+        stated = sums.get(source.file)
+        if stated != source.sha256:
+            return f"{SUMS_FILE} states {source.file} as {stated}, not the pinned {source.sha256}"
+        if not (vendor / source.file).is_file():
+            return f"{source.file} is missing"
+        if file_sha256(vendor / source.file) != source.sha256:
+            return f"{source.file} does not have its pinned sha256"
+    for name in pinned.LINKERD_DATAPLANE.binaries:
+        binary = vendor / "bin" / name
+        stated = sums.get(f"bin/{name}")
+        if stated is None:
+            return f"{SUMS_FILE} does not state bin/{name}"
+        if not binary.is_file():
+            return f"bin/{name} is missing"
+        if file_sha256(binary) != stated:
+            return f"bin/{name} does not have the sha256 {SUMS_FILE} states"
+    return None
+
+
+def _install_binaries(files: dict[str, Path], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, path in files.items():
+        tmp = out / f".{name}.tmp"
+        shutil.copyfile(path, tmp)
+        tmp.chmod(0o755)
+        tmp.replace(out / name)
+
+
+def _build_dataplane(vendor: Path, out: Path, progress: Progress) -> None:
+    """The recipe (``RECIPE.txt``): the trees side by side, each Cargo workspace patched to
+    the kubert checkouts, the two Rust builds (the proxy with the cheaper profile the
+    vendored one was built with: no fat LTO, no debug info) and the two Go builds."""
+    plane = pinned.LINKERD_DATAPLANE
+    for source in plane.sources:
+        path = vendor / source.file
+        if not path.is_file() or file_sha256(path) != source.sha256:
+            raise BinaryUnavailableError(
+                f"cannot build Linkerd's data plane: {path} is missing or does not have its "
+                f"pinned sha256 {source.sha256}"
+            )
+    cargo = shutil.which("cargo")
+    go = go_toolchain("Linkerd's data plane", f"set {DATAPLANE_ENV} to a folder with bin/")
+    if cargo is None:
+        raise BinaryUnavailableError(
+            "cannot build Linkerd's data plane: no cargo on PATH (install Rust stable), or set "
+            f"{DATAPLANE_ENV} to a folder whose bin/ and {SUMS_FILE} match the pins"
+        )
+    src = out.parent / "src"
+    edge = _dataplane_sources(vendor, src, progress)
+    built = out.parent / "built"
+    built.mkdir(parents=True, exist_ok=True)
+    remap = f"--remap-path-prefix={src}=/src --remap-path-prefix={Path.home() / '.cargo'}=/cargo"
+    for name, (folder, _patch, rustflags) in _RUST_BINARIES.items():
+        tree = src / folder if folder else edge
+        env = dict(os.environ, RUSTUP_TOOLCHAIN="stable", CARGO_INCREMENTAL="0")
+        env["RUSTFLAGS"] = f"{rustflags} {remap}"
+        if name == "linkerd2-proxy":
+            env.update(CARGO_PROFILE_RELEASE_LTO="false", CARGO_PROFILE_RELEASE_DEBUG="0")
+        progress(f"building {name} with cargo (first run only; cached in {out})")
+        started = time.monotonic()
+        run_with_progress([cargo, "fetch", "--locked"], tree, env, f"{name} fetch", progress)
+        cmd = [cargo, "build", "--release", "--locked", "-p", name, "--bin", name]
+        run_with_progress(cmd, tree, env, name, progress, unit="lines")
+        _run_tool(["strip", "-o", str(built / name), str(tree / "target/release" / name)])
+        progress(f"built {name} in {time.monotonic() - started:.0f}s")
+    stamp = f"-X {VERSION_PACKAGE}.Version={plane.release.tag}"
+    for name, (folder, package) in _GO_BINARIES.items():
+        tree = src / folder if folder else edge
+        go_build(go, tree, name, package, stamp, built / name, progress)
+    _install_binaries({name: built / name for name in plane.binaries}, out)
+
+
+def _dataplane_sources(vendor: Path, src: Path, progress: Progress) -> Path:
+    """The recipe's layout under ``src`` (made once, patched, in a staging folder first);
+    returns the edge release's tree."""
+    plane = pinned.LINKERD_DATAPLANE
+    edge = src / f"linkerd2-{plane.release.tag}"
+    if (src / ".complete").is_file():
+        return edge
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    for source in plane.sources:
+        if not source.folder:
+            continue
+        progress(f"unpacking {source.file} (sha256 verified) as {source.folder}/")
+        staging = src / f".{source.folder}"
+        with tarfile.open(vendor / source.file) as tar:
+            tar.extractall(staging, filter="data")
+        (top,) = list(staging.iterdir())
+        top.rename(src / source.folder)
+        staging.rmdir()
+    given = os.environ.get(SOURCE_ENV)
+    archive = Path(given) / plane.release.archive_name if given else None
+    if archive is None or not archive.is_file():
+        raise BinaryUnavailableError(
+            f"cannot build Linkerd's data plane: {SOURCE_ENV} must name a folder holding "
+            f"{plane.release.archive_name} (the policy controller and proxy-identity are in it)"
+        )
+    _unpack(plane.release, archive, src, progress)
+    for folder, patch, _flags in _RUST_BINARIES.values():
+        tree = src / folder if folder else edge
+        _run_tool(["patch", "-p1", "--forward", "-i", str(vendor / patch)], cwd=tree)
+    (src / ".complete").write_text("")
+    return edge
+
+
+def _run_tool(argv: list[str], cwd: Path | None = None) -> None:
+    done = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BinaryUnavailableError(
+            f"{' '.join(argv[:3])} failed (exit {done.returncode}): "
+            f"{(done.stdout + done.stderr).strip()[-2000:]}"
+        )

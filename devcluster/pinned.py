@@ -127,3 +127,78 @@ LINKERD_RELEASES = {r.tag: r for r in (LINKERD_EDGE_19_12_3, LINKERD_EDGE_26_8_3
 
 LINKERD_REPOSITORY = "https://github.com/linkerd/linkerd2"
 """Cloned at a release tag when no local source is given (what a user with internet gets)."""
+
+
+@dataclass(frozen=True)
+class DataPlaneSource:
+    """One pinned input of Linkerd's data plane: a ``git archive`` export (unpacked, renamed
+    to the folder the recipe's patches expect) or a patch, by its sha256."""
+
+    file: str
+    sha256: str
+    folder: str = ""
+    """What the tarball is unpacked as (its top folder renamed), side by side with the rest."""
+
+
+@dataclass(frozen=True)
+class LinkerdDataPlane:
+    """edge-26.8.3's data plane as ``../shared/vendor/linkerd2-dataplane/`` holds it: the
+    sources, the patches and ``RECIPE.txt`` (every one by sha256), and the binaries that
+    recipe built, whose sums its ``SHA256SUMS`` states."""
+
+    release: LinkerdRelease
+    proxy_version: str
+    sources: tuple[DataPlaneSource, ...]
+    binaries: tuple[str, ...]
+
+    def source(self, file: str) -> DataPlaneSource:
+        return next(s for s in self.sources if s.file == file)
+
+
+LINKERD_DATAPLANE = LinkerdDataPlane(
+    release=LINKERD_EDGE_26_8_3,
+    proxy_version="2.366.0",
+    sources=(
+        DataPlaneSource(
+            "linkerd2-proxy-v2.366.0.tar.gz",
+            "d3dd28526e864c6ce44242574d939760fa81337e53765799cae866a1bd16114b",
+            "linkerd2-proxy",
+        ),
+        DataPlaneSource(
+            "linkerd-kubert-cb414cc.tar.gz",
+            "2b50c9b054f67628ac3d071da89b2b5faad7414d113ec7bba9c5cb992c8b4464",
+            "kubert-cb414cc",
+        ),
+        DataPlaneSource(
+            "linkerd-kubert-04f6ac3.tar.gz",
+            "a3a3befc703657133b3fe7f953b2bccad55aca3ec0d1ef61e5a709bc1e69f83a",
+            "kubert-04f6ac3",
+        ),
+        DataPlaneSource(
+            "linkerd2-proxy-init-v2.4.9.tar.gz",
+            "086daffa03205c1453a8642dad1d96da81fd6ea612332cd5489882daf57c5a03",
+            "linkerd2-proxy-init",
+        ),
+        DataPlaneSource(
+            "linkerd2-proxy-v2.366.0.patch",
+            "d08c206259c10bb8a4e7544e6ad2f4c2271baaf7e21bbbc53c404ec4249bf4d1",
+        ),
+        DataPlaneSource(
+            "linkerd2-edge-26.8.3-policy-controller.patch",
+            "c2325fd92d6e856b657be4c51b6c9dfaa51d3290e02788e355216ccd87e1aa47",
+        ),
+        DataPlaneSource(
+            "RECIPE.txt", "4cffdac95d0d01037b80b37fc62c902c274b59385422aed443bd05b072b645e5"
+        ),
+    ),
+    binaries=(
+        "linkerd2-proxy",
+        "linkerd2-proxy-identity",
+        "linkerd2-proxy-init",
+        "linkerd-policy-controller",
+    ),
+)
+"""linkerd2-proxy ``release/v2.366.0`` (edge-26.8.3's ``.proxy-version``), linkerd-kubert at
+the two commits the Cargo.lock files name, linkerd2-proxy-init ``proxy-init/v2.4.9``
+(edge-26.8.3's ``Dockerfile.proxy``); the policy controller and proxy-identity come from the
+edge-26.8.3 release itself."""

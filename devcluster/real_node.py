@@ -29,15 +29,17 @@ import io
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 from typing import IO, TYPE_CHECKING, Any
 
-from devcluster import container_image
+from devcluster import cluster_dns, container_image, module_command
 from devcluster.binaries import Progress, build_lock, cache_root
 
 if TYPE_CHECKING:
@@ -140,65 +142,142 @@ def pause_image_archive(progress: Progress = print) -> Path:
 def oci_archive(name: str, files: dict[str, bytes], entrypoint: list[str]) -> bytes:
     """A one-layer OCI image layout as a tar, named with containerd's annotation so
     ``ctr images import`` gives it ``name``."""
+    layer = layer_tar({path: LayerFile(data) for path, data in files.items()})
+    image = OciImage(name, (layer,), {"Entrypoint": entrypoint, "User": "65535:65535"})
+    buf = io.BytesIO()
+    write_oci_layout(buf, [image])
+    return buf.getvalue()
 
-    def tar_of(members: dict[str, bytes], mode: int) -> bytes:
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            for path, data in sorted(members.items()):
-                info = tarfile.TarInfo(path)
-                info.size, info.mode, info.mtime = len(data), mode, 0
-                tar.addfile(info, io.BytesIO(data))
-        return buf.getvalue()
 
-    def digest(data: bytes) -> str:
-        return "sha256:" + hashlib.sha256(data).hexdigest()
+@dataclass(frozen=True)
+class LayerFile:
+    """A regular file of an image layer; ``xattrs`` as ``setfattr`` names them (file
+    capabilities are ``security.capability``), which containerd sets when it unpacks."""
 
-    layer = tar_of(files, 0o755)
-    config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {"Entrypoint": entrypoint, "User": "65535:65535"},
-            "rootfs": {"type": "layers", "diff_ids": [digest(layer)]},
-        }
-    ).encode()
-    manifest = json.dumps(
-        {
-            "schemaVersion": 2,
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "config": {
-                "mediaType": "application/vnd.oci.image.config.v1+json",
-                "digest": digest(config),
-                "size": len(config),
-            },
-            "layers": [
-                {
-                    "mediaType": "application/vnd.oci.image.layer.v1.tar",
-                    "digest": digest(layer),
-                    "size": len(layer),
-                }
-            ],
-        }
-    ).encode()
-    index = json.dumps(
-        {
-            "schemaVersion": 2,
-            "manifests": [
-                {
-                    "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                    "digest": digest(manifest),
-                    "size": len(manifest),
-                    "annotations": {"io.containerd.image.name": name},
-                }
-            ],
-        }
-    ).encode()
-    blobs = {
-        f"blobs/sha256/{digest(blob).split(':')[1]}": blob for blob in (layer, config, manifest)
+    data: bytes
+    mode: int = 0o755
+    xattrs: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def file_capabilities(*capabilities: int) -> bytes:
+    """``security.capability`` as ``setcap cap_x,cap_y+eip`` writes it (VFS_CAP_REVISION_2,
+    effective): the capabilities permitted (and effective) when the file is executed."""
+    permitted = sum(1 << c for c in capabilities)
+    return struct.pack("<IIIII", 0x02000000 | 0x1, permitted & 0xFFFFFFFF, 0, permitted >> 32, 0)
+
+
+def layer_tar(files: Mapping[str, LayerFile]) -> bytes:
+    """An uncompressed layer, reproducible (owner root, time 0), each file's parent folders
+    included (0755)."""
+    folders = sorted({str(parent) for path in files for parent in PurePosixPath(path).parents})
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for folder in folders:
+            if folder != ".":
+                info = tarfile.TarInfo(folder)
+                info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 0
+                tar.addfile(info)
+        for path, file in sorted(files.items()):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime = len(file.data), file.mode, 0
+            info.pax_headers = {
+                f"SCHILY.xattr.{key}": value.decode("utf-8", "surrogateescape")
+                for key, value in file.xattrs.items()
+            }
+            tar.addfile(info, io.BytesIO(file.data))
+    return buf.getvalue()
+
+
+@dataclass(frozen=True)
+class OciImage:
+    """One image of an OCI layout: its name (containerd's ``io.containerd.image.name``),
+    its layers bottom first (uncompressed tars: in memory, or files such as a root file
+    system mmdebstrap made) and its configuration (``Entrypoint``, ``Env``, ``User``...)."""
+
+    name: str
+    layers: tuple[bytes | Path, ...]
+    config: Mapping[str, Any]
+
+
+def write_oci_layout(target: Path | IO[bytes], images: list[OciImage]) -> None:
+    """An OCI image layout as a tar (what ``ctr images import`` reads), holding every image;
+    a layer two images share (the same file or bytes) is stored once."""
+
+    def digest_of(layer: bytes | Path) -> tuple[str, int]:
+        if isinstance(layer, bytes):
+            return "sha256:" + hashlib.sha256(layer).hexdigest(), len(layer)
+        sha = hashlib.sha256()
+        with layer.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                sha.update(chunk)
+        return "sha256:" + sha.hexdigest(), layer.stat().st_size
+
+    blobs: dict[str, bytes | Path] = {}
+    manifests = []
+    for image in images:
+        layers = []
+        for layer in image.layers:
+            digest, size = digest_of(layer)
+            blobs[digest] = layer
+            layers.append({"mediaType": OCI_LAYER, "digest": digest, "size": size})
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": dict(image.config),
+                "rootfs": {"type": "layers", "diff_ids": [x["digest"] for x in layers]},
+            }
+        ).encode()
+        manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"mediaType": OCI_CONFIG, "digest": _sha(config), "size": len(config)},
+                "layers": layers,
+            }
+        ).encode()
+        blobs[_sha(config)] = config
+        blobs[_sha(manifest)] = manifest
+        manifests.append(
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": _sha(manifest),
+                "size": len(manifest),
+                "annotations": {"io.containerd.image.name": image.name},
+            }
+        )
+    index = json.dumps({"schemaVersion": 2, "manifests": manifests}).encode()
+    members: dict[str, bytes | Path] = {
+        "oci-layout": b'{"imageLayoutVersion":"1.0.0"}',
+        "index.json": index,
+        **{f"blobs/sha256/{d.split(':')[1]}": blob for d, blob in blobs.items()},
     }
-    return tar_of(
-        {"oci-layout": b'{"imageLayoutVersion":"1.0.0"}', "index.json": index, **blobs}, 0o644
-    )
+    with contextlib.ExitStack() as stack:
+        if isinstance(target, Path):
+            tar = stack.enter_context(tarfile.open(target, "w", format=tarfile.PAX_FORMAT))
+        else:
+            tar = stack.enter_context(
+                tarfile.open(fileobj=target, mode="w", format=tarfile.PAX_FORMAT)
+            )
+        for name, blob in sorted(members.items()):
+            info = tarfile.TarInfo(name)
+            info.mode, info.mtime = 0o644, 0
+            if isinstance(blob, bytes):
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+            else:
+                info.size = blob.stat().st_size
+                with blob.open("rb") as f:
+                    tar.addfile(info, f)
+
+
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 # -- configuration files -----------------------------------------------------------------------
@@ -295,6 +374,7 @@ def kubelet_config(root: Path, ca_file: Path, runtime_socket: Path) -> dict[str,
         "podLogsDir": str(root / "pod-logs"),
         "resolvConf": "/etc/resolv.conf",
         "clusterDomain": "cluster.local",
+        "clusterDNS": [NODE_IP],  # cluster_dns, on the node's address
         "evictionHard": {
             "memory.available": "1Mi",
             "nodefs.available": "1%",
@@ -462,6 +542,7 @@ class RealNode:
             self.cp.progress("removing what a real node that did not stop left behind")
             clean_stale(self.bins["kube-proxy"], self.cp.workdir)
         add_node_address()
+        self._start_cluster_dns()
         self._start_containerd()
         self.import_image(pause)
         self._start_kubelet()
@@ -489,6 +570,31 @@ class RealNode:
     def import_image(self, archive: Path) -> None:
         """An image archive (OCI or docker-archive) into the CRI plugin's image store."""
         import_archive(self.socket, archive)
+
+    def _start_cluster_dns(self) -> None:
+        """``cluster_dns`` on ``NODE_IP``:53, with a client certificate of its own."""
+        pair = self.cp.certificate_authority.client("system:cluster-dns", ["system:masters"])
+        pki = self.root / "cluster-dns"
+        pki.mkdir(parents=True, exist_ok=True)
+        (pki / "tls.crt").write_bytes(pair.cert_pem)
+        (pki / "tls.key").write_bytes(pair.key_pem)
+        (pki / "tls.key").chmod(0o600)
+        self.cp.launch_component(
+            "cluster-dns",
+            [
+                *module_command("devcluster.cluster_dns"),
+                f"--server={self.cp.server}",
+                f"--ca={self.cp.workdir / 'ca.crt'}",
+                f"--cert={pki / 'tls.crt'}",
+                f"--key={pki / 'tls.key'}",
+                f"--listen={NODE_IP}:53",
+            ],
+        )
+        self.cp.wait_for("cluster DNS", self._dns_answers)
+
+    def _dns_answers(self) -> bool:
+        """True once ``kubernetes.default.svc.cluster.local`` resolves to the Service's IP."""
+        return cluster_dns.resolve(NODE_IP, "kubernetes.default.svc.cluster.local") != []
 
     def _start_containerd(self) -> None:
         (self.containerd_root / "cni").mkdir(parents=True, exist_ok=True)
@@ -543,11 +649,15 @@ class RealNode:
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     def stop(self) -> None:
-        """Pods first (through the kubelet, so their networks and mounts are torn down),
-        then the components, then whatever a crash left: tasks, network namespaces, mounts,
-        links, rules."""
+        """Pods first (through the kubelet, so their networks and mounts are torn down; with
+        nothing left to replace them), then the components, then whatever a crash left:
+        tasks, network namespaces, mounts, links, rules."""
         if self._lock is None:
             return  # never started (another node holds the machine): nothing here is ours
+        # The controllers first: else each deleted pod's ReplicaSet makes a new one, and the
+        # wait for no tasks runs out (35 s, with a Deployment on the node).
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            self.cp.stop_component(name, missing_ok=True)
         namespaces = self._network_namespaces()
         with contextlib.suppress(Exception):
             pods = self.cp.api_request(
@@ -561,7 +671,7 @@ class RealNode:
                     {"gracePeriodSeconds": 0},
                 )
             wait_until(self._no_tasks, timeout=30)
-        for name in ("kube-proxy", "kubelet"):
+        for name in ("kube-proxy", "kubelet", "cluster-dns"):
             self.cp.stop_component(name, missing_ok=True)
         with contextlib.suppress(Exception):
             for task in self.ctr("tasks", "ls", "-q", timeout=10).split():

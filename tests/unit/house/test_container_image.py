@@ -48,7 +48,7 @@ def _failing_run(
 def test_a_failed_build_points_to_the_local_base_unless_it_used_one(
     monkeypatch: pytest.MonkeyPatch, python_image: str, hint: bool
 ) -> None:
-    monkeypatch.setattr(container_image, "_run", _failing_run)
+    monkeypatch.setattr(container_image, "run_command", _failing_run)
     monkeypatch.setattr(container_image, "tool_env", lambda tool: {})
     with pytest.raises(container_image.ContainerToolError) as raised:
         container_image.build("img", python_image, tool="true")

@@ -1,0 +1,3 @@
+module linkerd-config.local/testapp
+
+go 1.24.0
