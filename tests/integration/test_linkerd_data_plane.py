@@ -16,7 +16,7 @@ from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
 from devcluster.linkerd_control_plane import LinkerdControlPlane
 from tests.support import mesh_traffic as mesh
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.real_node]
 
 NAMESPACE = "mesh-app"
 ENOUGH = 200
