@@ -405,7 +405,10 @@ async def test_batch_size_and_interval_hold_under_pod_churn(
     groups = passes(times)
     gaps = [round(b[0] - a[-1], 2) for a, b in itertools.pairwise(groups)]
     print(f"\npasses: {[len(g) for g in groups]}, gaps between them: {gaps}")
-    assert [len(g) for g in groups] == [10, 10, 5]
+    # As few passes as a batch of 10 allows, none over it. Under make test's two processes
+    # the first pass restarted 5 in both sharded runs (passes 5, 10, 10: the batch and the
+    # interval held); why the first was the short one is not yet known (issue 62's note).
+    assert sorted(len(g) for g in groups) == [5, 10, 10]
     for previous, current in itertools.pairwise(groups):
         assert current[0] - previous[-1] >= 5.0 - 0.05  # the interval, from the last restart
 
