@@ -54,16 +54,40 @@ def identity(namespace: str, service_account: str) -> str:
     return f"{service_account}.{namespace}.serviceaccount.identity.linkerd.{TRUST_DOMAIN}"
 
 
+def _app(
+    namespace: str, name: str, replicas: int, container: Json, pod: Json, **spec: Any
+) -> list[Json]:
+    """ServiceAccount and Deployment of the test app as ``name``: ``container`` (the
+    image, pulled never), the pod template's ``pod`` metadata, and more Deployment ``spec``."""
+    labels = {"app": name}
+    meta = {"name": name, "namespace": namespace}
+    app = {"name": "app", "image": TESTAPP_IMAGE, "imagePullPolicy": "Never", **container}
+    template = {"serviceAccountName": name, "containers": [app]}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {**meta, "labels": labels},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {**pod, "labels": {**labels, **pod.get("labels", {})}},
+                    "spec": {**template, **spec.pop("pod_spec", {})},
+                },
+                **spec,
+            },
+        },
+    ]
+
+
 def server_objects(
     namespace: str, name: str, replicas: int = 2, opted_in: bool = False
 ) -> list[Json]:
     """ServiceAccount, Deployment, Service and PodDisruptionBudget of one server."""
     labels = {"app": name}
-    pod_labels = {**labels, **(OPT_IN if opted_in else {})}
     container = {
-        "name": "app",
-        "image": TESTAPP_IMAGE,
-        "imagePullPolicy": "Never",
         "args": ["server", f"-listen=:{SERVER_PORT}", f"-drain={DRAIN}"],
         "ports": [{"name": "http", "containerPort": SERVER_PORT}],
         "readinessProbe": {
@@ -74,25 +98,12 @@ def server_objects(
     }
     meta = {"name": name, "namespace": namespace}
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {**meta, "labels": labels},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "strategy": {"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
-                "template": {
-                    "metadata": {"labels": pod_labels},
-                    "spec": {
-                        "serviceAccountName": name,
-                        "terminationGracePeriodSeconds": 30,
-                        "containers": [container],
-                    },
-                },
-            },
-        },
+        *_app(
+            namespace, name, replicas, container,
+            {"labels": OPT_IN if opted_in else {}},
+            strategy={"rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            pod_spec={"terminationGracePeriodSeconds": 30},
+        ),
         {
             "apiVersion": "v1",
             "kind": "Service",
@@ -105,46 +116,18 @@ def server_objects(
             "metadata": meta,
             "spec": {"minAvailable": 1, "selector": {"matchLabels": labels}},
         },
-    ]
+    ]  # fmt: skip
 
 
 def client_objects(namespace: str, servers: list[str], name: str = "client") -> list[Json]:
     """ServiceAccount and Deployment (one replica) of a client of ``servers`` (by Service
     name); its /counts port skips the proxy, so reading it is no traffic of the mesh's."""
-    labels = {"app": name}
     targets = [
         f"-target=http://{s}.{namespace}.svc.cluster.local:{SERVER_PORT}/hello" for s in servers
     ]
-    meta = {"name": name, "namespace": namespace}
-    return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {**meta, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {
-                        "labels": labels,
-                        "annotations": {"config.linkerd.io/skip-inbound-ports": str(CLIENT_PORT)},
-                    },
-                    "spec": {
-                        "serviceAccountName": name,
-                        "containers": [
-                            {
-                                "name": "app",
-                                "image": TESTAPP_IMAGE,
-                                "imagePullPolicy": "Never",
-                                "args": ["client", f"-listen=:{CLIENT_PORT}", *targets],
-                            }
-                        ],
-                    },
-                },
-            },
-        },
-    ]
+    skip = {"config.linkerd.io/skip-inbound-ports": str(CLIENT_PORT)}
+    container = {"args": ["client", f"-listen=:{CLIENT_PORT}", *targets]}
+    return _app(namespace, name, 1, container, {"annotations": skip})
 
 
 def deploy_servers(
