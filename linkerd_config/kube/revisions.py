@@ -51,26 +51,44 @@ def newest(deployment: Json, replicasets: Iterable[Json]) -> Json | None:
     return max(found, key=revision) if found else None
 
 
-def revision_template(
+def revision_of(
     deployment: Json, replicasets: Iterable[Json], keep: Callable[[Json], bool]
 ) -> Json | None:
-    """The pod template of the newest of ``deployment``'s revisions whose template ``keep``
-    accepts (as ``kubectl rollout undo`` takes a revision's), a copy without the ReplicaSet's
-    own ``pod-template-hash`` label; None when the Deployment kept none such."""
+    """The ReplicaSet of the newest of ``deployment``'s revisions whose pod template ``keep``
+    accepts (the one ``kubectl rollout undo`` would go back to); None when it kept none such."""
     candidates = [
         rs
         for rs in owned(deployment, replicasets)
         if keep((rs.get("spec") or {}).get("template") or {})
     ]
-    if not candidates:
+    return max(candidates, key=revision) if candidates else None
+
+
+def revision_template(
+    deployment: Json, replicasets: Iterable[Json], keep: Callable[[Json], bool]
+) -> Json | None:
+    """The pod template of ``revision_of``'s ReplicaSet, a copy without the ReplicaSet's own
+    ``pod-template-hash`` label; None when the Deployment kept none such."""
+    found = revision_of(deployment, replicasets, keep)
+    if found is None:
         return None
-    template = copy.deepcopy(
-        (max(candidates, key=revision).get("spec") or {}).get("template") or {}
-    )
+    template = copy.deepcopy((found.get("spec") or {}).get("template") or {})
     labels = (template.get("metadata") or {}).get("labels")
     if isinstance(labels, dict):
         labels.pop(TEMPLATE_HASH_LABEL, None)
     return template
+
+
+def short_of(deployment: Json, replicaset: Json) -> int:
+    """How many pods ``replicaset`` would have to make were ``deployment`` brought back to
+    its template: the Deployment's replicas (1 when unset, as the API server defaults it)
+    beyond the fewer of what the ReplicaSet is told to keep and what it has. Only what its
+    status says it has: a pod being deleted may still be counted."""
+    wanted = (deployment.get("spec") or {}).get("replicas")
+    told = (replicaset.get("spec") or {}).get("replicas")
+    has = (replicaset.get("status") or {}).get("replicas")
+    keeps = min(v if isinstance(v, int) else 0 for v in (told, has))
+    return max(0, (wanted if isinstance(wanted, int) else 1) - keeps)
 
 
 def replica_failure(obj: Json) -> str | None:

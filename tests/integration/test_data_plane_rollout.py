@@ -17,6 +17,10 @@ failure count is exactly 0. Then, on the same mesh:
 * a proxy that cannot start (an image the node does not have) stops at the canary: its new
   pod never becomes ready, ``onFailure: Rollback`` puts the last completed configuration
   back, the other workloads are never restarted, and no request fails;
+* the injector scaled to nothing right after the first restart of a rollout, then back: the
+  restart's next pod comes without the proxy, the rollout halts, and the halt's going back
+  waits for the injector (it creates pods); once the injector injects again every server pod
+  is meshed, and resumed, the rollout completes with no request failed;
 * the trust anchor swapped by hand, bypassing the controller (the trust roots and the issuer
   replaced, the control plane and the servers restarted): requests fail. The test can see
   the outage the trust-anchor guard exists to prevent.
@@ -36,9 +40,13 @@ import pytest
 from devcluster import linkerd_control_plane as l5d
 from devcluster import linkerd_images
 from devcluster.cluster import ControlPlaneOptions, LocalControlPlane
-from linkerd_config.kube.client import KubeClient
+from linkerd_config.kube.client import MERGE_PATCH, KubeClient
 from linkerd_config.kube.kubeconfig import load_access
 from linkerd_config.linkerd.mesh import PROXY_VERSION_ANNOTATION
+from linkerd_config.linkerd.rollout.record import RESUME_ANNOTATION
+from linkerd_config.linkerd.spec.crd import (
+    LINKERD_CONFIGS_V1ALPHA1 as LINKERD_CONFIGS,  # tests write v1alpha1
+)
 from tests.support import mesh_traffic as mesh
 from tests.support import scenario
 from tests.support.anchors import identity_pki
@@ -54,6 +62,8 @@ INSTALLED = linkerd_images.TAG
 """The proxy version ``linkerd install`` gave every pod."""
 ROLLED = "edge-26.8.4"
 """The version the LinkerdConfig asks for: the same proxy image under a second tag."""
+AGAIN = "edge-26.8.5"
+"""A third tag of the same proxy, for the rollout the injector's outage interrupts."""
 MISSING = "edge-26.8.9"
 """A version whose proxy image the node does not have (pulls are never made)."""
 ENOUGH = 100
@@ -226,6 +236,79 @@ async def test_a_proxy_that_cannot_start_stops_at_the_canary_and_rolls_back(worl
         await serving_on_mtls(cp, world.servers, ROLLED)
     for name in world.servers[1:]:
         assert uids(cp, name) == kept[name], f"{name} was restarted"
+    counts = await world.traffic_beyond(world.counts().total + ENOUGH)
+    assert failures_since(counts, since) == []
+
+
+async def test_the_injector_stopped_mid_rollout_leaves_no_workload_out_of_the_mesh(
+    world: Mesh,
+) -> None:
+    """Issue 60, item 4.5. One restart a pass; the proxy injector's Deployment scaled to
+    nothing once the first server has a new pod, so the rest of its restart is made while
+    nothing injects (the webhook fails open, as Linkerd installs it). Before the fix the
+    halt's undo ran during the outage and the previous ReplicaSet made every pod of the
+    workload again without the proxy, and a halted rollout restarts nothing: they stayed out
+    of the mesh. Judged on the pods: every server pod meshed again once the injector is back,
+    then (resumed) on the new proxy over mTLS, and no request failed."""
+    cp = world.cp
+    since = now()
+    proxy = linkerd_images.PROXY_IMAGE
+    cp.node.ctr("images", "tag", f"{proxy}:{INSTALLED}", f"{proxy}:{AGAIN}")
+    before = {name: uids(cp, name) for name in world.servers}
+    injector = "deployment/linkerd-proxy-injector"
+    spec = {"proxy": {"proxyVersion": AGAIN}, "rollout": {"maxRestartsPerPass": 1}}
+    async with scenario.controller(
+        cp, "data-plane-rollout", restart_interval=1.0, injector_wait=120
+    ):
+        await scenario.apply_linkerdconfig(world.kube, NAME, spec)
+
+        async def first_restarted() -> list[str] | None:
+            return [n for n in world.servers if uids(cp, n) - before[n]] or None
+
+        (first, *_) = await eventually(first_restarted, timeout=120, what="a first restart")
+        kubectl(cp, "-n", l5d.NAMESPACE, "scale", injector, "--replicas=0")
+
+        async def injector_gone() -> bool:
+            selector = "linkerd.io/control-plane-component%3Dproxy-injector"
+            path = f"/api/v1/namespaces/{l5d.NAMESPACE}/pods?labelSelector={selector}"
+            return not cp.api_request("GET", path).get("items")
+
+        await eventually(injector_gone, timeout=120, what="the injector's pods gone")
+        await asyncio.sleep(15)  # the outage: the restart under way makes its pods meanwhile
+        unmeshed = [
+            p["metadata"]["name"]
+            for name in world.servers
+            for p in mesh.pods(cp, NAMESPACE, name)
+            if mesh.proxy_container(p) is None
+        ]
+        print(f"after {first}'s restart began, the outage left out of the mesh: {unmeshed}")
+        assert unmeshed, "no pod was made during the outage: the seam was not exercised"
+        kubectl(cp, "-n", l5d.NAMESPACE, "scale", injector, "--replicas=1")
+        kubectl(cp, "-n", l5d.NAMESPACE, "rollout", "status", injector, "--timeout=180s")
+
+        async def all_meshed() -> bool:
+            out = {
+                p["metadata"]["name"]
+                for name in world.servers
+                for p in mesh.pods(cp, NAMESPACE, name)
+                if mesh.proxy_container(p) is None
+            }
+            assert not out, f"out of the mesh: {sorted(out)}"
+            return True
+
+        await eventually(all_meshed, timeout=180, what="every server pod meshed again")
+        cond = await scenario.condition(world.kube, NAME, "DataPlaneUpToDate")
+        print(f"once meshed again: {cond.get('reason')}: {cond.get('message')}")
+        if cond.get("reason") == "RolloutHalted":
+            await world.kube.request(
+                "PATCH",
+                LINKERD_CONFIGS.path(name=NAME),
+                body={"metadata": {"annotations": {RESUME_ANNOTATION: "injector back"}}},
+                content_type=MERGE_PATCH,
+            )
+        await eventually(lambda: ready(world.kube), timeout=300, what="the rollout done")
+
+    await serving_on_mtls(cp, world.servers, AGAIN)
     counts = await world.traffic_beyond(world.counts().total + ENOUGH)
     assert failures_since(counts, since) == []
 

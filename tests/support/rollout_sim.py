@@ -61,6 +61,8 @@ class Workload:
     """How many times its pod template changed (our restarts)."""
     rolled: int = 0
     """The template its newest revision was made from."""
+    ours: bool = False
+    """Whether the template change not rolled out yet is a write of ours."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,18 @@ class Restart:
     config_hash: str
     injects: str | None
     """The proxy version the injector injected at that moment (None: it was down)."""
+    at: float
+
+
+@dataclass(frozen=True)
+class GoneBack:
+    """One undo the API server accepted (a Deployment's pod template back to a previous
+    revision's): whether the revision gone back to had to make pods for it, and what the
+    injector was injecting at that moment."""
+
+    workload: str
+    makes_pods: bool
+    injects: str | None
     at: float
 
 
@@ -102,7 +116,9 @@ class SimCluster:
         self.failing_writes = 0
         """The next this many restart patches fail with 500."""
         self.restarts: list[Restart] = []
+        self.gone_back: list[GoneBack] = []
         self.unmeshed_by_us: list[str] = []
+        """Pods created without a proxy because of a write of ours (a restart, an undo)."""
         # the executor's caches (lag until ``sync``)
         self.pods, self.namespaces, self.replicasets = Store(), Store(), Store()
         self.deployments = Store()
@@ -138,19 +154,29 @@ class SimCluster:
             w.rolled = w.template
             previous = w.revisions[-1]
             record = w.annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
+            ours, w.ours = w.ours, False
             revision = Revision(previous.number + 1, record)
-            w.revisions.append(revision)
             w.observed = w.generation
             w.resource_version += 1
             if previous.failed:
                 w.lingering = previous.failed
+            running = _serving(w)
+            if running is not w.revisions[-1] and running.restarted_for == record:
+                # Back to the template of the revision whose pods run (an undo of a restart
+                # whose pods were refused): it is the newest again, renumbered, and makes no
+                # pod; the refused one is scaled down.
+                w.revisions.remove(running)
+                w.revisions.append(Revision(revision.number, record))
+                continue
+            w.revisions.append(revision)
             if w.name in self.refusing or w.name in self.refusing_real:
                 revision.failed = f'pods "{w.name}-{revision.number}" is forbidden: refused'
                 continue
             proxy = self.injector_version if self.injector_up else None
-            if proxy is None and record is not None:
-                self.unmeshed_by_us.append(w.name)
-            w.pods = [(self._injected(w, proxy), proxy) for _ in range(w.replicas)]
+            made = [(self._injected(w, proxy), proxy) for _ in range(w.replicas)]
+            if proxy is None and ours:
+                self.unmeshed_by_us.extend(name for name, _ in made)
+            w.pods = made
 
     def _scale(self, w: Workload) -> None:
         kept = w.pods[: w.replicas]
@@ -189,16 +215,16 @@ class SimCluster:
             "spec": {
                 "replicas": w.replicas,
                 "paused": w.paused,
-                "template": {
-                    "metadata": {"labels": {"app": w.name}, "annotations": dict(w.annotations)},
-                    "spec": {"containers": [{"name": "app", "image": "app"}]},
-                },
+                "template": _template(w.name, w.annotations),
             },
             "status": self.status_of(w),
         }
 
     def replicaset_objects(self, w: Workload) -> list[Json]:
+        """Its ReplicaSets: each revision's template (the restart record it was made with),
+        and the pods it keeps (the running revision all of them, the others none)."""
         owner = {"kind": "Deployment", "name": w.name, "uid": f"uid-{w.name}", "controller": True}
+        running = _serving(w)
         found = []
         for r in w.revisions:
             failure = {"type": "ReplicaFailure", "status": "True", "message": r.failed}
@@ -208,8 +234,19 @@ class SimCluster:
                 "annotations": {revisions.REVISION_ANNOTATION: str(r.number)},
                 "ownerReferences": [owner],
             }
+            keeps = w.replicas if r is running else 0
+            template = _template(w.name, {} if r.restarted_for is None else {
+                mesh.RESTARTED_FOR_ANNOTATION: r.restarted_for})  # fmt: skip
+            template["metadata"]["labels"][revisions.TEMPLATE_HASH_LABEL] = f"h{r.number}"
             found.append(
-                {"metadata": meta, "status": {"conditions": [failure] if r.failed else []}}
+                {
+                    "metadata": meta,
+                    "spec": {"replicas": keeps, "template": template},
+                    "status": {
+                        "replicas": keeps,
+                        "conditions": [failure] if r.failed else [],
+                    },
+                }
             )
         return found
 
@@ -278,24 +315,45 @@ class SimCluster:
             raise ApiError(500, "PATCH", name, {"reason": "InternalError"}, None)
         if patch["metadata"].get("resourceVersion") != str(w.resource_version):
             raise ApiError(409, "PATCH", name, {"reason": "Conflict"}, None)
-        wanted = patch["spec"]["template"]["metadata"]["annotations"]
-        w.annotations.update(wanted)
+        wanted = (patch["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+        for key, value in wanted.items():
+            if value is None:
+                w.annotations.pop(key, None)
+            else:
+                w.annotations[key] = value
+        record = w.annotations.get(mesh.RESTARTED_FOR_ANNOTATION)
+        injects = self.injector_version if self.injector_up else None
+        stamped = (patch["metadata"].get("annotations") or {}).get(mesh.RESTORED_AT_ANNOTATION)
+        if stamped is not None:  # an undo (``mesh.restore_patch``)
+            running = _serving(w)
+            makes_pods = running is w.revisions[-1] or running.restarted_for != record
+            self.gone_back.append(GoneBack(name, makes_pods, injects, self.clock()))
+        else:
+            self.restarts.append(Restart(name, str(record), injects, self.clock()))
         w.template += 1
         w.generation += 1
         w.resource_version += 1
-        injects = self.injector_version if self.injector_up else None
-        self.restarts.append(
-            Restart(name, wanted[mesh.RESTARTED_FOR_ANNOTATION], injects, self.clock())
-        )
+        w.ours = True
         return self.deployment(w)
 
     async def evict(self, _namespace: str, name: str) -> None:
         raise AssertionError(f"no bare pod here: {name} evicted")
 
 
-def _served(w: Workload) -> int:
+def _serving(w: Workload) -> Revision:
     """The newest revision whose pods were admitted (the one still running)."""
-    return next(r.number for r in reversed(w.revisions) if not r.failed)
+    return next(r for r in reversed(w.revisions) if not r.failed)
+
+
+def _served(w: Workload) -> int:
+    return _serving(w).number
+
+
+def _template(name: str, annotations: Json) -> Json:
+    return {
+        "metadata": {"labels": {"app": name}, "annotations": dict(annotations)},
+        "spec": {"containers": [{"name": "app", "image": "app"}]},
+    }
 
 
 class Recorder:

@@ -456,12 +456,33 @@ class RolloutExecutor:
             out = sum(s.verdict.why.startswith(health.OUT_OF_MESH) for s, _ in restarted.values())
             self.metrics.out_of_mesh.labels(config["metadata"]["name"]).set(out)
 
-        return observe.observed(
+        seen = observe.observed(
             self, config, config_hash, desired.proxy.version, self.wall(), plan,
             restarted=restarted, restart_times=self._recorded(config_hash), evicted=evicted,
             last_eviction=evicted_at, pass_finished=self._of(config_hash).pass_finished,
             canary_record=self._canary_record(config, config_hash), back_to=back_to,
         )  # fmt: skip
+        if halt.halted is None:
+            return seen
+        return replace(seen, halted_revisions=await self._halted_revisions(halt.halted))
+
+    async def _halted_revisions(self, halted: Halt) -> dict[mesh.Workload, bool]:
+        """``Observed.halted_revisions``: of the halt's failed Deployments, those the cache
+        shows still recording our restart for the configuration rolled out, each with whether
+        going back creates pods. Their ReplicaSets are read live, a namespace at a time (no
+        cache keeps them); none is read once every one is back (the steady state of a
+        halt)."""
+        found: dict[mesh.Workload, bool] = {}
+        listed: dict[str, list[Json]] = {}
+        for workload in machine.undo_targets(halted):
+            cached = self.record(workload)
+            if cached is None or not mesh.already_restarted(cached, halted.rolled):
+                continue
+            if workload.namespace not in listed:
+                listed[workload.namespace] = await self.writer.list(REPLICASETS, workload.namespace)
+            siblings = listed[workload.namespace]
+            found[workload] = rollback.undo_makes_pods(cached, siblings, halted.rolled)
+        return found
 
     async def _rollback_observed(
         self, config: Json, failed: Desired, effective: Desired | None, halt: Halt

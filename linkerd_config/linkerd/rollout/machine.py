@@ -60,8 +60,8 @@ each rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from linkerd_config.kube.resource import Json, go_seconds, rfc3339
 from linkerd_config.linkerd import mesh
@@ -130,13 +130,15 @@ def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
     if halted is not None:
         failed = failures(halted.failed)
         of = rolled_instead(halted.rolled, halted.config_hash)
+        still = observed.halted_revisions
+        undo = _undo(halted, observed, {w: still[w] for w in undo_targets(halted) if w in still})
         return Step(
             RolloutOutcome(
                 *counts, Phase.HALTED,
-                f"rollout of proxy {version}{of} halted: {failed}. {RESUME_HINT}",
-                parts={"halt": halted},
+                f"rollout of proxy {version}{of} halted: {failed}.{undo.waits} {RESUME_HINT}",
+                requeue_after=undo.requeue_after, parts={"halt": halted},
             ),
-            _undo(halted),
+            undo.actions,
         )  # fmt: skip
     restarted = observed.restarted
     if observed.completed_at is not None:
@@ -381,11 +383,47 @@ def _waiting_for_injector(
     return RolloutOutcome(*observed.counts, Phase.WAITING_FOR_INJECTOR, why, requeue_after=requeue)
 
 
-def _undo(halted: Halt) -> tuple[Action, ...]:
-    """The halt's failed Deployments brought off the revision its restarts made (``Undo``)."""
+def undo_targets(halted: Halt) -> tuple[Workload, ...]:
+    """The Deployments a halt names as failed: those ``Undo`` brings off the revision its
+    restarts made (``Observed.halted_revisions`` says which still are on it)."""
     named = (rollback.parse_workload(f.split(":", 1)[0]) for f in halted.failed)
-    deployments = tuple(w for w in named if w is not None and w.kind == "Deployment")
-    return (Undo(deployments, halted.rolled),) if deployments else ()
+    return tuple(w for w in named if w is not None and w.kind == "Deployment")
+
+
+@dataclass(frozen=True)
+class _Undoing:
+    actions: tuple[Action, ...] = ()
+    waits: str = ""
+    """What the halt's message adds: the undo that waits for the injector, and why."""
+    requeue_after: float | None = None
+
+
+def _undo(halted: Halt, observed: Observed, targets: Mapping[Workload, bool]) -> _Undoing:
+    """The halt's failed Deployments still on the revision our restart made (``targets``,
+    each with whether going back creates pods) brought off it (``Undo``). Going back that
+    only scales the revision down is done at once; going back that creates pods waits until
+    the injector is seen injecting into that workload's own pod (the Mesh rule: issue 60,
+    item 4.5, on real proxies: an undo sent while the injector was down brought every pod of
+    the previous revision back without the proxy, and a halt restarts nothing after)."""
+    now = tuple(w for w, makes_pods in targets.items() if not makes_pods)
+    gated = tuple(w for w, makes_pods in targets.items() if makes_pods)
+    answer = observed.injector
+    if gated and answer is None:
+        return _Undoing((AskInjector(gated),))
+    waiting: tuple[Workload, ...] = ()
+    if gated and answer is not None:
+        admitted = gated if answer.admitted is None else answer.admitted
+        waiting = tuple(w for w in gated if not answer.injects or w not in admitted)
+        now += tuple(w for w in gated if w not in waiting)
+    done = (Undo(now, halted.rolled),) if now else ()
+    if not waiting or answer is None:
+        return _Undoing(done)
+    shown = listed([str(w) for w in waiting], 5)
+    said = (
+        f" Bringing {shown} off the revision its restart made waits for the injector (going "
+        f"back creates pods, which must come with the proxy): {answer.why}."
+    )
+    return _Undoing(done, said, answer.retry_after)
 
 
 def _refused_failures(
@@ -431,8 +469,13 @@ def _halt(
     name = config["metadata"]["name"]
     then = "halted" if reason == Phase.HALTED else "rolled back"
     actions: list[Action] = [Halted(record, listed, back_hash), Emit("Warning", reason, said)]
+    undo = _Undoing()
     if reason == Phase.HALTED:
-        actions.extend(_undo(record))
+        # Whether going back creates pods is read on the halt's next pass; until then it
+        # is taken to, so the injector is asked first.
+        gone = {w: True for w in undo_targets(record) if str(w) in observed.restarted}
+        undo = _undo(record, observed, gone)
+        actions.extend(undo.actions)
     involved = {str(w): w for w, _ in refused}
     involved.update((key, w) for key, (_, w) in observed.restarted.items())
     for workload_name, why in failed:
@@ -450,8 +493,8 @@ def _halt(
         )
     return Step(
         RolloutOutcome(
-            *observed.counts, reason, f"{said}. {RESUME_HINT}",
-            requeue_after=None if reason == Phase.HALTED else 0.5,
+            *observed.counts, reason, f"{said}.{undo.waits} {RESUME_HINT}",
+            requeue_after=undo.requeue_after if reason == Phase.HALTED else 0.5,
             parts={"halt": record},
         ),
         tuple(actions),

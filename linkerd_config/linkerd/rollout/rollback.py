@@ -34,7 +34,7 @@ from then (``health.brought_back``).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
 import orjson
@@ -334,18 +334,30 @@ def parse_workload(name: str) -> Workload | None:
     return Workload(kinds[parts[0]], parts[1], parts[2])
 
 
+def _not_failed(failed_hash: str) -> Callable[[Json], bool]:
+    def not_failed(template: Json) -> bool:
+        annotations = (template.get("metadata") or {}).get("annotations") or {}
+        return bool(annotations.get(RESTARTED_FOR_ANNOTATION) != failed_hash)
+
+    return not_failed
+
+
 def previous_template(
     deployment: Json, replicasets: Iterable[Json], failed_hash: str
 ) -> Json | None:
     """The pod template of the Deployment's newest ReplicaSet not made for ``failed_hash`` (as
     ``kubectl rollout undo`` takes the previous revision's), without the ReplicaSet's own
     ``pod-template-hash`` label; None when the Deployment kept none."""
+    return revisions.revision_template(deployment, replicasets, _not_failed(failed_hash))
 
-    def not_failed(template: Json) -> bool:
-        annotations = (template.get("metadata") or {}).get("annotations") or {}
-        return bool(annotations.get(RESTARTED_FOR_ANNOTATION) != failed_hash)
 
-    return revisions.revision_template(deployment, replicasets, not_failed)
+def undo_makes_pods(deployment: Json, replicasets: Iterable[Json], failed_hash: str) -> bool:
+    """Whether bringing the Deployment back to ``previous_template`` would create pods: that
+    ReplicaSet has fewer than the Deployment's replicas (``revisions.short_of``). When it has
+    them all, going back only scales the revision our restart made down (nothing is admitted,
+    so nothing can come without the proxy); when it kept none, there is nothing to go to."""
+    found = revisions.revision_of(deployment, replicasets, _not_failed(failed_hash))
+    return found is not None and revisions.short_of(deployment, found) > 0
 
 
 def _without_restart_records(template: Json) -> Json:

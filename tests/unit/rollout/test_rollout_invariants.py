@@ -9,6 +9,8 @@ resumed and scaled (to zero included) by someone else at any point of their rest
 
 * **Mesh**: no restart is sent unless the injector was just seen injecting the desired proxy
   (a restart while it is down brings the workload back without a proxy).
+  So is a halt's going back that makes pods (the previous revision has fewer than the
+  Deployment's replicas): sent while the injector is down, the pods come without a proxy.
 * **Once**: each workload is restarted at most once per configuration, across leaders.
 * **Halt**: no restart for an attempt (its configuration: an edit of ``spec.rollout`` alone
   is the same attempt) after its halt, and the halt stays in status until a new
@@ -289,6 +291,16 @@ class RolloutMachine(RuleBasedStateMachine):
             assert restart.injects == wanted, f"Mesh: {restart}, the injector on {restart.injects}"
 
     @invariant()
+    def mesh_going_back(self) -> None:
+        """Mesh, for a halt's undo too (issue 60, item 4.5): going back that makes pods is
+        sent only while the injector injects (else they come without the proxy)."""
+        for undo in self.sim.gone_back:
+            event(f"undo sent: {'makes pods' if undo.makes_pods else 'scales down'}")
+            assert not undo.makes_pods or undo.injects is not None, (
+                f"Mesh: {undo}, sent while the injector was down"
+            )
+
+    @invariant()
     def once(self) -> None:
         counts = Counter((r.workload, r.config_hash) for r in self.sim.restarts)
         twice = [k for k, n in counts.items() if n > 1]
@@ -481,3 +493,55 @@ GuardedRolloutMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestGuardedRollout = GuardedRolloutMachine.TestCase
+
+
+# -- the seam the real proxies found ----------------------------------------------------------
+
+
+async def test_an_injector_outage_mid_restart_leaves_no_workload_out_of_the_mesh() -> None:
+    """Issue 60, item 4.5, found on Linkerd's real data plane and replayed on the simulated
+    cluster: a restart sent while the injector injects, the injector gone before the
+    Deployment controller makes the pods (admitted without a proxy), the rollout halted on
+    that evidence. Going back makes pods (the previous revision has none left), so it waits
+    for the injector; once it injects, going back brings every pod back with the proxy."""
+    clock = FakeClock(1_700_000_000.0)
+    sim = SimCluster(["app-0", "app-1"], clock)
+    sim.injector_version = NEW
+    executor = executor_on(sim, clock, RolloutOptions(injector_wait=30.0))
+    status: Json = {}
+    rollout = {**ROLLOUT, "maxRestartsPerPass": 1}
+
+    async def reconcile() -> Json:
+        nonlocal status
+        config = {
+            "metadata": {"name": "cfg", "generation": 1, "resourceVersion": "1"},
+            "spec": {"rollout": rollout},
+            "status": status,
+        }
+        executor.found(desired(0).config_hash)
+        outcome = await roll(executor, config, desired(0))
+        status = merged_status(status, outcome.status)
+        return outcome.__dict__
+
+    await reconcile()
+    assert [(r.workload, r.injects) for r in sim.restarts] == [("app-0", NEW)]
+    sim.injector_up = False
+    sim.controllers_act()
+    sim.sync()
+    assert sim.unmeshed_by_us, "the outage made no pod: nothing to replay"
+    for _ in range(3):
+        clock.now += INTERVAL
+        outcome = await reconcile()
+        sim.controllers_act()
+        sim.sync()
+    assert halted(status, desired(0).config_hash), outcome
+    assert "waits for the injector" in outcome["message"], outcome["message"]
+    assert sim.gone_back == [], "gone back while the injector was down"
+    sim.injector_up = True
+    clock.now += INTERVAL
+    await reconcile()
+    assert [(g.workload, g.makes_pods, g.injects) for g in sim.gone_back] == [("app-0", True, NEW)]
+    sim.controllers_act()
+    sim.sync()
+    assert all(proxy == NEW for _, proxy in sim.workloads["app-0"].pods)
+    assert len(sim.restarts) == 1  # halted: app-1 is not restarted

@@ -58,6 +58,10 @@ REFUSED_AB = InjectorAnswer(
     refused=((A, "403 Forbidden: denied by policy p"), (B, "403 Forbidden: denied by policy p")),
 )  # fmt: skip
 ONLY_B = InjectorAnswer(True, "", admitted=(B,))
+DOWN = InjectorAnswer(
+    False, "Linkerd's proxy injector did not inject a dry-run pod of a", held="InjectorDown",
+    retry_after=2.0,
+)  # fmt: skip
 NO_HALT = HaltState(None, frozenset(), {})
 HELD = "ConfigMap linkerd/linkerd-identity-trust-roots not written: ... 4 meshed pod(s) ..."
 HELD_NO_BUNDLE = AnchorHold(HELD, None)
@@ -99,6 +103,9 @@ class Row:
     refused_since: dict[Workload, float] = field(default_factory=dict)
     """Since when each workload's new pods have been refused."""
     completed_at: float | None = None
+    on_revision: dict[Workload, bool] = field(default_factory=dict)
+    """Of a halt's failed Deployments, those still on our restart's revision, each with
+    whether going back creates pods."""
 
 
 def observed(row: Row) -> Observed:
@@ -117,6 +124,7 @@ def observed(row: Row) -> Observed:
         injector=row.injector, anchors=row.anchors,
         refused_since={str(w): at for w, at in row.refused_since.items()},
         completed_at=row.completed_at, back_to=rollback.target(config(row.status), HASH),
+        halted_revisions=row.on_revision,
     )  # fmt: skip
 
 
@@ -145,29 +153,81 @@ def kinds(actions: tuple[Any, ...]) -> list[str]:
 
 FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
     (
-        "a halt in force restarts nothing",
-        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {})),
+        "a halt in force restarts nothing; going back that only scales down is done at once",
+        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {}), on_revision={A: False}),
         POLICY,
         Phase.HALTED,
         ["Undo"],
     ),
     (
+        "a halt with every failed Deployment back: nothing to do",
+        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {})),
+        POLICY,
+        Phase.HALTED,
+        [],
+    ),
+    (
+        "Mesh: going back that creates pods asks the injector first (issue 60, item 4.5)",
+        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {}), on_revision={A: True}),
+        POLICY,
+        Phase.HALTED,
+        ["AskInjector"],
+    ),
+    (
+        "Mesh: the injector injects there: the halted revision is gone back from",
+        Row(
+            stale=(A, B),
+            halt=HaltState(halted_record(), frozenset(), {}),
+            on_revision={A: True},
+            injector=YES,
+        ),
+        POLICY,
+        Phase.HALTED,
+        ["Undo"],
+    ),
+    (
+        "Mesh: the injector down: going back waits for it",
+        Row(
+            stale=(A, B),
+            halt=HaltState(halted_record(), frozenset(), {}),
+            on_revision={A: True},
+            injector=DOWN,
+        ),
+        POLICY,
+        Phase.HALTED,
+        [],
+    ),
+    (
         "an edit of spec.rollout alone ends no halt (issue 58, finding 4)",
-        Row(stale=(A, B), halt=read_back(halted_record())),
+        Row(stale=(A, B), halt=read_back(halted_record()), on_revision={A: False}),
         replace(POLICY, paused=True),
         Phase.HALTED,
         ["Undo"],
     ),
     (
-        "a failed restart halts",
+        "a failed restart halts; its revision gone back from once the injector is asked",
         Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}),
+        POLICY,
+        Phase.HALTED,
+        ["Halted", "Emit", "AskInjector", "Emit"],
+    ),
+    (
+        "a failed restart halts; the injector injects: its revision gone back from",
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, injector=YES),
         POLICY,
         Phase.HALTED,
         ["Halted", "Emit", "Undo", "Emit"],
     ),
     (
+        "a failed restart halts; the injector down: going back waits",
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, injector=DOWN),
+        POLICY,
+        Phase.HALTED,
+        ["Halted", "Emit", "Emit"],
+    ),
+    (
         "past its deadline fails too",
-        Row(stale=(A,), restarted={A: (WAITING, NOW - 61)}),
+        Row(stale=(A,), restarted={A: (WAITING, NOW - 61)}, injector=YES),
         POLICY,
         Phase.HALTED,
         ["Halted", "Emit", "Undo", "Emit"],
@@ -181,7 +241,7 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
     ),
     (
         "with nothing to go back to it halts",
-        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}),
+        Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, injector=YES),
         BACK,
         Phase.HALTED,
         ["Halted", "Emit", "Undo", "Emit"],
@@ -235,14 +295,14 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
         Row(stale=(A, B), injector=REFUSED_A, refused_since={A: NOW - 60}),
         POLICY,
         Phase.HALTED,
-        ["Halted", "Emit", "Undo", "Emit"],
+        ["Halted", "Emit", "Emit"],
     ),
     (
         "one refused for the deadline, another refused only now: it alone fails the attempt",
         Row(stale=(A, B), injector=REFUSED_AB, refused_since={A: NOW - 60, B: NOW}),
         POLICY,
         Phase.HALTED,
-        ["Halted", "Emit", "Undo", "Emit"],
+        ["Halted", "Emit", "Emit"],
     ),
     (
         "two refused, neither for the deadline: a wait",
@@ -263,7 +323,7 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
         Row(stale=(A, B), injector=REFUSED_A, refused_since={A: NOW - 60}),
         BACK,
         Phase.HALTED,
-        ["Halted", "Emit", "Undo", "Emit"],
+        ["Halted", "Emit", "Emit"],
     ),
     (
         "completed, then a restarted workload unhealthy: no failure of the completed rollout",
@@ -294,7 +354,7 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
     ),
     (
         "completed, a re-mesh that fails is this attempt's evidence: halted",
-        Row(stale=(A,), restarted={A: (FAILED, NOW - 5)}, completed_at=NOW - 500),
+        Row(stale=(A,), restarted={A: (FAILED, NOW - 5)}, completed_at=NOW - 500, injector=YES),
         POLICY,
         Phase.HALTED,
         ["Halted", "Emit", "Undo", "Emit"],
@@ -336,7 +396,12 @@ FORWARD: list[tuple[str, Row, RolloutPolicy, Phase, list[str]]] = [
     ),
     (
         "Trust: a halt stays a halt while a removal is held",
-        Row(stale=(A, B), halt=HaltState(halted_record(), frozenset(), {}), anchors=HELD_NO_BUNDLE),
+        Row(
+            stale=(A, B),
+            halt=HaltState(halted_record(), frozenset(), {}),
+            anchors=HELD_NO_BUNDLE,
+            on_revision={A: False},
+        ),
         POLICY,
         Phase.HALTED,
         ["Undo"],
@@ -407,7 +472,7 @@ def test_each_workload_is_refused_on_its_own_clock() -> None:
 
 
 def test_a_halt_is_recorded_with_its_evidence_and_said_on_each_failed_workload() -> None:
-    row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)})
+    row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, injector=YES)
     decided = machine.step(observed(row), NO_HALT, POLICY)
     halted, on_config, undo, on_workload = decided.actions
     assert isinstance(halted, Halted) and halted.rolling_back_to is None
@@ -418,10 +483,34 @@ def test_a_halt_is_recorded_with_its_evidence_and_said_on_each_failed_workload()
     assert decided.outcome.requeue_after is None  # only a person moves it on
     # Issue 58, finding 2: the halt stops the revision the failed restart made.
     assert undo == actions.Undo((A,), HASH)
+    in_force = HaltState(halted.record, frozenset(), {})
     again = machine.step(
-        observed(row), HaltState(halted.record, frozenset(), {}), POLICY
+        observed(replace(row, on_revision={A: True})), in_force, POLICY
     )  # and so does every pass of the halt after it (a new leader's first included)
     assert again.outcome.reason == Phase.HALTED and again.actions == (undo,)
+
+
+def test_going_back_that_creates_pods_waits_for_the_injector_and_says_so() -> None:
+    """Issue 60, item 4.5, on real proxies: the injector scaled to nothing mid-rollout, the
+    restart's next pod came without the proxy, the rollout halted, and the halt's undo, sent
+    at once, had the previous ReplicaSet make every pod again without the proxy. Now the
+    undo waits, said in status and looked at again soon; scaling down alone does not."""
+    row = Row(stale=(B,), restarted={A: (FAILED, NOW - 5)}, injector=DOWN)
+    halting = machine.step(observed(row), NO_HALT, POLICY)
+    assert not any(isinstance(a, actions.Undo) for a in halting.actions)
+    assert "waits for the injector" in halting.outcome.message, halting.outcome.message
+    assert halting.outcome.requeue_after == DOWN.retry_after
+    (halted,) = [a for a in halting.actions if isinstance(a, Halted)]
+    in_force = HaltState(halted.record, frozenset(), {})
+    waiting = machine.step(observed(replace(row, on_revision={A: True})), in_force, POLICY)
+    assert waiting.actions == () and waiting.outcome.requeue_after == DOWN.retry_after
+    assert f"Bringing {A} off the revision its restart made waits" in waiting.outcome.message
+    back = machine.step(
+        observed(replace(row, on_revision={A: True}, injector=YES)), in_force, POLICY
+    )
+    assert back.actions == (actions.Undo((A,), HASH),) and back.outcome.requeue_after is None
+    scaling_down = machine.step(observed(replace(row, on_revision={A: False})), in_force, POLICY)
+    assert scaling_down.actions == (actions.Undo((A,), HASH),)
 
 
 def test_a_rollback_starts_from_the_last_completed_configuration() -> None:
