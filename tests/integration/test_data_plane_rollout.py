@@ -58,41 +58,14 @@ Json = dict[str, Any]
 NAMESPACE = "shop"
 SERVERS = 3
 NAME = "mesh"
-INSTALLED = linkerd_images.TAG
-"""The proxy version ``linkerd install`` gave every pod."""
-ROLLED = "edge-26.8.4"
-"""The version the LinkerdConfig asks for: the same proxy image under a second tag."""
+INSTALLED = mesh.INSTALLED
+ROLLED = mesh.ROLLED
 AGAIN = "edge-26.8.5"
 """A third tag of the same proxy, for the rollout the injector's outage interrupts."""
 MISSING = "edge-26.8.9"
 """A version whose proxy image the node does not have (pulls are never made)."""
 ENOUGH = 100
 """Requests the client must have sent before the rollout starts, and after it ends."""
-
-
-async def serving_on_mtls(cp: LocalControlPlane, names: list[str], version: str) -> None:
-    """Until every pod of ``names`` runs proxy ``version`` and has served the client over
-    mutual TLS with the client's identity (a pod just made ready may not have yet)."""
-    client_id = mesh.identity(NAMESPACE, "client")
-
-    async def serving() -> bool:
-        problems = {}
-        for name in names:
-            pods = mesh.pods(cp, NAMESPACE, name)
-            if len(pods) != 2:
-                problems[name] = [f"{len(pods)} pods"]
-            for pod in pods:
-                said = await asyncio.to_thread(mesh.mtls_problems, pod, client_id, "inbound")
-                running = pod["metadata"]["annotations"].get(PROXY_VERSION_ANNOTATION)
-                if running != version:
-                    said.append(f"proxy {running}, not {version}")
-                if said:
-                    problems[pod["metadata"]["name"]] = said
-        if problems:
-            raise AssertionError(problems)
-        return True
-
-    await eventually(serving, timeout=60, what=f"every server pod on {version} and mTLS")
 
 
 class Mesh:
@@ -103,35 +76,19 @@ class Mesh:
         return mesh.client_counts(self.cp, NAMESPACE)
 
     async def traffic_beyond(self, total: int) -> mesh.Counts:
-        async def more() -> mesh.Counts | None:
-            counts = await asyncio.to_thread(self.counts)
-            return counts if counts.total >= total else None
-
-        found: mesh.Counts = await eventually(more, timeout=60, what=f"{total} requests sent")
-        return found
+        return await mesh.traffic_beyond(self.cp, NAMESPACE, total)
 
 
 @pytest.fixture(scope="module")
 async def world() -> AsyncIterator[Mesh]:
     with LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp:
-        await asyncio.to_thread(mesh.start_linkerd, cp)
-        proxy = linkerd_images.PROXY_IMAGE
-        cp.node.ctr("images", "tag", f"{proxy}:{INSTALLED}", f"{proxy}:{ROLLED}")
-        mesh.create_namespace(cp, NAMESPACE)
-        servers = await asyncio.to_thread(mesh.deploy_servers, cp, NAMESPACE, SERVERS, 2, True)
-        await asyncio.to_thread(mesh.deploy_client, cp, NAMESPACE, servers)
+        servers = await asyncio.to_thread(mesh.start_rollout_mesh, cp, NAMESPACE, SERVERS)
         access = await load_access(str(cp.kubeconfig))
         async with KubeClient(access, user_agent="data-plane-rollout-tests") as kube:
             await scenario.install_crd(kube)
             world = Mesh(cp, kube, servers)
             await world.traffic_beyond(ENOUGH)
             yield world
-
-
-async def ready(kube: KubeClient) -> dict[str, object] | None:
-    cond = await scenario.condition(kube, NAME, "Ready")
-    current = cond.get("status") == "True" and cond.get("observedGeneration") == cond["generation"]
-    return cond if current else None
 
 
 async def test_a_proxy_upgrade_rolled_across_three_workloads_loses_no_request(
@@ -154,11 +111,13 @@ async def test_a_proxy_upgrade_rolled_across_three_workloads_loses_no_request(
         cp, "data-plane-rollout", restart_interval=1.0, injector_wait=120
     ):
         await scenario.apply_linkerdconfig(world.kube, NAME, {"proxy": {"proxyVersion": ROLLED}})
-        await eventually(lambda: ready(world.kube), timeout=300, what="the rollout done")
+        await eventually(
+            lambda: scenario.ready(world.kube, NAME), timeout=300, what="the rollout done"
+        )
     rolled_in = time.monotonic() - began
     after = await world.traffic_beyond(world.counts().total + ENOUGH)
 
-    await serving_on_mtls(cp, world.servers, ROLLED)
+    await mesh.serving_on_mtls(cp, NAMESPACE, world.servers, ROLLED)
     for name in world.servers:
         assert not uids(cp, name) & before[name], f"{name} not restarted"
 
@@ -233,7 +192,7 @@ async def test_a_proxy_that_cannot_start_stops_at_the_canary_and_rolls_back(worl
             lambda: up_to_date(world.kube, "RolledBack"), timeout=180, what="rolled back"
         )
 
-        await serving_on_mtls(cp, world.servers, ROLLED)
+        await mesh.serving_on_mtls(cp, NAMESPACE, world.servers, ROLLED)
     for name in world.servers[1:]:
         assert uids(cp, name) == kept[name], f"{name} was restarted"
     counts = await world.traffic_beyond(world.counts().total + ENOUGH)
@@ -306,9 +265,11 @@ async def test_the_injector_stopped_mid_rollout_leaves_no_workload_out_of_the_me
                 body={"metadata": {"annotations": {RESUME_ANNOTATION: "injector back"}}},
                 content_type=MERGE_PATCH,
             )
-        await eventually(lambda: ready(world.kube), timeout=300, what="the rollout done")
+        await eventually(
+            lambda: scenario.ready(world.kube, NAME), timeout=300, what="the rollout done"
+        )
 
-    await serving_on_mtls(cp, world.servers, AGAIN)
+    await mesh.serving_on_mtls(cp, NAMESPACE, world.servers, AGAIN)
     counts = await world.traffic_beyond(world.counts().total + ENOUGH)
     assert failures_since(counts, since) == []
 

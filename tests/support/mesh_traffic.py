@@ -8,6 +8,10 @@ servers and a counting client injected by Linkerd's injector, and what their pro
     counts = client_counts(cp, "app")            # total, succeeded, failed, failures
     assert mtls_problems(pod, identity("app", "client"), "inbound") == []  # on mTLS
 
+    servers = start_rollout_mesh(cp, "shop", 3)  # all of the above, servers opted in, and
+                                                 # the proxy also tagged ROLLED
+    await serving_on_mtls(cp, "shop", servers, ROLLED)  # every pod on ROLLED, on mTLS
+
 A server Deployment rolls without dropping a request: ``maxUnavailable: 0``, a readiness
 probe, a PodDisruptionBudget of ``minAvailable: 1``, and on SIGTERM its app answers /ready
 503 and keeps serving for ``DRAIN`` before a graceful shutdown, while its endpoint leaves the
@@ -16,6 +20,7 @@ clients' load balancers (Linkerd's proxy then stops within its ``shutdownGracePe
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import re
@@ -26,8 +31,10 @@ from typing import Any
 from devcluster import linkerd_control_plane as l5d
 from devcluster.cluster import LocalControlPlane
 from devcluster.linkerd_control_plane import LinkerdControlPlane
-from devcluster.linkerd_images import TESTAPP_IMAGE
+from devcluster.linkerd_images import PROXY_IMAGE, TAG, TESTAPP_IMAGE
+from linkerd_config.linkerd.mesh import PROXY_VERSION_ANNOTATION
 from tests.support.anchors import identity_pki
+from tests.support.waiting import eventually
 
 Json = dict[str, Any]
 SERVER_PORT = 8080
@@ -37,6 +44,12 @@ DRAIN = "5s"
 TRUST_DOMAIN = "cluster.local"
 OPT_IN = {"config.linkerd.io/reconcile": "auto"}
 """The label that opts a workload's pods into the controller's rollouts."""
+INSTALLED = TAG
+"""The proxy version ``linkerd install`` gives every pod."""
+ROLLED = "edge-26.8.4"
+"""A version to roll to: the same proxy image under a second tag (``start_rollout_mesh``
+adds it), so that what changes is what the controller manages: the injector's config, the
+pods it makes."""
 
 
 def start_linkerd(cp: LocalControlPlane) -> LinkerdControlPlane:
@@ -283,3 +296,57 @@ def value(metrics: str, name: str) -> float:
         if len(parts) == 2 and parts[0] == name:
             return float(parts[1])
     raise KeyError(f"no metric {name}")
+
+
+def start_rollout_mesh(
+    cp: LocalControlPlane, namespace: str, count: int, client: str = "client"
+) -> list[str]:
+    """The world of a data-plane rollout on ``cp``'s real node: Linkerd's control plane, its
+    proxy image also tagged ``ROLLED``, the meshed ``namespace`` with ``count`` opted-in
+    servers (2 replicas each) and the client sending to them all, every one rolled out."""
+    start_linkerd(cp)
+    cp.node.ctr("images", "tag", f"{PROXY_IMAGE}:{INSTALLED}", f"{PROXY_IMAGE}:{ROLLED}")
+    create_namespace(cp, namespace)
+    servers = deploy_servers(cp, namespace, count, 2, True)
+    deploy_client(cp, namespace, servers, client)
+    return servers
+
+
+async def traffic_beyond(
+    cp: LocalControlPlane, namespace: str, total: int, client: str = "client"
+) -> Counts:
+    """Until the client has sent ``total`` requests: its counts then."""
+
+    async def more() -> Counts | None:
+        counts = await asyncio.to_thread(client_counts, cp, namespace, client)
+        return counts if counts.total >= total else None
+
+    found: Counts = await eventually(more, timeout=60, what=f"{total} requests sent")
+    return found
+
+
+async def serving_on_mtls(
+    cp: LocalControlPlane, namespace: str, names: list[str], version: str, client: str = "client"
+) -> None:
+    """Until every pod of ``names`` (2 each) runs proxy ``version`` and has served the client
+    over mutual TLS with the client's identity (a pod just made ready may not have yet)."""
+    client_id = identity(namespace, client)
+
+    async def serving() -> bool:
+        problems = {}
+        for name in names:
+            found = pods(cp, namespace, name)
+            if len(found) != 2:
+                problems[name] = [f"{len(found)} pods"]
+            for pod in found:
+                said = await asyncio.to_thread(mtls_problems, pod, client_id, "inbound")
+                running = pod["metadata"]["annotations"].get(PROXY_VERSION_ANNOTATION)
+                if running != version:
+                    said.append(f"proxy {running}, not {version}")
+                if said:
+                    problems[pod["metadata"]["name"]] = said
+        if problems:
+            raise AssertionError(problems)
+        return True
+
+    await eventually(serving, timeout=60, what=f"every server pod on {version} and mTLS")

@@ -92,6 +92,13 @@ async def condition(kube: KubeClient, name: str, type_: str) -> Json:
     return {**conditions.get(type_, {}), "generation": obj["metadata"]["generation"]}
 
 
+async def ready(kube: KubeClient, name: str) -> Json | None:
+    """The LinkerdConfig's Ready condition once it is True about the current spec, else None."""
+    cond = await condition(kube, name, "Ready")
+    current = cond.get("status") == "True" and cond.get("observedGeneration") == cond["generation"]
+    return cond if current else None
+
+
 async def install_linkerd_edge_19_12_1(kube: KubeClient) -> dict[str, Any]:
     await create(kube, NAMESPACES.path(), {"metadata": {"name": "linkerd"}})
     cm = install_configmap()
