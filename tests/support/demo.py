@@ -1,4 +1,5 @@
-"""``make demo``: the original project's README scenario, on a local control plane.
+"""``make demo``: the original project's README scenario, then today's Linkerd, then its real
+data plane rolled under live traffic, each on a local control plane.
 
 Starts etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok; installs the
 starting point (Linkerd edge-19.12.1's linkerd-config, Linkerd's real proxy injector built
@@ -17,7 +18,16 @@ pods) is rolled out canary first with ``onFailure: Rollback``: the injector is a
 canary with its own pod in its own namespace, the answer is a refusal, so nothing is restarted;
 refused new pods are no progress, and after ``progressDeadline`` the rollout fails and rolls
 back: the ConfigMap goes back (the namespace's new pods are admitted again), and ``status``
-says so. Stops everything.
+says so. Then Linkerd's real data plane, on a third control plane with a real node (kubelet,
+containerd): edge-26.8.3's own control plane (identity, destination, policy, the injector)
+meshed on it, three opted-in server Deployments (two replicas, a PodDisruptionBudget each)
+and a client (not opted in, the witness) sending to all three and counting every request. A
+LinkerdConfig moves the proxy to edge-26.8.4 (the same binary under a second tag), one
+workload a pass; every second the client's counter is printed beside the passes so far, each
+server's pods on the old and the new proxy, and the rollout's ``DataPlaneUpToDate``. After:
+every server pod on the new proxy, serving the client over mutual TLS (its proxy's own
+metrics), and the client's count over the rollout, "N requests, 0 failed"; if any request
+failed, the failures are printed and the demo fails. Stops everything.
 Every step says what it does, and kubectl shows the results.
 """
 
@@ -50,10 +60,12 @@ from linkerd_config.kube.resource import (
 )
 from linkerd_config.linkerd.admission.webhooks import webhook_configurations
 from linkerd_config.linkerd.formats.config_diff import diff
+from linkerd_config.linkerd.mesh import PROXY_VERSION_ANNOTATION, RESTARTED_AT_ANNOTATION
 from linkerd_config.linkerd.rollout.policy import RolloutOptions
 from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS
 from linkerd_config.logs import configure_logging
-from tests.support import scenario
+from tests.support import mesh_traffic as mesh
+from tests.support import scenario, unready_stage
 from tests.support.audit import received_at, successful_writes
 from tests.support.samples import INVALID, SAMPLES, why_invalid
 from tests.support.waiting import eventually
@@ -498,6 +510,173 @@ async def refusal_said(kube: KubeClient) -> bool:
     return said.get("reason") == "WaitingForInjector" and "no progress" in message
 
 
+REAL_NAMESPACE = "shop"
+REAL_SERVERS = 3
+REAL_CONFIG = {
+    **MODERN_CONFIG,
+    "spec": {"proxy": {"proxyVersion": mesh.ROLLED}, "rollout": {"maxRestartsPerPass": 1}},
+}
+ENOUGH = 100
+"""Requests the client sends before the rollout starts, and after it is Ready."""
+MESH_COLUMNS = (
+    "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,IP:.status.podIP,"
+    'READY:.status.conditions[?(@.type=="Ready")].status,'
+    "RECONCILE:.metadata.labels.config\\.linkerd\\.io/reconcile,"
+    "PROXY:.metadata.annotations.linkerd\\.io/proxy-version"
+)
+
+
+async def real_data_plane_act(cp: LocalControlPlane, workdir: Path) -> None:
+    """Linkerd's own control plane and meshed pods on the real node (kubelet, containerd):
+    three opted-in servers under a client's live traffic; the controller rolls a proxy
+    upgrade across them one workload a pass, and the client counts every request meanwhile.
+    Fails (after printing them) if any request failed."""
+    async with clients(cp) as (kubectl, linkerd_config, kube):
+        step(
+            f"Linkerd {MODERN_TAG}'s own control plane on the real node (identity, destination, "
+            f"policy, the proxy injector); {REAL_SERVERS} opted-in servers (2 replicas and a "
+            "PodDisruptionBudget each) and a client (not opted in) sending to all of them, "
+            "counting every request"
+        )
+        servers = await asyncio.to_thread(mesh.start_rollout_mesh, cp, REAL_NAMESPACE, REAL_SERVERS)
+        await scenario.install_crd(kube)
+        await kubectl("get", "nodes", "-o", "wide")
+        await kubectl("-n", "linkerd", "get", "deploy")
+        await kubectl("-n", REAL_NAMESPACE, "get", "po", "-o", MESH_COLUMNS)
+        warm = await mesh.traffic_beyond(cp, REAL_NAMESPACE, ENOUGH)
+        print(f"the client: {warm.total} requests so far, {warm.failed} failed")
+
+        step(
+            f"Run the controller; move the proxy to {mesh.ROLLED} (the same binary under a "
+            "second tag), one workload per pass"
+        )
+        async with scenario.controller(
+            cp, "demo-real-node", restart_interval=INTERVAL, injector_wait=120
+        ):
+            path = workdir / "real-node.yaml"
+            path.write_text(yaml.safe_dump(REAL_CONFIG, sort_keys=False))
+            print(path.read_text(), end="")
+            await linkerd_config("plan", "-f", str(path), *PACE, exits=(2,))
+            before = await asyncio.to_thread(mesh.client_counts, cp, REAL_NAMESPACE)
+            await kubectl("apply", "-f", str(path))
+            print(
+                f"{DIM}# the injector reads linkerd-config from its ConfigMap volume, which the "
+                f"kubelet updates some seconds later: until the injector injects "
+                f"{mesh.ROLLED}, nothing is restarted{RESET}"
+            )
+            rolled_in = await watch_rollout(cp, kube, servers, before)
+            print(f"Ready after {rolled_in:.1f}s")
+            at_ready = await asyncio.to_thread(mesh.client_counts, cp, REAL_NAMESPACE)
+            after = await mesh.traffic_beyond(cp, REAL_NAMESPACE, at_ready.total + ENOUGH)
+
+            step(f"Every server pod replaced, on {mesh.ROLLED}, serving the client over mTLS")
+            await mesh.serving_on_mtls(cp, REAL_NAMESPACE, servers, mesh.ROLLED)
+            await eventually(
+                lambda: asyncio.to_thread(drained, cp),
+                timeout=60,
+                what="the old pods gone (each drains before it stops)",
+            )
+            await kubectl("-n", REAL_NAMESPACE, "get", "po", "-o", MESH_COLUMNS)
+            print(
+                f"{DIM}# each of the {2 * len(servers)} server pods' proxies counts the client's "
+                f"requests (identity {mesh.identity(REAL_NAMESPACE, 'client')}) on "
+                f'tls="true", and none without; one of them:{RESET}'
+            )
+            print(mtls_line(cp, servers[0]))
+            await linkerd_config("status", *PACE)
+        report_traffic(before, after)
+
+
+async def watch_rollout(
+    cp: LocalControlPlane, kube: KubeClient, servers: list[str], before: mesh.Counts
+) -> float:
+    """Every second until the LinkerdConfig is Ready: the client's requests since ``before``
+    beside each server's pods on the old and new proxy, and the rollout's DataPlaneUpToDate
+    whenever it changes. The seconds it took."""
+    print(
+        f"{DIM}# each second, since the apply: the rollout's passes so far, the client's "
+        f"requests sent and failed, each server's pods on the old proxy and on "
+        f"{mesh.ROLLED} (ready){RESET}"
+    )
+    started = time.monotonic()
+    said = ""
+    while not await scenario.ready(kube, "linkerd"):
+        elapsed = time.monotonic() - started
+        if elapsed > 300:
+            raise RuntimeError("the rollout was not Ready within 300s")
+        cond = await scenario.condition(kube, "linkerd", "DataPlaneUpToDate")
+        now = f"{cond.get('reason')}: {cond.get('message')}" if cond.get("reason") else ""
+        if now != said:
+            print(f"{DIM}  DataPlaneUpToDate {now}{RESET}")
+            said = now
+        counts = await asyncio.to_thread(mesh.client_counts, cp, REAL_NAMESPACE)
+        pods = [f"{name} {await asyncio.to_thread(old_and_new, cp, name)}" for name in servers]
+        passes = await asyncio.to_thread(passes_made, cp)
+        print(
+            f"{elapsed:5.1f}s  pass {passes}  {counts.total - before.total:5d} sent, "
+            f"{counts.failed - before.failed} failed   {'   '.join(pods)}",
+            flush=True,
+        )
+        await asyncio.sleep(1)
+    return time.monotonic() - started
+
+
+def old_and_new(cp: LocalControlPlane, server: str) -> str:
+    """How many of the server's pods run the old proxy, and the new one (ready or not)."""
+    found = mesh.pods(cp, REAL_NAMESPACE, server)
+    new = [
+        p
+        for p in found
+        if p["metadata"]["annotations"].get(PROXY_VERSION_ANNOTATION) == mesh.ROLLED
+    ]
+    ready = sum(unready_stage.is_ready(p) for p in new)
+    starting = f" (+{len(new) - ready} starting)" if len(new) > ready else ""
+    return f"old {len(found) - len(new)} new {ready}{starting}"
+
+
+def passes_made(cp: LocalControlPlane) -> int:
+    """The controller's passes so far: the distinct times it stamped on the Deployments."""
+    listed = cp.api_request("GET", f"/apis/apps/v1/namespaces/{REAL_NAMESPACE}/deployments")
+    stamps = {
+        (d["spec"]["template"]["metadata"].get("annotations") or {}).get(RESTARTED_AT_ANNOTATION)
+        for d in listed["items"]
+    }
+    return len(stamps - {None})
+
+
+def drained(cp: LocalControlPlane) -> bool:
+    """No pod of the namespace is still terminating."""
+    listed = cp.api_request("GET", f"/api/v1/namespaces/{REAL_NAMESPACE}/pods")
+    return not any(p["metadata"].get("deletionTimestamp") for p in listed["items"])
+
+
+def mtls_line(cp: LocalControlPlane, server: str) -> str:
+    """One of the server's proxies' own count of the client's requests, on mTLS."""
+    pod = mesh.pods(cp, REAL_NAMESPACE, server)[0]
+    client = mesh.identity(REAL_NAMESPACE, "client")
+    for line in mesh.proxy_metrics(pod).splitlines():
+        if (
+            line.startswith("request_total{")
+            and 'direction="inbound"' in line
+            and f'client_id="{client}"' in line
+        ):
+            return f"{DIM}# {pod['metadata']['name']}'s proxy, its :4191/metrics:{RESET}\n{line}"
+    raise RuntimeError(f"{pod['metadata']['name']}'s proxy counts no request from {client}")
+
+
+def report_traffic(before: mesh.Counts, after: mesh.Counts) -> None:
+    """The client's requests from the apply until ``ENOUGH`` after Ready; any failure (since
+    the client started) printed, and the demo fails."""
+    step("The client's count over the rollout (from the apply until after Ready)")
+    for failure in after.failures:
+        print(f"{failure.time:%H:%M:%S.%f} {failure.target}: {failure.error}")
+    print(
+        f"{BOLD}{after.total - before.total} requests, {after.failed - before.failed} failed{RESET}"
+    )
+    if after.failed:
+        raise RuntimeError(f"{after.failed} of the client's requests failed")
+
+
 def timeline(cp: LocalControlPlane, injector: ProxyInjector) -> str:
     """When the ConfigMap was written, the injector got it, and the restarts began."""
     agent = "linkerd-config/"
@@ -532,7 +711,20 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="linkerd-config-demo-") as tmp,
     ):
         asyncio.run(demo_modern(cp, Path(tmp)))
-    step(f"Done in {time.monotonic() - started:.0f}s; nothing left running")
+    step(
+        "Linkerd's real data plane, on a fresh control plane with a real node (kubelet, "
+        "containerd): a proxy upgrade rolled under live traffic"
+    )
+    act = time.monotonic()
+    with (
+        LocalControlPlane(ControlPlaneOptions(real_node=True)) as cp,
+        tempfile.TemporaryDirectory(prefix="linkerd-config-demo-") as tmp,
+    ):
+        asyncio.run(real_data_plane_act(cp, Path(tmp)))
+    step(
+        f"Done in {time.monotonic() - started:.0f}s (the real data plane's act "
+        f"{time.monotonic() - act:.0f}s); nothing left running"
+    )
     return 0
 
 
