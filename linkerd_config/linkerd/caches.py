@@ -10,6 +10,7 @@ from linkerd_config.kube.concurrently import all_of
 from linkerd_config.kube.informer import Informer, keep_fields
 from linkerd_config.kube.resource import (
     CONFIGMAPS,
+    EVENTS,
     NAMESPACES,
     PODS,
     REPLICASETS,
@@ -22,7 +23,10 @@ from linkerd_config.linkerd.spec.conversion import to_hub
 from linkerd_config.linkerd.spec.crd import LINKERD_CONFIGS, Owners
 from linkerd_config.linkerd.status.view import ClusterView
 from linkerd_config.linkerd.trust.guard import (
+    ISSUER_EVENT_FIELDS,
+    ISSUER_EVENTS_SELECTOR,
     LIVE_FIELD_SELECTOR,
+    issuer_event_time,
     meshed_pod_projection,
     meshed_selector,
 )
@@ -72,6 +76,16 @@ class LinkerdCaches:
             transform=meshed_pod_projection,
             name="meshed-pods",
         )
+        # Linkerd's identity saying it took up a new issuer: a removal of the anchor that
+        # signed the one before waits for the proxies that started before (trust.guard).
+        self.issuer_events = Informer(
+            client,
+            EVENTS,
+            namespace=config_namespace,
+            field_selector=ISSUER_EVENTS_SELECTOR,
+            transform=keep_fields(*ISSUER_EVENT_FIELDS),
+            name="issuer-events",
+        )
         self.namespaces = Informer(client, NAMESPACES, metadata_only=True, name="namespaces")
         self.replicasets = Informer(
             client,
@@ -99,6 +113,7 @@ class LinkerdCaches:
             self.configmaps,
             self.pods,
             self.meshed_pods,
+            self.issuer_events,
             self.namespaces,
             self.replicasets,
             *self.workloads.values(),
@@ -119,6 +134,7 @@ class LinkerdCaches:
             workloads={kind: i.store.snapshot() for kind, i in self.workloads.items()},
             config_namespace=self.config_namespace,
             meshed=self.meshed_pods.store.items(),
+            issuer_updated=self.issuer_updated(),
         )
 
     def config_names(self) -> list[str]:
@@ -194,3 +210,12 @@ class LinkerdCaches:
                 enqueue(name, 0)
 
         self.meshed_pods.add_handler(held, lambda _o, n: held(n), held)
+        # Kept in status when it comes (its Event expires within the hour).
+        self.issuer_events.add_handler(
+            owners_of_configmap, lambda _o, n: owners_of_configmap(n), lambda _g: None
+        )
+
+    def issuer_updated(self) -> float | None:
+        """When Linkerd's identity last took up a new issuer, as its cached Events say."""
+        times = [t for e in self.issuer_events.store.list() if (t := issuer_event_time(e))]
+        return max(times, default=None)

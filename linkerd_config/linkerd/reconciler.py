@@ -129,7 +129,9 @@ class LinkerdConfigController:
         # the record last said untrusted (uid, digest), said once.
         self.metrics = ConfigMapMetrics.of(client.registry)
         self.writes = ConfigMapWrites(self.writer, recorder, self.configmaps.store, self.metrics)
-        self.outcomes = StatusOutcomes(self.writer, recorder, self._meshed, monotonic)
+        self.outcomes = StatusOutcomes(
+            self.writer, recorder, self._meshed, monotonic, self.caches.issuer_updated
+        )
         self.caches.wake(
             self.controller.enqueue,
             lambda: self.outcomes.anchor_held,

@@ -49,6 +49,7 @@ from linkerd_config.linkerd.formats.base import (
     Snapshot,
     configuration,
 )
+from linkerd_config.linkerd.formats.field_grammar import parse_go_duration
 from linkerd_config.linkerd.formats.field_table import (
     VALUES_RELEASES,
     ValuesField,
@@ -337,6 +338,21 @@ def _installed_values(text: str, where: str) -> dict[str, Any]:
         return parse_values(text, VALUES_KEY)
     except FormatError as error:
         raise InstalledDataError(where, VALUES_KEY, error.errors[0].message) from error
+
+
+def issuance_lifetime(data: Mapping[str, str], where: str) -> float | None:
+    """Seconds the certificates Linkerd's identity issues last, as ``linkerd-config``'s
+    ``values`` (``data``, of ConfigMap ``where``) say: ``identity.issuer.issuanceLifetime``
+    (what ``linkerd install`` rendered identity's flag from). None when unset or unreadable:
+    the caller takes Linkerd's default."""
+    text = data.get(VALUES_KEY)
+    if not isinstance(text, str):
+        return None
+    try:
+        value = _get(_installed_values(text, where), ("identity", "issuer", "issuanceLifetime"))
+        return parse_go_duration(value) / 1e9 if isinstance(value, str) else None
+    except (InstalledDataError, ValueError):
+        return None
 
 
 class _ValuesDumper(yaml.SafeDumper):

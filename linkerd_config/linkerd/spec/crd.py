@@ -214,6 +214,8 @@ TRUST_BUNDLES_FIELD: Final = "trustBundles"
 """The trust bundles the guard has seen written, newest last."""
 TRUST_HOLD_FIELD: Final = "trustAnchorHold"
 """The trust-anchor guard's hold on a removal."""
+ISSUER_UPDATED_FIELD: Final = "identityIssuerUpdated"
+"""When Linkerd's identity last took up a new issuer, as the guard saw it."""
 CANARY_FIELD: Final = "rolloutCanary"
 """The canary's state."""
 CANARY_MAX_RECORDED: Final = 1000
@@ -417,7 +419,30 @@ def status_schema() -> dict[str, Any]:
                         **count,
                         "description": "Of those, pods on a bundle the controller never read.",
                     },
+                    "issuer": _obj(
+                        "Pods created before Linkerd's identity took up its current issuer: "
+                        "their certificates may be from the issuer before until renewed.",
+                        {
+                            "issuerUpdatedAt": _str("The issuer's update.", format="date-time"),
+                            "until": _str(
+                                "When every certificate issued before it has expired.",
+                                format="date-time",
+                            ),
+                            "pods": {
+                                "type": "array",
+                                "maxItems": 20,
+                                "items": _str("namespace/name of such a pod.", maxLength=512),
+                            },
+                            "podCount": {**count, "description": "Every such pod."},
+                        },
+                    ),
                 },
+            ),
+            ISSUER_UPDATED_FIELD: _str(
+                "When Linkerd's identity last took up a new issuer (its IssuerUpdated Event, "
+                "kept here: Events expire). Until the certificates issued before have "
+                "expired, a trust-anchor removal waits for the meshed pods created before it.",
+                format="date-time",
             ),
             CANARY_FIELD: _obj(
                 "The canary of configHash (spec.rollout.canary): its workloads, since when "

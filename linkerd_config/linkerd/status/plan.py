@@ -219,10 +219,13 @@ class Plan:
         return found
 
 
-def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
-    """What applying ``config`` (as read from a file) would do now; nothing is written.
-    Every message names fields as the file's API version does."""
-    found = _plan(config, view, defaults)
+def plan(
+    config: Json, view: ClusterView, defaults: RolloutOptions, now: float | None = None
+) -> Plan:
+    """What applying ``config`` (as read from a file) would do ``now`` (wall time; the
+    clock's when None); nothing is written. Every message names fields as the file's API
+    version does."""
+    found = _plan(config, view, defaults, time.time() if now is None else now)
     if found.problem is None:
         return found
     # As validation names them: a v1alpha1 file's v1alpha2-only values are in its annotation.
@@ -232,7 +235,7 @@ def plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
     return replace(found, problem=replace(found.problem, message=message))
 
 
-def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
+def _plan(config: Json, view: ClusterView, defaults: RolloutOptions, now: float) -> Plan:
     metadata = config.get("metadata")
     name = str(metadata.get("name") or "") if isinstance(metadata, dict) else ""
     old = next((c for c in view.configs if c["metadata"]["name"] == name), None)
@@ -275,7 +278,7 @@ def _plan(config: Json, view: ClusterView, defaults: RolloutOptions) -> Plan:
             return Plan(name, held)
         written = held or desired
     try:
-        anchors, holding = _anchors(written, configmaps, old, view, config)
+        anchors, holding = _anchors(written, configmaps, old, view, config, now)
     except BundleError as exc:
         return Plan(name, Problem("InstalledConfigUnreadable", str(exc)))
     rolled, hold = desired, _anchor_hold(anchors, holding)
@@ -345,13 +348,17 @@ def _anchors(
     stored: Json | None,
     view: ClusterView,
     config: Json,
+    now: float,
 ) -> tuple[Decision | None, Desired | None]:
     """The trust-anchor guard, as the reconcile asks it (the stored object's record of known
     bundles, the meshed pods): its decision (None when the bundle does not change), and,
     while a removal is held, what the controller writes and rolls out instead (``config``
     with the bundle that keeps every anchor in use), else None."""
     current = current_data(configmaps, desired.target)
-    guard = evaluate(desired, current, (stored or {}).get("status"), lambda: view.meshed)
+    guard = evaluate(
+        desired, current, (stored or {}).get("status"), lambda: view.meshed,
+        view.issuer_updated, now,
+    )  # fmt: skip
     decision = guard.decision
     changes = bool(decision.dropped) or decision.held
     holding = None
@@ -772,7 +779,7 @@ def _status_of(
     if isinstance(held, Problem):
         return ConfigStatus(name, held, conditions=conditions)
     try:  # the guard on what the controller writes: what a rollback returns to, or the spec
-        anchors, holding = _anchors(held or desired, configmaps, config, view, config)
+        anchors, holding = _anchors(held or desired, configmaps, config, view, config, now)
     except BundleError as exc:
         return ConfigStatus(
             name, Problem("InstalledConfigUnreadable", str(exc)), conditions=conditions

@@ -4,6 +4,7 @@ its status subresource, skipped when nothing in it would change."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 
 import structlog
@@ -76,6 +77,8 @@ class StatusOutcomes:
         recorder: EventRecorder,
         meshed: Callable[[], Iterable[Keyed]],
         monotonic: Callable[[], float],
+        issuer_updated: Callable[[], float | None] = lambda: None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.writer = writer
         self.recorder = recorder
@@ -83,6 +86,9 @@ class StatusOutcomes:
         """The meshed pods as cached, by key (the trust-anchor guard's view); MeshUnseen
         while the cache has not filled."""
         self.monotonic = monotonic
+        self.issuer_updated = issuer_updated
+        """When Linkerd's identity last took up a new issuer, as its cached Events say."""
+        self.wall = wall
         self.written: dict[str, float] = {}
         # Invariant: LinkerdConfig name -> monotonic time this process last wrote its status.
         self.anchor_held: set[str] = set()
@@ -150,9 +156,9 @@ class StatusOutcomes:
         wait = restart_interval - since
         if wait > 0 and progress_only(config.get("status") or {}, status_now):
             # The counts catch up at the next pass (or when a condition changes).
-            return Result(requeue_after=min(wait, outcome.requeue_after or wait))
+            return Result(requeue_after=min(wait, _sooner(outcome.requeue_after, held) or wait))
         await self.update(config, status_now)
-        return Result(requeue_after=outcome.requeue_after)
+        return Result(requeue_after=_sooner(outcome.requeue_after, held))
 
     async def refused(
         self,
@@ -284,7 +290,9 @@ class StatusOutcomes:
         conditions: list[Json] = list(stored.get("conditions") or [])
         generation = int(config["metadata"].get("generation", 0))
         try:
-            guard = evaluate(desired, current, stored, self.meshed)
+            guard = evaluate(
+                desired, current, stored, self.meshed, self.issuer_updated(), self.wall()
+            )
         except MeshUnseen as exc:
             # The cache ready does not wait for: a changed bundle waits for it, unwritten.
             log.info("trust bundle change waits for the meshed pods", linkerdconfig=name,
@@ -351,7 +359,7 @@ class StatusOutcomes:
         written = await self.patch_status_quietly(
             config, {**patch, **guard.status_changes(stored)}, Progress.STALLED
         )
-        return Result(requeue=not written)
+        return Result(requeue=not written, requeue_after=guard.recheck_after)
 
     async def patch_status_quietly(
         self, config: Json, status: Json, stand: Progress | None = None
@@ -412,3 +420,11 @@ class StatusOutcomes:
             resource_version=metadata.get("resourceVersion"),
         )  # fmt: skip
         self.written[config["metadata"]["name"]] = self.monotonic()
+
+
+def _sooner(requeue_after: float | None, held: Guard | None) -> float | None:
+    """The reconcile's next look: the rollout's, or sooner when a held removal stops waiting
+    for an issuer's update by itself (``Guard.recheck_after``)."""
+    recheck = None if held is None else held.recheck_after
+    found = [t for t in (requeue_after, recheck) if t is not None]
+    return min(found) if found else None

@@ -36,6 +36,9 @@ class ClusterView:
     meshed: Sequence[Keyed] = ()
     """Every meshed pod (opted in or not): ``namespace/name`` and its record, its trust-root
     hash (``guard.meshed_pod_projection``), the trust-anchor guard's view."""
+    issuer_updated: float | None = None
+    """When Linkerd's identity last took up a new issuer, as its Events say (None: none
+    seen)."""
 
     def replicaset(self, namespace: str, name: str) -> Json | None:
         return self.replicasets.get(f"{namespace}/{name}")

@@ -26,6 +26,17 @@ lacking one of the new anchors, the bundle holding both (the old anchors, then t
 and rolled out meanwhile, then the new one alone once every pod trusts its anchors; ``plan``
 says so first.
 
+**The issuer.** The rotation's third step re-issues the issuer from the new anchor; Linkerd's
+identity takes it up from its mounted Secret and records ``IssuerUpdated`` on its Deployment.
+A proxy that started before still presents a certificate from the issuer before (chained to
+the old anchor) until it renews it, at 70 % of the certificate's lifetime. So a removal also
+waits for the meshed pods created before the issuer's latest update (``IssuerUpdate``: the
+Events, cached by ``caches.LinkerdCaches.issuer_events``, kept in ``status.
+identityIssuerUpdated`` since they expire), until they restart or every certificate issued
+before has expired (the update plus ``identity.issuer.issuanceLifetime`` from the values),
+when the reconcile looks again by itself (``Guard.recheck_after``). It reads no Secret: an
+issuer swapped while identity restarted records no Event, and is not seen.
+
 **What it cannot see.** Pods without the annotation: proxies injected by releases before
 edge-22.9.1 / stable-2.12.1 (or before an upgrade to one), counted and said, never guessed.
 The legacy format (Linkerd up to edge-20.10.1) and the values format before edge-22.9.1 stamp
@@ -61,13 +72,21 @@ from typing import Final
 
 from linkerd_config.kube import x509_reader
 from linkerd_config.kube.field_tree import reads
-from linkerd_config.kube.resource import Json, Keyed
+from linkerd_config.kube.resource import Json, Keyed, go_seconds, rfc3339, unix_time
 from linkerd_config.kube.shared_records import SharedRecords
 from linkerd_config.linkerd.configmap.desired import Desired, preserved_name
 from linkerd_config.linkerd.formats import FormatError, Installed, format_for
-from linkerd_config.linkerd.formats.helm_values import TRUST_ROOTS_CONFIGMAP, TRUST_ROOTS_KEY
+from linkerd_config.linkerd.formats.helm_values import (
+    TRUST_ROOTS_CONFIGMAP,
+    TRUST_ROOTS_KEY,
+    issuance_lifetime,
+)
 from linkerd_config.linkerd.mesh import TRUST_ROOT_ANNOTATION
-from linkerd_config.linkerd.spec.crd import TRUST_BUNDLES_FIELD, TRUST_HOLD_FIELD
+from linkerd_config.linkerd.spec.crd import (
+    ISSUER_UPDATED_FIELD,
+    TRUST_BUNDLES_FIELD,
+    TRUST_HOLD_FIELD,
+)
 
 MESHED_LABEL: Final = "linkerd.io/control-plane-ns"
 """Linkerd's injector labels every pod it injects with its control plane's namespace."""
@@ -81,6 +100,21 @@ MAX_KNOWN_BUNDLES: Final = 16
 MAX_LISTED_PODS: Final = 20
 """Pods named in a hold (status, condition, plan); the rest are counted."""
 HELD_REASON: Final = "TrustAnchorRemovalHeld"
+ISSUER_UPDATED_REASON: Final = "IssuerUpdated"
+"""The Event Linkerd's identity records (on its Deployment, ``linkerd-identity``) each time it
+takes up the issuer its mounted Secret holds now (``pkg/identity``'s ``Run``)."""
+IDENTITY_DEPLOYMENT: Final = "linkerd-identity"
+ISSUER_EVENTS_SELECTOR: Final = (
+    f"reason={ISSUER_UPDATED_REASON},involvedObject.kind=Deployment,"
+    f"involvedObject.name={IDENTITY_DEPLOYMENT}"
+)
+ISSUER_EVENT_FIELDS: Final = ("firstTimestamp", "lastTimestamp", "eventTime", "series")
+"""What the guard reads of such an Event: when it happened (a repeated one: its last)."""
+ISSUER_MARGIN: Final = 60.0
+"""Seconds added to an issuer's update: identity's replicas reload it from their mounted
+Secret a little apart, a pod's creation time is read to the minute, and clocks differ."""
+DEFAULT_ISSUANCE_LIFETIME: Final = 24 * 3600.0
+"""Linkerd's default ``identity.issuer.issuanceLifetime`` (24h0m0s)."""
 SPEC_FIELD: Final = "spec.global.identityContext.trustAnchorsPEM"
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
 
@@ -277,6 +311,46 @@ def recorded(status: Json | None, *bundles: Bundle) -> list[Json]:
 
 
 @dataclass(frozen=True)
+class IssuerUpdate:
+    """Linkerd's identity took up a new issuer at ``at`` (wall time of its ``IssuerUpdated``
+    Event, kept in status once seen), and certificates it issues last ``lifetime`` seconds.
+    A proxy that started before may still present a certificate from the issuer before,
+    chained to an anchor a new bundle drops, until it renews it (a proxy does at 70 % of
+    the certificate's lifetime); ``until`` the last certificate issued before has expired,
+    so none can, and the removal no longer waits for such a pod."""
+
+    at: float
+    lifetime: float = DEFAULT_ISSUANCE_LIFETIME
+
+    @property
+    def until(self) -> float:
+        return self.at + self.lifetime + ISSUER_MARGIN
+
+    def predates(self, created: float | None) -> bool:
+        """Whether a pod created at ``created`` may run a proxy with a certificate from the
+        issuer before (an unreadable time may: the safe side)."""
+        return created is None or created <= self.at + ISSUER_MARGIN
+
+
+@dataclass(frozen=True)
+class IssuerHold:
+    """Pods a removal waits for because their proxies started before the issuer's update."""
+
+    update: IssuerUpdate
+    pods: tuple[str, ...]
+    """``namespace/name`` of the first ``MAX_LISTED_PODS`` of them, sorted."""
+    count: int
+
+    def as_json(self) -> Json:
+        return {
+            "issuerUpdatedAt": rfc3339(self.update.at),
+            "until": rfc3339(self.update.until),
+            "pods": list(self.pods),
+            "podCount": self.count,
+        }
+
+
+@dataclass(frozen=True)
 class Hold:
     """Why a new bundle is not written: the pods that still need what it drops."""
 
@@ -288,14 +362,20 @@ class Hold:
     """All holding pods."""
     unknown: int
     """Of those, pods whose hash maps to no bundle the controller knows."""
+    issuer: IssuerHold | None = None
+    """Pods on a bundle with every anchor kept whose certificates may still be from the
+    issuer before (the rotation's last step, before their proxies renewed them)."""
 
     def as_json(self) -> Json:
-        return {
+        found: Json = {
             "required": [str(a) for a in self.required],
             "pods": list(self.pods),
             "podCount": self.count,
             "unknownBundlePods": self.unknown,
         }
+        if self.issuer is not None:
+            found["issuer"] = self.issuer.as_json()
+        return found
 
 
 @dataclass(frozen=True)
@@ -363,6 +443,8 @@ class Decision:
                 f"stamped with a trust-root hash already trusts the anchors it keeps{unseen}"
             )
         hold = self.hold
+        if hold.count == 0 and hold.issuer is not None:
+            return self._issuer_message(dropped, holding, theirs, hold.issuer) + unseen
         shown = ", ".join(hold.pods)
         more = f" and {hold.count - len(hold.pods)} more" if hold.count > len(hold.pods) else ""
         unknown = (
@@ -396,11 +478,25 @@ class Decision:
                 f"new bundle alone is written by itself once every meshed pod trusts its "
                 f"anchors{unseen}"
             )
+        issuer = "" if hold.issuer is None else f"; then {_issuer_wait(hold.issuer)}"
         return (
             f"{head}, and {hold.count} meshed pod(s) still run with a bundle lacking "
             f"{required}, which it keeps{unknown}: {shown}{more}. {meanwhile}, and the removal "
-            f"proceeds by itself{unseen}"
+            f"proceeds by itself{issuer}{unseen}"
         )
+
+    def _issuer_message(self, dropped: str, holding: bool, theirs: bool, held: IssuerHold) -> str:
+        head = (
+            f"the trust bundle someone else wrote in {self.where} drops {dropped}"
+            if theirs
+            else f"{self.where} not written: the new trust bundle drops {dropped}"
+        )
+        meanwhile = (
+            "the bundle that keeps both the old and the new anchors stays written meanwhile"
+            if holding
+            else "nothing is written meanwhile"
+        )
+        return f"{head}, and {_issuer_wait(held)}; {meanwhile}"
 
     def as_json(self) -> Json:
         return {
@@ -414,6 +510,19 @@ class Decision:
         }
 
 
+def _issuer_wait(held: IssuerHold) -> str:
+    shown = ", ".join(held.pods)
+    more = f" and {held.count - len(held.pods)} more" if held.count > len(held.pods) else ""
+    return (
+        f"{held.count} meshed pod(s) started before Linkerd's identity took up its current "
+        f"issuer ({ISSUER_UPDATED_REASON} at {rfc3339(held.update.at)}): their proxies may "
+        f"still present a certificate from the issuer before, chained to an anchor it drops, "
+        f"until they renew it: {shown}{more}. The removal proceeds by itself once none is "
+        f"left, by {rfc3339(held.update.until)} at the latest (the certificates' lifetime "
+        f"{go_seconds(held.update.lifetime)} since the update), or sooner as they restart"
+    )
+
+
 def decide(
     current: Bundle,
     desired: Bundle,
@@ -422,10 +531,17 @@ def decide(
     *,
     where: str = "",
     linkerd_version: str = "",
+    issuer: IssuerUpdate | None = None,
+    now: float = 0.0,
 ) -> Decision:
     """May ``desired`` replace ``current`` now, given the bundles the controller knows (hash
     -> anchors' SHA-256) and the meshed pods (by ``namespace/name``, their cached record:
-    their ``linkerd.io/trust-root-sha256``)?
+    their ``linkerd.io/trust-root-sha256`` and when they were created)?
+
+    A removal also waits, until ``issuer.until``, for the pods created before the issuer's
+    last update (``issuer``, at wall time ``now``): the rotation's last step, [A,B] to [B]
+    once the issuer is re-issued from B, must not come before every proxy presents a
+    certificate from the new issuer (a pod on [B] alone rejects one chained to A).
 
     What the mesh trusts now is the current bundle *and* every anchor of the known bundles
     meshed pods run (``in_use``): however the current bundle is learned (read from the
@@ -460,10 +576,16 @@ def decide(
             count += 1
             unknown += verdict[1]
             holding.append(key)
+    held_by_issuer = None
+    if issuer is not None and now < issuer.until:
+        before = [key for key, pod in pods if issuer.predates(_created(pod))]
+        if before:
+            shown = tuple(heapq.nsmallest(MAX_LISTED_PODS, before))
+            held_by_issuer = IssuerHold(issuer, shown, len(before))
     hold = None
-    if count:
+    if count or held_by_issuer is not None:
         listed = tuple(heapq.nsmallest(MAX_LISTED_PODS, holding))
-        hold = Hold(tuple(sorted(kept)), listed, count, unknown)
+        hold = Hold(tuple(sorted(kept)), listed, count, unknown, held_by_issuer)
     return Decision(dropped, hold, True, unseen, where, linkerd_version, swap)
 
 
@@ -477,6 +599,10 @@ def in_use(current: Bundle, bundles: Mapping[str, frozenset[str]], pods: Iterabl
     if not extra:
         return current
     return Bundle(current.sha256, (*current.anchors, *(Anchor(f) for f in sorted(extra))))
+
+
+def _created(pod: Json) -> float | None:
+    return unix_time((pod.get("metadata") or {}).get(CREATED))
 
 
 def _hash_of(pod: Json) -> str | None:
@@ -518,6 +644,12 @@ class Guard:
     """While held: the bundle written and rolled out instead of the new one (the one the
     injector hands out now, or the one last written before a deletion), holding every
     anchor the mesh trusts; None when there is none (nothing is written)."""
+    issuer_updated: float | None = None
+    """When Linkerd's identity last took up a new issuer, as status keeps it (its Event
+    expires within the hour; a removal may come a day later)."""
+    recheck_after: float | None = None
+    """While a removal waits for the issuer's update to age (``IssuerUpdate.until``):
+    seconds until it no longer does, when nothing else wakes the reconcile."""
 
     @property
     def held(self) -> bool:
@@ -530,6 +662,9 @@ class Guard:
         wanted: Json = {
             TRUST_BUNDLES_FIELD: self.record or None,
             TRUST_HOLD_FIELD: self.hold_status(),
+            ISSUER_UPDATED_FIELD: None
+            if self.issuer_updated is None
+            else rfc3339(self.issuer_updated),
         }
         return {k: v for k, v in wanted.items() if stored.get(k) != v}
 
@@ -540,26 +675,50 @@ class Guard:
         return {"dropped": [str(a) for a in self.decision.dropped], **hold.as_json()}
 
 
+def issuer_event_time(event: Json) -> float | None:
+    """When an ``IssuerUpdated`` Event last happened (client-go's recorder sets
+    ``lastTimestamp``; the events.k8s.io API ``eventTime`` and its ``series``)."""
+    series = event.get("series") or {}
+    found = [unix_time(event.get(k)) for k in ("lastTimestamp", "eventTime", "firstTimestamp")] + [
+        unix_time(series.get("lastObservedTime")) if isinstance(series, dict) else None
+    ]
+    return max((t for t in found if t is not None), default=None)
+
+
+def issuer_updated(status: Json | None, seen: float | None) -> float | None:
+    """The latest of the issuer update status keeps and the one ``seen`` now (the newest
+    ``IssuerUpdated`` Event cached); an unreadable record counts as none."""
+    kept = unix_time((status or {}).get(ISSUER_UPDATED_FIELD))
+    found = [t for t in (kept, seen) if t is not None]
+    return max(found) if found else None
+
+
 def evaluate(
     desired: Desired,
     current: Mapping[str, Mapping[str, str]],
     status: Json | None,
     pods: Callable[[], Iterable[Keyed]],
+    issuer_seen: float | None = None,
+    now: float = 0.0,
 ) -> Guard:
     """The guard for writing ``desired`` over ``current`` (``desired.current_data``), with
     the record in the LinkerdConfig's ``status`` and the meshed pods (listed only when the
     bundle changes; ``pods`` raises MeshUnseen, passed on, while they cannot be seen). An
-    unchanged bundle costs one comparison: nothing is parsed or listed.
+    unchanged bundle costs one comparison: nothing is parsed or listed. ``issuer_seen``: the
+    newest issuer update the Events show (kept in status from then); a removal waits for the
+    pods created before the latest one until their certificates have aged out
+    (``decide``), at wall time ``now``.
     BundleError names a bundle that cannot be read when it matters: where the guard applies
     and the bundle changes (what is dropped cannot be told). Where the guard does not apply,
     an unreadable bundle is left to the format's own checks."""
     change = bundle_change(desired, current)
     record = list((status or {}).get(TRUST_BUNDLES_FIELD) or [])
     where = _where(change)
+    updated = issuer_updated(status, issuer_seen)
     if not change.guarded:
-        return Guard(_unguarded(change), record)
+        return Guard(_unguarded(change), record, issuer_updated=updated)
     if change.desired is None:
-        return Guard(Decision(where=where), record)
+        return Guard(Decision(where=where), record, issuer_updated=updated)
     text = change.current if change.current is not None else change.written
     if not change.stated and change.written is not None:
         # A bundle the spec leaves to the cluster: its new text is what is desired, and the
@@ -569,18 +728,28 @@ def evaluate(
     if text == change.desired and settled:
         # What we wrote is what the injector hands out, and nothing was held: no pod can
         # run a bundle lacking its anchors because of us. Nothing parsed, nothing listed.
-        return Guard(Decision(where=where), record)
+        return Guard(Decision(where=where), record, issuer_updated=updated)
     then = parse_bundle(change.desired, change.desired_where)
     known = known_bundles(status)
     meshed = list(pods())
     # Neither the ConfigMap nor a copy of what we wrote: the mesh's anchors are those its
     # pods run (an empty bundle of no hash, their anchors added by ``decide``).
-    now = Bundle("", ()) if text is None else parse_bundle(text, where)
-    decision = decide(now, then, known, meshed, where=where, linkerd_version=change.linkerd_version)
-    seen = (now,) if now.anchors else ()
+    installed = Bundle("", ()) if text is None else parse_bundle(text, where)
+    update = None
+    if updated is not None:
+        lifetime = issuance_lifetime(desired.data, str(desired.target))
+        update = IssuerUpdate(updated, lifetime or DEFAULT_ISSUANCE_LIFETIME)
+    decision = decide(
+        installed, then, known, meshed, where=where, linkerd_version=change.linkerd_version,
+        issuer=update, now=now,
+    )  # fmt: skip
+    seen = (installed,) if installed.anchors else ()
     if not decision.held:
-        return Guard(decision, recorded(status, *seen, then))
-    mesh = in_use(now, {**known, then.sha256: then.fingerprints}, meshed).fingerprints
+        return Guard(decision, recorded(status, *seen, then), issuer_updated=updated)
+    recheck = None
+    if decision.hold is not None and decision.hold.issuer is not None:
+        recheck = max(decision.hold.issuer.update.until - now, 1.0)
+    mesh = in_use(installed, {**known, then.sha256: then.fingerprints}, meshed).fingerprints
     candidates: tuple[str | None, ...] = (change.current, change.written)
     if decision.swap:
         # A rotation's first step: every anchor in use, then the new ones (the Helm chart's
@@ -588,7 +757,8 @@ def evaluate(
         mesh |= then.fingerprints
         candidates = (*candidates, joined(text, change.desired))
     holding = holding_bundle(candidates, mesh, where)
-    return Guard(decision, recorded(status, *seen, *_parsed(holding, where)), holding)
+    kept = recorded(status, *seen, *_parsed(holding, where))
+    return Guard(decision, kept, holding, issuer_updated=updated, recheck_after=recheck)
 
 
 def joined(first: str | None, second: str) -> str:
@@ -647,22 +817,33 @@ def _unguarded(change: BundleChange) -> Decision:
 
 # -- the meshed pods' cache --------------------------------------------------------------------
 
-_RECORDS: SharedRecords[str, Json] = SharedRecords(4 * MAX_KNOWN_BUNDLES)
-_UNSTAMPED: Json = {"metadata": {"annotations": {}}}
+MESHED_RECORDS: Final = 1024
+"""Shared records of meshed pods at most (one per trust-root hash and minute of creation)."""
+_RECORDS: SharedRecords[tuple[str, str], Json] = SharedRecords(MESHED_RECORDS, recent=True)
+CREATED: Final = "creationTimestamp"
 
 
-@reads(("metadata", "annotations", TRUST_ROOT_ANNOTATION))
+@reads(("metadata", "annotations", TRUST_ROOT_ANNOTATION), ("metadata", CREATED))
 def meshed_pod_projection(pod: Json) -> Json:
-    """A meshed pod as the guard reads it: its trust-root hash, nothing else. Its name and
+    """A meshed pod as the guard reads it: its trust-root hash, and the minute it was created
+    (rounded down: a pod is never taken for newer than it is), nothing else. Its name and
     namespace are its key (the informer keys what it lists and watches as served), so every
-    pod with the same hash shares one record, never mutated: at 50,000 pods a few records,
-    and a key each. No resourceVersion either: an update that changes no hash is no change."""
-    digest = ((pod.get("metadata") or {}).get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
-    if not isinstance(digest, str) or not digest:
-        return _UNSTAMPED
-    record: Json = _RECORDS.get(
-        digest, lambda: {"metadata": {"annotations": {TRUST_ROOT_ANNOTATION: sys.intern(digest)}}}
-    )
+    pod of the same hash and minute shares one record, never mutated: at 50,000 pods a few
+    records, and a key each. No resourceVersion either: an update that changes neither is no
+    change."""
+    metadata = pod.get("metadata") or {}
+    digest = (metadata.get("annotations") or {}).get(TRUST_ROOT_ANNOTATION)
+    digest = digest if isinstance(digest, str) else ""
+    created = metadata.get(CREATED)
+    minute = f"{created[:16]}:00Z" if isinstance(created, str) and len(created) >= 16 else ""
+
+    def make() -> Json:
+        meta: Json = {"annotations": {TRUST_ROOT_ANNOTATION: sys.intern(digest)} if digest else {}}
+        if minute:
+            meta[CREATED] = sys.intern(minute)
+        return {"metadata": meta}
+
+    record: Json = _RECORDS.get((digest, minute), make)
     return record
 
 

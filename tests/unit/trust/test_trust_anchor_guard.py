@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -47,13 +47,13 @@ def fingerprint(pem: str) -> str:
     return x509.load_pem_x509_certificate(pem.encode()).fingerprint(hashes.SHA256()).hex()
 
 
-def meshed(namespace: str, name: str, digest: str | None) -> Keyed:
+def meshed(namespace: str, name: str, digest: str | None, created: str | None = None) -> Keyed:
     """A meshed pod as the API server serves it, through the controller's projection, under
     the key the informer gives it."""
     annotations = {"linkerd.io/proxy-version": "edge-26.8.3"}
     if digest is not None:
         annotations[TRUST_ROOT_ANNOTATION] = digest
-    served = {
+    served: Json = {
         "metadata": {
             "name": name,
             "namespace": namespace,
@@ -63,6 +63,8 @@ def meshed(namespace: str, name: str, digest: str | None) -> Keyed:
             "annotations": annotations,
         }
     }
+    if created is not None:
+        served["metadata"]["creationTimestamp"] = created
     return object_key(served), guard.meshed_pod_projection(served)
 
 
@@ -434,10 +436,122 @@ def test_a_pod_is_its_key_and_one_record_per_hash_shared_between_pods() -> None:
 
 
 def test_the_shared_records_stay_bounded_under_churn() -> None:
-    for i in range(10 * guard.MAX_KNOWN_BUNDLES):  # a hostile churn of hashes
+    for i in range(2 * guard.MESHED_RECORDS):  # a hostile churn of hashes
         _, record = meshed("shop", "a", f"{i:064x}")
         assert record["metadata"]["annotations"][TRUST_ROOT_ANNOTATION] == f"{i:064x}"
-        assert len(guard._RECORDS) <= 4 * guard.MAX_KNOWN_BUNDLES
+        assert len(guard._RECORDS) <= guard.MESHED_RECORDS
+
+
+def test_a_pods_record_keeps_the_minute_it_was_created_shared_within_it() -> None:
+    _, first = meshed("shop", "a", UNKNOWN, "2026-12-03T17:05:59Z")
+    _, second = meshed("shop", "b", UNKNOWN, "2026-12-03T17:05:01Z")
+    _, later = meshed("shop", "c", UNKNOWN, "2026-12-03T17:06:00Z")
+    assert first is second  # rounded down: never taken for newer than it is
+    assert first["metadata"]["creationTimestamp"] == "2026-12-03T17:05:00Z"
+    assert later["metadata"]["creationTimestamp"] == "2026-12-03T17:06:00Z"
+
+
+# -- the issuer's update: the rotation's last step ----------------------------------------------
+
+UPDATED = "2026-12-03T17:00:00Z"
+AT = 1_796_317_200.0  # UPDATED
+HOUR = 3600.0
+
+
+def _issuer_world() -> tuple[str, Json, Keyed, Keyed]:
+    """[X, B] written and rolled out; Linkerd's identity took up an issuer from B at
+    ``UPDATED``: one pod created before it, one after."""
+    x = installed()[TRUST_ROOTS_CONFIGMAP][TRUST_ROOTS_KEY]
+    both = bundle(x, B)
+    first = evaluate(linkerdconfig(both), installed(), None, [])
+    status: Json = first.status_changes(None)
+    before = meshed("shop", "web-1", h(both), "2026-12-03T16:30:00Z")
+    after = meshed("shop", "web-2", h(both), "2026-12-03T17:10:00Z")
+    return both, status, before, after
+
+
+def test_a_removal_waits_for_the_pods_created_before_the_issuers_update() -> None:
+    """Issue 60, item 4.2: every pod on [X, B], the issuer re-issued from B. A proxy that
+    started before still presents a certificate chained to X until it renews it; written at
+    once, [B] would have pods restarted onto it reject it. Held until the certificates
+    issued before have aged out (their lifetime, from the values: 24h by default), then
+    written by itself; a pod created after never holds it."""
+    both, status, before, after = _issuer_world()
+    desired = desired_config(linkerdconfig(bundle(B)), installed(bundle=both))
+    current = installed(bundle=both)
+    held = guard.evaluate(desired, current, status, lambda: [before, after], AT, AT + HOUR)
+    assert held.held and held.holding == both
+    hold = held.decision.hold
+    assert hold is not None and hold.count == 0 and hold.issuer is not None
+    assert hold.issuer.pods == ("shop/web-1",) and hold.issuer.count == 1
+    assert hold.issuer.update.until == AT + 24 * HOUR + guard.ISSUER_MARGIN
+    message = held.decision.message()
+    assert "started before Linkerd's identity took up its current issuer" in message
+    assert "shop/web-1" in message and "shop/web-2" not in message
+    assert held.recheck_after == pytest.approx(23 * HOUR + guard.ISSUER_MARGIN)
+    changes = held.status_changes(status)
+    assert changes["identityIssuerUpdated"] == UPDATED
+    assert changes["trustAnchorHold"]["issuer"]["pods"] == ["shop/web-1"]
+    status |= changes
+
+    # The Event expired (an hour on): status still holds the update.
+    still = guard.evaluate(desired, current, status, lambda: [before, after], None, AT + 2 * HOUR)
+    assert still.held and still.issuer_updated == AT
+    # Restarted since (a pod made after the update): nothing left to wait for.
+    again = meshed("shop", "web-1", h(both), "2026-12-03T17:20:00Z")
+    done = guard.evaluate(desired, current, status, lambda: [again, after], None, AT + 2 * HOUR)
+    assert not done.held
+    # Or the lifetime passed: every certificate from before has expired.
+    aged = AT + 24 * HOUR + guard.ISSUER_MARGIN + 1
+    assert not guard.evaluate(desired, current, status, lambda: [before], None, aged).held
+
+
+def test_the_wait_is_the_certificates_lifetime_as_the_values_say() -> None:
+    both, status, before, _ = _issuer_world()
+    current = installed(bundle=both)
+    values = current["linkerd-config"]["values"]
+    assert "issuanceLifetime: 24h0m0s" in values
+    current["linkerd-config"]["values"] = values.replace(
+        "issuanceLifetime: 24h0m0s", "issuanceLifetime: 90s"
+    )
+    desired = desired_config(linkerdconfig(bundle(B)), current)
+    held = guard.evaluate(desired, current, status, lambda: [before], AT, AT + 60)
+    assert held.held and held.decision.hold is not None
+    issuer = held.decision.hold.issuer
+    assert issuer is not None and issuer.update.lifetime == 90
+    assert not guard.evaluate(desired, current, status, lambda: [before], AT, AT + 151).held
+
+
+def test_an_issuer_update_holds_nothing_that_drops_no_anchor() -> None:
+    both, status, before, _ = _issuer_world()
+    current = installed(bundle=both)
+    desired = desired_config(linkerdconfig(bundle(both, C)), current)
+    found = guard.evaluate(desired, current, status, lambda: [before], AT, AT + HOUR)
+    assert not found.held and found.decision.dropped == ()
+    assert found.status_changes(status)["identityIssuerUpdated"] == UPDATED
+
+
+def test_an_issuer_update_is_recorded_while_nothing_changes_and_the_latest_kept() -> None:
+    current = installed()
+    desired = desired_config(linkerdconfig(), current)
+    found = guard.evaluate(desired, current, None, lambda: [], AT, AT + 1)
+    assert found.status_changes(None) == {"identityIssuerUpdated": UPDATED}
+    kept = {"identityIssuerUpdated": UPDATED}
+    older = guard.evaluate(desired, current, kept, lambda: [], AT - HOUR, AT + 1)
+    assert older.status_changes(kept) == {}  # an older Event does not move it back
+    assert guard.issuer_updated({"identityIssuerUpdated": "garbage"}, None) is None
+
+
+def test_an_issuer_events_time_is_its_last() -> None:
+    event = {
+        "firstTimestamp": "2026-12-03T16:00:00Z",
+        "lastTimestamp": UPDATED,
+        "count": 3,
+    }
+    assert guard.issuer_event_time(event) == AT
+    new_api = {"eventTime": "2026-12-03T16:59:00.000000Z", "series": {"lastObservedTime": UPDATED}}
+    assert guard.issuer_event_time(new_api) == AT
+    assert guard.issuer_event_time({}) is None
 
 
 # -- plan and status ---------------------------------------------------------------------------
@@ -493,6 +607,32 @@ def test_plan_shows_the_hold_before_anything_is_applied_and_status_too() -> None
     assert any(f.startswith("trust-anchor removal held:") for f in report.failing)
     assert report.as_json()["trustAnchors"]["hold"]["podCount"] == 1
     assert "Trust anchors: removal HELD" in render_status(report)
+
+
+def test_plan_and_status_show_a_removal_waiting_for_the_issuers_update() -> None:
+    """The rotation's last step as ``plan`` and ``status`` see it (the same guard): every
+    pod on [A, B], but one created before identity took up the issuer from B, its Event
+    seen now (``ClusterView.issuer_updated``). A day on, nothing waits any more."""
+    both = bundle(A, B)
+    stored = linkerdconfig(both)
+    stored["status"] = {"trustBundles": guard.recorded(None, parsed(bundle(A)), parsed(both))}
+    pods = [
+        meshed("shop", "web-1", h(both), "2026-12-03T16:30:00Z"),
+        meshed("shop", "web-2", h(both), "2026-12-03T17:30:00Z"),
+    ]
+    seen = replace(cluster(both, pods, stored), issuer_updated=AT)
+    result = plan(linkerdconfig(bundle(B)), seen, DEFAULTS, now=AT + HOUR)
+    assert result.problem is None and result.anchor_hold
+    assert not plan(linkerdconfig(bundle(B)), seen, DEFAULTS, now=AT + 25 * HOUR).anchor_hold
+    text = render_plan(result)
+    assert "Trust anchors: removal HELD" in text and "shop/web-1" in text
+    assert "took up its current issuer" in text and "shop/web-2" not in text
+
+    stored["spec"] = linkerdconfig(bundle(B))["spec"]  # applied; the controller holds it
+    (report,) = status(replace(seen, configs=[stored]), DEFAULTS, now=AT + HOUR)
+    assert report.anchors is not None and report.anchors.held
+    (later,) = status(replace(seen, configs=[stored]), DEFAULTS, now=AT + 25 * HOUR)
+    assert later.anchors is None or not later.anchors.held
 
 
 def test_plan_says_a_swap_is_staged_as_a_rotation() -> None:
