@@ -813,7 +813,23 @@ INFORMERS = {
     "statefulsets": "StatefulSet",
     "daemonsets": "DaemonSet",
     "leases": "watch_health",
+    "events": "issuer_events",
 }
+ISSUER_EVENT: Obj = {
+    "metadata": {"name": "linkerd-identity.rbac-case", "namespace": "linkerd"},
+    "involvedObject": {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "namespace": "linkerd",
+        "name": "linkerd-identity",
+    },
+    "reason": "IssuerUpdated",
+    "message": "Updated identity issuer",
+    "type": "Normal",
+    "source": {"component": "linkerd-identity"},
+    "lastTimestamp": "2026-12-03T17:00:00Z",
+}
+"""Linkerd identity's Event, which the guard's issuer informer lists and watches."""
 
 
 def informer_of(app: App, resource: str) -> Informer:
@@ -823,7 +839,7 @@ def informer_of(app: App, resource: str) -> Informer:
         return app.watch_health.informer
     if name in app.controller.workloads:
         return app.controller.workloads[name]
-    informer: Informer = getattr(app.controller, name)
+    informer: Informer = getattr(app.controller.caches, name)
     return informer
 
 
@@ -847,6 +863,9 @@ async def informer_goes_stale(world: World, perm: Permission) -> None:
             await world.admin.request(
                 "POST", LEASES.path("linkerd"), body={"metadata": {"name": LEASE_NAME}}
             )
+    if perm.resource == "events":  # so must an IssuerUpdated Event
+        with contextlib.suppress(ApiError):
+            await world.admin.request("POST", EVENTS.path("linkerd"), body=ISSUER_EVENT)
     async with controller(world, identity(perm)) as run:
         informer = informer_of(run.app, perm.resource)
         await run.refused(perm, informer.resource.path(informer.namespace))

@@ -464,17 +464,22 @@ class RolloutExecutor:
         )  # fmt: skip
         if halt.halted is None:
             return seen
-        return replace(seen, halted_revisions=await self._halted_revisions(halt.halted))
+        revisions = await self._halted_revisions(halt.halted, plan)
+        return replace(seen, halted_revisions=revisions)
 
-    async def _halted_revisions(self, halted: Halt) -> dict[mesh.Workload, bool]:
-        """``Observed.halted_revisions``: of the halt's failed Deployments, those the cache
-        shows still recording our restart for the configuration rolled out, each with whether
-        going back creates pods. Their ReplicaSets are read live, a namespace at a time (no
-        cache keeps them); none is read once every one is back (the steady state of a
-        halt)."""
+    async def _halted_revisions(
+        self, halted: Halt, plan: mesh.RolloutPlan
+    ) -> dict[mesh.Workload, bool]:
+        """``Observed.halted_revisions``: of the halt's failed Deployments, and of those with
+        pods without the proxy (``plan.unmeshed``: one restarted in the halting pass may lose
+        its proxy only after the halt), those the cache shows still recording our restart for
+        the configuration rolled out, each with whether going back creates pods. Their
+        ReplicaSets are read live, a namespace at a time (no cache keeps them); none is read
+        once every one is back (the steady state of a halt)."""
         found: dict[mesh.Workload, bool] = {}
         listed: dict[str, list[Json]] = {}
-        for workload in machine.undo_targets(halted):
+        unmeshed = (w for w in plan.unmeshed if w.kind == "Deployment")
+        for workload in dict.fromkeys((*machine.undo_targets(halted), *unmeshed)):
             cached = self.record(workload)
             if cached is None or not mesh.already_restarted(cached, halted.rolled):
                 continue

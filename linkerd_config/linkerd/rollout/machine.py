@@ -130,8 +130,7 @@ def step(observed: Observed, record: HaltState, policy: RolloutPolicy) -> Step:
     if halted is not None:
         failed = failures(halted.failed)
         of = rolled_instead(halted.rolled, halted.config_hash)
-        still = observed.halted_revisions
-        undo = _undo(halted, observed, {w: still[w] for w in undo_targets(halted) if w in still})
+        undo = _undo(halted, observed, observed.halted_revisions)
         return Step(
             RolloutOutcome(
                 *counts, Phase.HALTED,
@@ -399,8 +398,9 @@ class _Undoing:
 
 
 def _undo(halted: Halt, observed: Observed, targets: Mapping[Workload, bool]) -> _Undoing:
-    """The halt's failed Deployments still on the revision our restart made (``targets``,
-    each with whether going back creates pods) brought off it (``Undo``). Going back that
+    """The Deployments a halt goes back from (``targets``: its failed ones, and those out
+    of the mesh, still on the revision our restart made, each with whether going back
+    creates pods) brought off it (``Undo``). Going back that
     only scales the revision down is done at once; going back that creates pods waits until
     the injector is seen injecting into that workload's own pod (the Mesh rule: issue 60,
     item 4.5, on real proxies: an undo sent while the injector was down brought every pod of

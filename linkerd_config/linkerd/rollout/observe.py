@@ -137,10 +137,11 @@ class Observed:
     while it has not: what was restarted before is no evidence after it, and a workload
     stale again since is re-meshed (``mesh.due``)."""
     halted_revisions: Mapping[Workload, bool] = field(default_factory=dict)
-    """While a halt is in force: its failed Deployments still on the revision our restart
-    made, each with whether going back from it would create pods
-    (``rollback.undo_makes_pods``): those come back without the proxy unless the injector
-    injects, so the injector is asked first (the Mesh rule); the others only scale down."""
+    """While a halt is in force: its failed Deployments, and those with pods without the
+    proxy, still on the revision our restart made, each with whether going back from it
+    would create pods (``rollback.undo_makes_pods``): those come back without the proxy
+    unless the injector injects, so the injector is asked first (the Mesh rule); the others
+    only scale down."""
     back_to: tuple[Completed | None, str] = field(kw_only=True)
     """Where a failure of this attempt rolls back to (``rollback.target``: the last
     completed configuration, its recorded spec checked as the webhook checks one), or None

@@ -545,3 +545,59 @@ async def test_an_injector_outage_mid_restart_leaves_no_workload_out_of_the_mesh
     sim.sync()
     assert all(proxy == NEW for _, proxy in sim.workloads["app-0"].pods)
     assert len(sim.restarts) == 1  # halted: app-1 is not restarted
+
+
+async def test_a_workload_out_of_the_mesh_after_the_halt_is_brought_back_too() -> None:
+    """The same seam one step on: two restarts in a pass, one refused (the halt), the other
+    paused by someone before its rollout; resumed while the injector is down, its pods come
+    without the proxy after the halt was recorded. Not among the halt's failures, it is
+    still on our restart's revision and out of the mesh: gone back from too, once the
+    injector injects."""
+    clock = FakeClock(1_700_000_000.0)
+    sim = SimCluster(["app-0", "app-1"], clock)
+    sim.injector_version = NEW
+    executor = executor_on(sim, clock, RolloutOptions(injector_wait=30.0))
+    status: Json = {}
+
+    async def reconcile() -> Json:
+        nonlocal status
+        config = {
+            "metadata": {"name": "cfg", "generation": 1, "resourceVersion": "1"},
+            "spec": {"rollout": ROLLOUT},
+            "status": status,
+        }
+        executor.found(desired(0).config_hash)
+        outcome = await roll(executor, config, desired(0))
+        status = merged_status(status, outcome.status)
+        return outcome.__dict__
+
+    await reconcile()
+    assert sorted(r.workload for r in sim.restarts) == ["app-0", "app-1"]
+    sim.refusing_real.add("app-0")
+    app_1 = sim.workloads["app-1"]
+    app_1.paused, app_1.generation = True, app_1.generation + 1
+    sim.controllers_act()
+    sim.sync()
+    clock.now += INTERVAL
+    await reconcile()
+    assert halted(status, desired(0).config_hash)
+    assert [f.split(":", 1)[0] for f in status[HALT_FIELD]["failed"]] == ["deployment/ns/app-0"]
+    sim.injector_up = False
+    app_1.paused, app_1.generation = False, app_1.generation + 1
+    sim.controllers_act()
+    sim.sync()
+    assert all(proxy is None for _, proxy in app_1.pods)
+    clock.now += INTERVAL
+    outcome = await reconcile()
+    assert "app-1" in outcome["message"] and "waits for the injector" in outcome["message"]
+    assert [g.workload for g in sim.gone_back if g.makes_pods] == []
+    sim.injector_up = True
+    clock.now += INTERVAL
+    await reconcile()
+    assert sorted((g.workload, g.makes_pods, g.injects) for g in sim.gone_back) == [
+        ("app-0", False, NEW),  # in the halting pass: it only scaled down
+        ("app-1", True, NEW),
+    ]
+    sim.controllers_act()
+    sim.sync()
+    assert all(proxy == NEW for _, proxy in app_1.pods)
