@@ -267,6 +267,7 @@ def test_linkerd_is_installed_on_the_local_images_never_pulled() -> None:
     assert values["proxy.image.name"] == "localhost/linkerd/proxy"
     assert values["imagePullPolicy"] == "Never"
     assert values["proxy.shutdownGracePeriod"] == "5s"
+    assert values["identity.issuer.issuanceLifetime"] == "60s"
     namespace = linkerd_control_plane.meshed_namespace("app")["metadata"]
     assert namespace["annotations"] == {
         "linkerd.io/inject": "enabled",
