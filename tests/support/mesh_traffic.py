@@ -215,7 +215,12 @@ class Counts:
 def client_counts(cp: LocalControlPlane, namespace: str, client: str = "client") -> Counts:
     """The counts of the client's (one) pod, read from its /counts (from the host)."""
     (pod,) = pods(cp, namespace, client)
-    raw = json.loads(_get(f"http://{pod['status']['podIP']}:{CLIENT_PORT}/counts"))
+    return counts_of(pod)
+
+
+def counts_of(pod: Json, timeout: float = 5.0) -> Counts:
+    """The counts of this client pod (one of several while it restarts, say)."""
+    raw = json.loads(_get(f"http://{pod['status']['podIP']}:{CLIENT_PORT}/counts", timeout))
 
     def when(text: str | None) -> datetime.datetime | None:
         return datetime.datetime.fromisoformat(text) if text else None
