@@ -65,8 +65,9 @@ class LinkerdCaches:
             transform=mesh.running_pod_metadata,
             name="pods",
         )
-        # Every meshed pod, opted in or not, reduced to its trust-root hash: the trust-anchor
-        # guard's view of which bundle each runs (its key, and one record per hash).
+        # Every meshed pod, opted in or not, reduced to its trust-root hash and the minute it
+        # was created: the trust-anchor guard's view of which bundle each runs, and whether
+        # it may predate the issuer (its key, and one record per hash and minute).
         self.meshed_pods = Informer(
             client,
             PODS,
@@ -120,8 +121,11 @@ class LinkerdCaches:
         ]
 
     async def list_once(self) -> None:
-        """Fill every cache from one LIST each, concurrently; no watch stays open."""
-        await all_of(*(informer.list_once() for informer in self.informers))
+        """Fill every cache from one LIST each, concurrently; no watch stays open. Not the
+        issuer's Events: ``plan`` and ``status`` read the update the controller keeps in
+        status (``identityIssuerUpdated``), so they need no more than the README grants."""
+        once = (i for i in self.informers if i is not self.issuer_events)
+        await all_of(*(informer.list_once() for informer in once))
 
     def view(self) -> ClusterView:
         """The caches' contents as plain data, for ``status.plan``'s pure decisions."""

@@ -308,9 +308,10 @@ def written_configmaps() -> list[str]:
 
 
 def test_rbac_names_every_object_it_may_change_in_linkerd(rendered: dict[str, str]) -> None:
-    """In Linkerd's namespace only create and the ConfigMap informer are unnamed (RBAC cannot
-    name a create, and a create never changes an existing object); the rest names exactly
-    the ConfigMaps the controller writes and its own Lease, as its defaults say."""
+    """In Linkerd's namespace only create and the informers of ConfigMaps and of identity's
+    Events are unnamed (RBAC cannot name a create, and a create never changes an existing
+    object; list and watch change nothing); the rest names exactly the ConfigMaps the
+    controller writes and its own Lease, as its defaults say."""
     role = one(objects(rendered["rbac"]), "Role", "linkerd-config", "linkerd")
     names: dict[tuple[str, str], list[str] | None] = {}
     for rule in role["rules"]:
@@ -323,6 +324,8 @@ def test_rbac_names_every_object_it_may_change_in_linkerd(rendered: dict[str, st
         ("configmaps", "watch"),
         ("configmaps", "create"),
         ("leases", "create"),
+        ("events", "list"),
+        ("events", "watch"),
     }
     assert sorted(names[("configmaps", "patch")] or []) == written_configmaps()
     lease = parse([], {}).lease_name

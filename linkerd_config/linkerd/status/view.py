@@ -35,7 +35,8 @@ class ClusterView:
     """The namespace whose ConfigMaps the controller manages."""
     meshed: Sequence[Keyed] = ()
     """Every meshed pod (opted in or not): ``namespace/name`` and its record, its trust-root
-    hash (``guard.meshed_pod_projection``), the trust-anchor guard's view."""
+    hash and creation minute (``guard.meshed_pod_projection``), the trust-anchor guard's
+    view."""
     issuer_updated: float | None = None
     """When Linkerd's identity last took up a new issuer, as its Events say (None: none
     seen)."""
