@@ -498,30 +498,38 @@ TestGuardedRollout = GuardedRolloutMachine.TestCase
 # -- the seam the real proxies found ----------------------------------------------------------
 
 
+class _OneLeader:
+    """One leader reconciling the first configuration over a simulated cluster of
+    ``names``, its status kept as the controller keeps it."""
+
+    def __init__(self, names: list[str], rollout: Json) -> None:
+        self.clock = FakeClock(1_700_000_000.0)
+        self.sim = SimCluster(names, self.clock)
+        self.sim.injector_version = NEW
+        self.executor = executor_on(self.sim, self.clock, RolloutOptions(injector_wait=30.0))
+        self.rollout = rollout
+        self.status: Json = {}
+
+    async def reconcile(self) -> Json:
+        config = {
+            "metadata": {"name": "cfg", "generation": 1, "resourceVersion": "1"},
+            "spec": {"rollout": self.rollout},
+            "status": self.status,
+        }
+        self.executor.found(desired(0).config_hash)
+        outcome = await roll(self.executor, config, desired(0))
+        self.status = merged_status(self.status, outcome.status)
+        return outcome.__dict__
+
+
 async def test_an_injector_outage_mid_restart_leaves_no_workload_out_of_the_mesh() -> None:
     """Issue 60, item 4.5, found on Linkerd's real data plane and replayed on the simulated
     cluster: a restart sent while the injector injects, the injector gone before the
     Deployment controller makes the pods (admitted without a proxy), the rollout halted on
     that evidence. Going back makes pods (the previous revision has none left), so it waits
     for the injector; once it injects, going back brings every pod back with the proxy."""
-    clock = FakeClock(1_700_000_000.0)
-    sim = SimCluster(["app-0", "app-1"], clock)
-    sim.injector_version = NEW
-    executor = executor_on(sim, clock, RolloutOptions(injector_wait=30.0))
-    status: Json = {}
-    rollout = {**ROLLOUT, "maxRestartsPerPass": 1}
-
-    async def reconcile() -> Json:
-        nonlocal status
-        config = {
-            "metadata": {"name": "cfg", "generation": 1, "resourceVersion": "1"},
-            "spec": {"rollout": rollout},
-            "status": status,
-        }
-        executor.found(desired(0).config_hash)
-        outcome = await roll(executor, config, desired(0))
-        status = merged_status(status, outcome.status)
-        return outcome.__dict__
+    world = _OneLeader(["app-0", "app-1"], {**ROLLOUT, "maxRestartsPerPass": 1})
+    clock, sim, reconcile = world.clock, world.sim, world.reconcile
 
     await reconcile()
     assert [(r.workload, r.injects) for r in sim.restarts] == [("app-0", NEW)]
@@ -534,7 +542,7 @@ async def test_an_injector_outage_mid_restart_leaves_no_workload_out_of_the_mesh
         outcome = await reconcile()
         sim.controllers_act()
         sim.sync()
-    assert halted(status, desired(0).config_hash), outcome
+    assert halted(world.status, desired(0).config_hash), outcome
     assert "waits for the injector" in outcome["message"], outcome["message"]
     assert sim.gone_back == [], "gone back while the injector was down"
     sim.injector_up = True
@@ -553,23 +561,8 @@ async def test_a_workload_out_of_the_mesh_after_the_halt_is_brought_back_too() -
     without the proxy after the halt was recorded. Not among the halt's failures, it is
     still on our restart's revision and out of the mesh: gone back from too, once the
     injector injects."""
-    clock = FakeClock(1_700_000_000.0)
-    sim = SimCluster(["app-0", "app-1"], clock)
-    sim.injector_version = NEW
-    executor = executor_on(sim, clock, RolloutOptions(injector_wait=30.0))
-    status: Json = {}
-
-    async def reconcile() -> Json:
-        nonlocal status
-        config = {
-            "metadata": {"name": "cfg", "generation": 1, "resourceVersion": "1"},
-            "spec": {"rollout": ROLLOUT},
-            "status": status,
-        }
-        executor.found(desired(0).config_hash)
-        outcome = await roll(executor, config, desired(0))
-        status = merged_status(status, outcome.status)
-        return outcome.__dict__
+    world = _OneLeader(["app-0", "app-1"], ROLLOUT)
+    clock, sim, reconcile = world.clock, world.sim, world.reconcile
 
     await reconcile()
     assert sorted(r.workload for r in sim.restarts) == ["app-0", "app-1"]
@@ -580,8 +573,9 @@ async def test_a_workload_out_of_the_mesh_after_the_halt_is_brought_back_too() -
     sim.sync()
     clock.now += INTERVAL
     await reconcile()
-    assert halted(status, desired(0).config_hash)
-    assert [f.split(":", 1)[0] for f in status[HALT_FIELD]["failed"]] == ["deployment/ns/app-0"]
+    assert halted(world.status, desired(0).config_hash)
+    failed = world.status[HALT_FIELD]["failed"]
+    assert [f.split(":", 1)[0] for f in failed] == ["deployment/ns/app-0"]
     sim.injector_up = False
     app_1.paused, app_1.generation = False, app_1.generation + 1
     sim.controllers_act()
