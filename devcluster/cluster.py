@@ -8,7 +8,9 @@ Everything it makes lives in one work directory that ``stop`` removes.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import random
 import shutil
 import socket
 import ssl
@@ -18,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from devcluster import kwok_stages, pinned, real_node
 from devcluster.binaries import (
@@ -92,11 +94,49 @@ class ControlPlaneOptions:
     start_timeout: float = 90.0
 
 
+PORT_CLAIMS = Path(tempfile.gettempdir()) / "linkerd-config-ports"
+"""One lock file per port handed out; the lock lasts as long as the process that took it."""
+_claimed: list[IO[bytes]] = []
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
+    """A loopback port for a server a test starts, nobody else's until this process ends.
+
+    Not the kernel's ``bind(0)``: that port is free only for the moment asked, and in the
+    ephemeral range, where any outgoing connection (the tests make thousands) or another test
+    process may take it before its server binds (a ``make run`` that exits at start). So below
+    that range, which outgoing connections never use, from a random start, and claimed with
+    an exclusive lock on a file of its own, which other test processes skip."""
+    PORT_CLAIMS.mkdir(exist_ok=True)
+    low, high = 20000, _ephemeral_low()
+    if high - low < 1000:
+        low = 1024
+    span = high - low
+    start = random.randrange(span)
+    for i in range(span):
+        port = low + (start + i) % span
+        claim = (PORT_CLAIMS / str(port)).open("ab")
+        try:
+            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            claim.close()
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                claim.close()
+                continue
+        _claimed.append(claim)
         return port
+    raise RuntimeError(f"no free loopback port in {low}-{high}")
 
 
 @dataclass

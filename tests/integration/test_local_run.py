@@ -276,7 +276,7 @@ async def test_a_run_before_linkerd_is_installed_keeps_its_watches(
         # Longer than the silence that presumes a path dead (lease duration + 2 retries).
         settings = parse([], env={})
         await asyncio.sleep(settings.lease_duration + 3 * settings.retry_period)
-        assert proc.poll() is None
+        assert proc.poll() is None, "make run exited before linkerd existed"  # output below
         access = await load_access(str(cp.kubeconfig))
         async with KubeClient(access, user_agent="linkerd-config-tests") as kube:
             await scenario.create(kube, NAMESPACES.path(), {"metadata": {"name": "linkerd"}})
@@ -287,6 +287,7 @@ async def test_a_run_before_linkerd_is_installed_keeps_its_watches(
             await eventually(registered, timeout=60, interval=0.5, what="registered")
     finally:
         code, out = interrupt(proc)
+        print(out[-6000:])  # shown by pytest when the test fails
     stopped_gracefully(code, out)
     records = records_of(out)
     assert any(r.get("status") == 404 and r.get("msg") == "lease request failed" for r in records)

@@ -90,7 +90,11 @@ class Shell:
 
 
 def interrupt(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    """Ctrl-C in the terminal: SIGINT to the foreground group; its exit code and output."""
+    """Ctrl-C in the terminal: SIGINT to the foreground group; its exit code and output (if
+    it already ended, what it ended with)."""
+    if proc.poll() is not None:
+        out, _ = proc.communicate(timeout=10)
+        return proc.returncode, out
     os.killpg(proc.pid, signal.SIGINT)
     try:
         out, _ = proc.communicate(timeout=60)
