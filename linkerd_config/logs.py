@@ -7,7 +7,6 @@ import sys
 from typing import Final
 
 import structlog
-from aiohttp.http_exceptions import HttpProcessingError
 
 LOG_FORMATS: Final = ("auto", "json", "console")
 
@@ -78,6 +77,10 @@ class _MalformedRequests(logging.Filter):
     fault, answered 400: one short warning line, its parse error cut short."""
 
     def filter(self, record: logging.LogRecord) -> bool:
+        # Here, not at the top: the settings import this module, and aiohttp must first be
+        # imported as ``kube.tls.import_aiohttp_lean`` does (its server logs only after).
+        from aiohttp.http_exceptions import HttpProcessingError  # noqa: PLC0415
+
         error = record.exc_info[1] if record.exc_info else None
         if isinstance(error, HttpProcessingError):
             text = " ".join(str(error).split())

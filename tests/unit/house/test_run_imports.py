@@ -115,3 +115,18 @@ def test_decoding_a_protobuf_list_imports_no_descriptor_pb2() -> None:
     found = imports(DECODE_PODS)
     assert found["before"] == []
     assert found["after"] == []
+
+
+def test_the_command_line_imports_no_aiohttp_before_run_asks_for_it_lean() -> None:
+    # ``cli._run`` imports aiohttp by ``import_aiohttp_lean`` (without the two client SSL
+    # contexts that load the system CA bundle, about 35 ms): nothing ``cli`` imports at its
+    # top (the settings, the logging) may import aiohttp first, or the lean import does
+    # nothing. The logging's filter of malformed requests once did.
+    code = (
+        "import sys, linkerd_config.cli\n"
+        "print(sorted(m for m in sys.modules if m.startswith('aiohttp')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="."
+    )
+    assert done.stdout.strip() == "[]"
