@@ -50,9 +50,10 @@ def _real_node(item: pytest.Item) -> bool:
 def shard(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``TEST_SHARD=i/n`` (``make test`` and ``make test-unit`` run n processes): the i-th
     process's share. Unit tests are dealt one by one, in collection order (the long property
-    tests of one module are spread). Integration tests go by module, for a module's tests
-    share its control plane, placed by ``durations.place`` (every module with a real node in
-    process 0, the rest balanced by their seconds in the last full run)."""
+    tests of one module are spread). Integration tests go by group (``_groups``: a module,
+    or each test of a module whose tests share nothing), placed by ``durations.place``
+    (every group with a real node in process 0, the rest balanced by their seconds in the
+    last full run)."""
     stated = os.environ.get("TEST_SHARD")
     if not stated:
         return
@@ -62,19 +63,55 @@ def shard(config: pytest.Config, items: list[pytest.Item]) -> None:
         raise pytest.UsageError(f"TEST_SHARD={stated}: want i/n with 0 <= i < n")
     units = [item for item in items if not _is_integration(item)]
     dealt = {id(item): k % n for k, item in enumerate(units)}
-    dealt.update(_modules_to_shards([item for item in items if _is_integration(item)], n))
+    dealt.update(_groups_to_shards([item for item in items if _is_integration(item)], n))
     kept = [item for item in items if dealt[id(item)] == i]
     config.hook.pytest_deselected(items=[item for item in items if dealt[id(item)] != i])
     items[:] = kept
 
 
-def _modules_to_shards(items: list[pytest.Item], n: int) -> dict[int, int]:
+SHARED_FIXTURE_SCOPES = frozenset({"module", "class", "package"})
+SHARED_CLUSTER = "control_plane"
+"""The session's control plane: a module's tests on it may build on each other's objects."""
+
+
+def _apart(item: pytest.Item) -> bool:
+    """Whether ``item`` may run in another process than its module's other tests: none of
+    its fixtures is shared by the module's tests (module-, class- or package-scoped), and it
+    does not use the session's control plane (its cluster is its own: ``own_control_plane``,
+    ``private_control_plane``, ``node_cluster``)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None or SHARED_CLUSTER in getattr(item, "fixturenames", ()):
+        return False
+    return not any(
+        defs and defs[-1].scope in SHARED_FIXTURE_SCOPES for defs in info.name2fixturedefs.values()
+    )
+
+
+def _groups(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
+    """The integration tests by what must run in one process: a module whose tests share
+    nothing (``_apart``) is one group per test (the slowest module, 24 tests each on its own
+    control plane, was 718 s in one process); any other module is one group."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(_module(item), []).append(item)
-    real = {m: any(_real_node(t) for t in its) for m, its in modules.items()}
-    placed = durations.place(real, n, durations.known())
-    return {id(item): placed[module] for module, its in modules.items() for item in its}
+    groups: dict[str, list[pytest.Item]] = {}
+    for module, its in modules.items():
+        if all(_apart(t) for t in its):
+            groups.update({t.nodeid: [t] for t in its})
+        else:
+            groups[module] = its
+    return groups
+
+
+def _groups_to_shards(items: list[pytest.Item], n: int) -> dict[int, int]:
+    groups = _groups(items)
+    known = durations.known()
+    real = {g: any(_real_node(t) for t in its) for g, its in groups.items()}
+    seconds = {
+        g: durations.group_seconds((t.nodeid for t in its), known) for g, its in groups.items()
+    }
+    placed = durations.place(real, n, seconds)
+    return {id(item): placed[group] for group, its in groups.items() for item in its}
 
 
 @pytest.fixture(scope="session")
