@@ -124,16 +124,12 @@ def free_port() -> int:
         port = low + (start + i) % span
         claim = (PORT_CLAIMS / str(port)).open("ab")
         try:
-            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(claim, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another test process's
+            with socket.socket() as s:
+                s.bind((LOOPBACK, port))  # a server of someone else's
         except OSError:
             claim.close()
             continue
-        with socket.socket() as s:
-            try:
-                s.bind((LOOPBACK, port))
-            except OSError:
-                claim.close()
-                continue
         _claimed.append(claim)
         return port
     raise RuntimeError(f"no free loopback port in {low}-{high}")

@@ -90,7 +90,7 @@ def _apart(item: pytest.Item) -> bool:
 def _groups(items: list[pytest.Item]) -> dict[str, list[pytest.Item]]:
     """The integration tests by what must run in one process: a module whose tests share
     nothing (``_apart``) is one group per test (the slowest module, 24 tests each on its own
-    control plane, was 718 s in one process); any other module is one group."""
+    control plane, was 691 s in one process); any other module is one group."""
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
         modules.setdefault(_module(item), []).append(item)
